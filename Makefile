@@ -1,0 +1,31 @@
+# kvserve: one-command entry points. `make test` and `make serve` work on a fresh Debian 12.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: setup configure build test serve bench format clean
+
+setup:
+	./scripts/setup.sh
+	@if [ -x tests/tokenizer_reference/setup.sh ]; then tests/tokenizer_reference/setup.sh; fi
+
+configure: setup
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
+
+serve: build
+	./scripts/serve.sh $(BUILD_DIR)
+
+bench: build
+	./scripts/bench.sh $(BUILD_DIR)
+
+format:
+	git ls-files -co --exclude-standard -- '*.h' '*.cc' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,101 @@
+// Building caches from specs (see cache_factory.h).
+#include "cache/cache_factory.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "cache/dynamic_layer.h"
+#include "cache/dynamic_sliding_window_layer.h"
+#include "cache/fp8_layer.h"
+#include "cache/hqq_quantizer.h"
+#include "cache/offload_stream.h"
+#include "cache/offloaded_layer.h"
+#include "cache/quantized_layer.h"
+#include "cache/quanto_quantizer.h"
+#include "cache/static_layer.h"
+#include "cache/static_sliding_window_layer.h"
+
+namespace kvserve::cache {
+namespace {
+
+absl::StatusOr<std::unique_ptr<CacheLayer>> MakeLayer(const CacheSpec& spec,
+                                                      const LayerSpec& layer) {
+  switch (spec.implementation) {
+    case CacheImplementation::kDynamic:
+    case CacheImplementation::kOffloaded:
+      if (layer.is_sliding()) {
+        return std::make_unique<DynamicSlidingWindowLayer>(layer.type, layer.window);
+      }
+      return std::make_unique<DynamicLayer>();
+    case CacheImplementation::kStatic:
+    case CacheImplementation::kOffloadedStatic:
+      if (layer.is_sliding()) {
+        return std::make_unique<StaticSlidingWindowLayer>(layer.type, layer.window,
+                                                          *spec.max_cache_len);
+      }
+      return std::make_unique<StaticLayer>(*spec.max_cache_len);
+    case CacheImplementation::kQuantized: {
+      const QuantizedSpec& q = spec.quantized;
+      switch (q.backend) {
+        case QuantizationBackend::kFp8:
+          return std::make_unique<Fp8Layer>();
+        case QuantizationBackend::kQuanto:
+          return std::make_unique<QuantizedLayer>(
+              std::make_shared<QuantoQuantizer>(q.nbits, q.axis_key, q.q_group_size),
+              std::make_shared<QuantoQuantizer>(q.nbits, q.axis_value, q.q_group_size),
+              q.residual_length);
+        case QuantizationBackend::kHqq:
+          return std::make_unique<QuantizedLayer>(
+              std::make_shared<HqqQuantizer>(q.nbits, q.axis_key, q.q_group_size),
+              std::make_shared<HqqQuantizer>(q.nbits, q.axis_value, q.q_group_size),
+              q.residual_length);
+      }
+      break;
+    }
+    case CacheImplementation::kNone:
+      break;
+  }
+  return absl::InternalError("no layer class for this cache spec");
+}
+
+}  // namespace
+
+int64_t StaticCacheLength(int64_t max_length, std::optional<int64_t> configured) {
+  return std::max<int64_t>(max_length - 1, configured.value_or(0));
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const CacheSpec& spec,
+                                                   const std::vector<LayerSpec>& layers) {
+  if (!spec.use_cache()) return std::unique_ptr<KvCache>();
+  if (spec.is_static() && (!spec.max_cache_len || *spec.max_cache_len <= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache_implementation '", CacheImplementationName(spec.implementation),
+                     "' needs max_cache_len > 0 (slots preallocated per layer)"));
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (absl::Status s = ValidateLayerSpec(layers[i], static_cast<int>(i)); !s.ok()) return s;
+    if (spec.implementation == CacheImplementation::kQuantized && layers[i].is_sliding()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cache_implementation 'quantized' supports only full_attention layers; layer ", i,
+          " is ", LayerTypeName(layers[i].type)));
+    }
+  }
+  std::shared_ptr<OffloadStream> stream;
+  if (spec.is_offloaded()) stream = std::make_shared<OffloadStream>();
+  std::vector<std::unique_ptr<CacheLayer>> made;
+  made.reserve(layers.size());
+  for (const LayerSpec& layer : layers) {
+    absl::StatusOr<std::unique_ptr<CacheLayer>> l = MakeLayer(spec, layer);
+    if (!l.ok()) return l.status();
+    const bool offload =
+        spec.is_offloaded() && !(layer.is_sliding() && spec.offload_only_non_sliding);
+    if (offload) {
+      made.push_back(std::make_unique<OffloadedLayer>(std::move(*l), stream));
+    } else {
+      made.push_back(std::move(*l));
+    }
+  }
+  return std::make_unique<KvCache>(std::move(made));
+}
+
+}  // namespace kvserve::cache

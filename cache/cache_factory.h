@@ -1,0 +1,30 @@
+// MakeCache: builds a request's KvCache from a CacheSpec and the model's layer types.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cache/cache_spec.h"
+#include "cache/kv_cache.h"
+#include "cache/layer_type.h"
+
+namespace kvserve::cache {
+
+// One layer per entry of `layers`, of the class the spec and the layer type call for:
+//   dynamic / offloaded:        DynamicLayer, DynamicSlidingWindowLayer (sliding, chunked);
+//   static / offloaded_static:  StaticLayer, StaticSlidingWindowLayer (window kept, rolling);
+//   quantized:                  QuantizedLayer (quanto, hqq) or Fp8Layer (fp8);
+// with offloaded layers wrapped in OffloadedLayer (sliding/chunked ones stay on the device
+// when spec.offload_only_non_sliding). Storage is allocated lazily on each layer's first
+// update. Returns null for use_cache=false. InvalidArgument, naming the reason, when a
+// static spec has no max_cache_len, a quantized spec meets a sliding or chunked layer (as
+// the reference refuses), or a layer spec is invalid.
+absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const CacheSpec& spec,
+                                                   const std::vector<LayerSpec>& layers);
+
+// The static cache length the reference's generate() uses: max(max_length - 1,
+// configured), where max_length = prompt + max_new_tokens (the last token gets no K/V).
+int64_t StaticCacheLength(int64_t max_length, std::optional<int64_t> configured);
+
+}  // namespace kvserve::cache

@@ -1,0 +1,105 @@
+// CacheLayer: the interface of one decoder layer's K/V store, one implementation per strategy.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cache/layer_type.h"
+
+namespace kvserve::cache {
+
+// What attention must see after an update. Columns [0, num_valid) of keys/values hold the
+// tokens at absolute positions kv_offset .. kv_offset + num_valid - 1, in order; columns from
+// num_valid on are unused slots of a preallocated buffer, which attention must mask.
+struct LayerView {
+  at::Tensor keys;    // [batch, kv_heads, kv_len, head_dim]
+  at::Tensor values;  // [batch, kv_heads, kv_len, head_dim]
+  int64_t kv_offset = 0;
+  int64_t num_valid = 0;
+};
+
+// Bytes a cache holds, by where they live. On CPU builds "device" is host memory too, but the
+// split is kept so that offloading and the device budget behave the same as on a GPU.
+struct MemoryUsage {
+  int64_t device_bytes = 0;
+  int64_t host_bytes = 0;
+
+  int64_t total() const { return device_bytes + host_bytes; }
+  MemoryUsage& operator+=(const MemoryUsage& o) {
+    device_bytes += o.device_bytes;
+    host_bytes += o.host_bytes;
+    return *this;
+  }
+  bool operator==(const MemoryUsage&) const = default;
+};
+
+// One layer's K/V store. Storage is allocated lazily on the first Update; dtype, device,
+// batch, heads and head_dim come from that first key/value pair. Not thread-safe: only the
+// engine thread touches a live cache.
+class CacheLayer {
+ public:
+  virtual ~CacheLayer() = default;
+
+  // Appends `keys`/`values` ([batch, kv_heads, new_tokens, head_dim], same dtype/device as
+  // earlier updates) and returns what attention over the new tokens must see. The returned
+  // tensors may alias internal storage and are valid until the next mutating call.
+  // On failure (overflow of a fixed-size layer, shape mismatch) the layer is unchanged.
+  virtual absl::StatusOr<LayerView> Update(const at::Tensor& keys, const at::Tensor& values) = 0;
+
+  // Tokens seen so far: the absolute position the next token will take.
+  virtual int64_t SeqLength() const = 0;
+  // Largest number of tokens the layer can hold, or -1 when it grows without bound.
+  virtual int64_t MaxLength() const = 0;
+  // Batch size of the stored tensors, or 0 before the first update.
+  virtual int64_t BatchSize() const = 0;
+
+  // Rolls back the last -n tokens (n < 0); n == 0 frees recorded states that the next
+  // forward will not read. Returns FailedPrecondition/OutOfRange with the reason when the
+  // states needed are gone; the layer is then unchanged.
+  virtual absl::Status Crop(int64_t n) = 0;
+  // What Crop(n) would return, without changing anything (plan, then commit).
+  virtual absl::Status CheckCrop(int64_t n) const { return absl::OkStatus(); }
+  // Makes layers that drop old tokens (sliding windows) keep them until the next Crop, so
+  // that a later Crop can roll back. Sticky. A no-op for layers that never drop tokens.
+  virtual void ActivatePastRecording() {}
+
+  // Beam helpers, on the batch dimension. `indices` is an int64 tensor of row indices.
+  // Reorder keeps the batch size; SelectIndices keeps the listed rows; RepeatInterleave
+  // repeats each row `repeats` times, adjacent. No-ops on an empty layer.
+  virtual absl::Status Reorder(const at::Tensor& beam_idx) = 0;
+  virtual absl::Status SelectIndices(const at::Tensor& indices) = 0;
+  virtual absl::Status RepeatInterleave(int64_t repeats) = 0;
+
+  // Bytes of K/V storage the layer holds now (allocated buffers, not just used slots).
+  virtual MemoryUsage Memory() const = 0;
+  // A deep copy: shares no storage with this layer.
+  virtual std::unique_ptr<CacheLayer> Clone() const = 0;
+  // Drops every stored token and frees the storage (the layer is as if new).
+  virtual void Reset() = 0;
+
+  virtual LayerType type() const = 0;
+
+  // Offloading support (see OffloadedLayer and KvCache::Update); layers that always stay
+  // where they were created keep the defaults.
+  //
+  // Calls `fn` on every defined tensor the layer stores; `fn` may replace the tensor with a
+  // copy of the same shape and dtype on another device. Returns false, without calling `fn`,
+  // when the layer cannot have its storage moved (the default).
+  virtual bool ForEachTensor(const std::function<void(at::Tensor&)>& fn) { return false; }
+  // True when the layer's storage lives on the host between its updates.
+  virtual bool offloaded() const { return false; }
+  // Starts bringing the storage to the device ahead of the next update (asynchronous on
+  // CUDA, on a side stream).
+  virtual void StartPrefetch() {}
+  // Called by KvCache::Update right before and right after Update: make the storage
+  // resident on the device, then write it back to the host.
+  virtual void BeforeUpdate() {}
+  virtual void AfterUpdate() {}
+};
+
+}  // namespace kvserve::cache

@@ -1,0 +1,35 @@
+// The one place where LibTorch-version and device differences live (1.13 CPU vs 2.x CUDA).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#define KVSERVE_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||          \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace kvserve::compat {
+
+// at::scaled_dot_product_attention exists from LibTorch 2.0.
+inline constexpr bool kHasSdpa = KVSERVE_TORCH_AT_LEAST(2, 0);
+// at::kFloat8_e4m3fn exists from LibTorch 2.1.
+inline constexpr bool kHasFloat8 = KVSERVE_TORCH_AT_LEAST(2, 1);
+// Built against a LibTorch with CUDA (CMake defines KVSERVE_WITH_CUDA only then).
+#if defined(KVSERVE_WITH_CUDA)
+inline constexpr bool kWithCuda = true;
+#else
+inline constexpr bool kWithCuda = false;
+#endif
+
+// The exception CUDA's caching allocator throws when the device is full. kvserve's own
+// device-budget accounting throws the same type so one fallback path serves both.
+using OutOfMemoryError = c10::OutOfMemoryError;
+
+// Releases cached, unused device blocks back to the driver; a no-op without CUDA.
+void EmptyDeviceCache();
+
+// Waits until all queued work on `device` has finished; a no-op on CPU.
+void SynchronizeDevice(const c10::Device& device);
+
+}  // namespace kvserve::compat

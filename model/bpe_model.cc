@@ -1,0 +1,226 @@
+// The BPE model of tokenizer.json: vocabulary, ranked merges, byte fallback, unknown tokens.
+#include "model/bpe_model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <queue>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/unicode_utils.h"
+
+namespace kvserve::model {
+
+absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::json& config) {
+  if (!config.is_object()) return absl::InvalidArgumentError("model must be an object");
+  const std::string type = config.value("type", "BPE");
+  if (type != "BPE") {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported model type '", type, "'"));
+  }
+  if (auto it = config.find("dropout");
+      it != config.end() && !it->is_null() && it->get<double>() != 0.0) {
+    return absl::InvalidArgumentError("unsupported BPE option 'dropout'");
+  }
+  auto model = std::unique_ptr<BpeModel>(new BpeModel());
+  auto vocab = config.find("vocab");
+  if (vocab == config.end() || !vocab->is_object()) {
+    return absl::InvalidArgumentError("BPE model needs a 'vocab' object");
+  }
+  model->vocab_.reserve(vocab->size());
+  int32_t max_id = -1;
+  for (const auto& [token, id] : vocab->items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat("vocab entry '", token, "' has a bad id"));
+    }
+    const auto i = id.get<int32_t>();
+    model->vocab_[token] = i;
+    max_id = std::max(max_id, i);
+  }
+  model->id_to_token_.resize(static_cast<size_t>(max_id + 1));
+  model->has_id_.assign(static_cast<size_t>(max_id + 1), false);
+  for (const auto& [token, id] : model->vocab_) {
+    model->id_to_token_[static_cast<size_t>(id)] = token;
+    model->has_id_[static_cast<size_t>(id)] = true;
+  }
+
+  auto get_opt_string = [&](const char* key) -> std::string {
+    auto it = config.find(key);
+    return it != config.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  model->continuing_subword_prefix_ = get_opt_string("continuing_subword_prefix");
+  model->end_of_word_suffix_ = get_opt_string("end_of_word_suffix");
+  model->fuse_unk_ = config.value("fuse_unk", false);
+  model->byte_fallback_ = config.value("byte_fallback", false);
+  model->ignore_merges_ = config.value("ignore_merges", false);
+  if (const std::string unk = get_opt_string("unk_token"); !unk.empty()) {
+    auto it = model->vocab_.find(unk);
+    if (it == model->vocab_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unk_token '", unk, "' is not in the vocab"));
+    }
+    model->unk_id_ = it->second;
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = model->vocab_.find(absl::StrFormat("<0x%02X>", b));
+    model->byte_fallback_ids_[b] = it == model->vocab_.end() ? -1 : it->second;
+  }
+
+  auto merges = config.find("merges");
+  if (merges == config.end() || !merges->is_array()) {
+    return absl::InvalidArgumentError("BPE model needs a 'merges' array");
+  }
+  model->merges_.reserve(merges->size());
+  const size_t prefix_len = model->continuing_subword_prefix_.size();
+  int32_t rank = 0;
+  for (const auto& merge : *merges) {
+    std::string left, right;
+    if (merge.is_string()) {
+      const std::string& s = merge.get_ref<const std::string&>();
+      const size_t space = s.find(' ');
+      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat("merge '", s, "' is not two tokens"));
+      }
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+               merge[1].is_string()) {
+      left = merge[0].get<std::string>();
+      right = merge[1].get<std::string>();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("merge ", rank, " is malformed"));
+    }
+    auto a = model->vocab_.find(left);
+    auto b = model->vocab_.find(right);
+    std::string merged = left;
+    merged.append(right.size() >= prefix_len && right.starts_with(model->continuing_subword_prefix_)
+                      ? right.substr(prefix_len)
+                      : right);
+    auto c = model->vocab_.find(merged);
+    if (a == model->vocab_.end() || b == model->vocab_.end() || c == model->vocab_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("merge '", left, " ", right, "' uses a token missing from the vocab"));
+    }
+    model->merges_.try_emplace(PairKey(a->second, b->second), Merge{rank, c->second});
+    ++rank;
+  }
+  return model;
+}
+
+std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {
+  auto it = vocab_.find(token);
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string* BpeModel::IdToToken(int32_t id) const {
+  if (id < 0 || id >= size() || !has_id_[static_cast<size_t>(id)]) return nullptr;
+  return &id_to_token_[static_cast<size_t>(id)];
+}
+
+void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* symbols) const {
+  std::string scratch;
+  bool previous_unk = false;
+  size_t pos = 0;
+  while (pos < word.size()) {
+    const size_t begin = pos;
+    pos += static_cast<size_t>(Utf8SequenceLength(static_cast<unsigned char>(word[pos])));
+    if (pos > word.size()) pos = word.size();
+    std::string_view ch = word.substr(begin, pos - begin);
+    const bool decorate = (begin > 0 && !continuing_subword_prefix_.empty()) ||
+                          (pos == word.size() && !end_of_word_suffix_.empty());
+    if (decorate) {
+      scratch.clear();
+      if (begin > 0) scratch.append(continuing_subword_prefix_);
+      scratch.append(ch);
+      if (pos == word.size()) scratch.append(end_of_word_suffix_);
+      ch = scratch;
+    }
+    if (auto it = vocab_.find(ch); it != vocab_.end()) {
+      symbols->push_back(it->second);
+      previous_unk = false;
+      continue;
+    }
+    if (byte_fallback_) {
+      const std::string_view raw = word.substr(begin, pos - begin);
+      bool all = true;
+      for (unsigned char c : raw) all = all && byte_fallback_ids_[c] >= 0;
+      if (all) {
+        for (unsigned char c : raw) symbols->push_back(byte_fallback_ids_[c]);
+        previous_unk = false;
+        continue;
+      }
+    }
+    if (unk_id_.has_value()) {
+      if (!(fuse_unk_ && previous_unk)) symbols->push_back(*unk_id_);
+      previous_unk = true;
+    }
+  }
+}
+
+void BpeModel::Encode(std::string_view word, std::vector<int32_t>* ids) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {
+    if (auto it = vocab_.find(word); it != vocab_.end()) {
+      ids->push_back(it->second);
+      return;
+    }
+  }
+  thread_local std::vector<int32_t> symbols;
+  thread_local std::vector<int32_t> prev, next;
+  symbols.clear();
+  InitialSymbols(word, &symbols);
+  const int n = static_cast<int>(symbols.size());
+  if (n <= 1) {
+    ids->insert(ids->end(), symbols.begin(), symbols.end());
+    return;
+  }
+  prev.resize(static_cast<size_t>(n));
+  next.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    prev[static_cast<size_t>(i)] = i - 1;
+    next[static_cast<size_t>(i)] = i + 1 < n ? i + 1 : -1;
+  }
+  // (rank, left position, expected new id); the lowest rank merges first, leftmost on ties.
+  struct Candidate {
+    int32_t rank;
+    int32_t pos;
+    int32_t new_id;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  thread_local std::vector<Candidate> heap_storage;
+  heap_storage.clear();
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap(
+      std::greater<>(), std::move(heap_storage));
+  auto push_pair = [&](int left) {
+    const int right = next[static_cast<size_t>(left)];
+    if (right < 0) return;
+    auto it = merges_.find(
+        PairKey(symbols[static_cast<size_t>(left)], symbols[static_cast<size_t>(right)]));
+    if (it != merges_.end()) heap.push({it->second.rank, left, it->second.new_id});
+  };
+  for (int i = 0; i + 1 < n; ++i) push_pair(i);
+  while (!heap.empty()) {
+    const Candidate top = heap.top();
+    heap.pop();
+    const auto pos = static_cast<size_t>(top.pos);
+    if (symbols[pos] < 0) continue;  // merged away
+    const int right = next[pos];
+    if (right < 0) continue;
+    auto it = merges_.find(PairKey(symbols[pos], symbols[static_cast<size_t>(right)]));
+    if (it == merges_.end() || it->second.new_id != top.new_id) continue;  // stale
+    symbols[pos] = top.new_id;
+    symbols[static_cast<size_t>(right)] = -1;
+    const int after = next[static_cast<size_t>(right)];
+    next[pos] = after;
+    if (after >= 0) prev[static_cast<size_t>(after)] = top.pos;
+    if (prev[pos] >= 0) push_pair(prev[pos]);
+    push_pair(top.pos);
+  }
+  for (int i = 0; i >= 0; i = next[static_cast<size_t>(i)]) {
+    ids->push_back(symbols[static_cast<size_t>(i)]);
+  }
+}
+
+}  // namespace kvserve::model

@@ -1,0 +1,50 @@
+// Chat templates: tokenizer_config.json's Jinja chat_template rendered over chat messages.
+#ifndef KVSERVE_MODEL_CHAT_TEMPLATE_H_
+#define KVSERVE_MODEL_CHAT_TEMPLATE_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "absl/status/statusor.h"
+
+namespace kvserve::model {
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+namespace jinja {
+struct Template;
+}  // namespace jinja
+
+// A parsed chat template. Immutable; Render may be called from several threads at once.
+class ChatTemplate {
+ public:
+  // Parses Jinja `source`. InvalidArgument naming the construct (and line) for syntax errors
+  // or constructs outside the supported Jinja subset.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> Parse(std::string_view source);
+  ~ChatTemplate();
+
+  // Renders with `messages`, `add_generation_prompt`, `bos_token` and `eos_token` defined.
+  // InvalidArgument naming the construct for unsupported operations at run time (an unknown
+  // filter, a method on the wrong type) or the message of raise_exception().
+  absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                                     bool add_generation_prompt, std::string_view bos_token,
+                                     std::string_view eos_token) const;
+  // Renders with an arbitrary JSON object as the global variables (messages with extra fields
+  // such as reasoning_content or tool_calls, tools, enable_thinking, ...).
+  absl::StatusOr<std::string> RenderWithContext(const nlohmann::json& context) const;
+
+ private:
+  explicit ChatTemplate(std::unique_ptr<jinja::Template> parsed);
+  std::unique_ptr<jinja::Template> template_;
+};
+
+}  // namespace kvserve::model
+
+#endif  // KVSERVE_MODEL_CHAT_TEMPLATE_H_

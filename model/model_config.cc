@@ -1,0 +1,592 @@
+// Parses and writes Hugging Face config.json for llama, mistral, qwen2, qwen3 and phi3.
+#include "model/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kvserve::model {
+namespace {
+
+using Json = nlohmann::json;
+using cache::LayerType;
+
+// Transformers' defaults that differ between the supported model types.
+struct ArchDefaults {
+  std::string_view model_type;
+  std::string_view architecture;  // the "architectures" entry ToJson writes
+  int64_t max_position_embeddings;
+  double rms_norm_eps;
+  bool attention_bias;
+  std::optional<int64_t> head_dim;  // nullopt: hidden_size / num_attention_heads
+};
+
+constexpr ArchDefaults kArchs[] = {
+    {"llama", "LlamaForCausalLM", 2048, 1e-6, false, std::nullopt},
+    {"mistral", "MistralForCausalLM", 4096 * 32, 1e-6, false, std::nullopt},
+    {"phi3", "Phi3ForCausalLM", 4096, 1e-5, false, std::nullopt},
+    {"qwen2", "Qwen2ForCausalLM", 32768, 1e-6, true, std::nullopt},
+    {"qwen3", "Qwen3ForCausalLM", 32768, 1e-6, false, 128},
+};
+
+const ArchDefaults* FindArch(std::string_view model_type) {
+  for (const ArchDefaults& arch : kArchs) {
+    if (arch.model_type == model_type) return &arch;
+  }
+  return nullptr;
+}
+
+bool IsQwen(std::string_view model_type) { return model_type == "qwen2" || model_type == "qwen3"; }
+
+// Transformers' default max_window_layers for qwen2 and qwen3.
+constexpr int64_t kDefaultMaxWindowLayers = 28;
+
+std::string_view KindOf(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "an integer";
+    case Json::value_t::number_float:
+      return "a float";
+    default:
+      return "an unsupported value";
+  }
+}
+
+// Reads typed fields of one JSON object. The first error sticks: later reads return
+// defaults and status() reports that first error, so parsing code reads straight through.
+// A field that is present but null counts as absent, as in Transformers.
+class FieldReader {
+ public:
+  FieldReader(const Json& object, std::string prefix, absl::Status* status)
+      : object_(object), prefix_(std::move(prefix)), status_(status) {}
+
+  bool Has(std::string_view key) const { return Get(key) != nullptr; }
+  const Json* Get(std::string_view key) const {
+    auto it = object_.find(std::string(key));
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  std::string Name(std::string_view key) const { return absl::StrCat(prefix_, key); }
+
+  void Fail(std::string message) {
+    if (status_->ok()) *status_ = absl::InvalidArgumentError(absl::StrCat("config.json: ", message));
+  }
+  void WrongType(std::string_view key, std::string_view expected, const Json& value) {
+    Fail(absl::StrCat("field '", Name(key), "' must be ", expected, ", got ", KindOf(value), " ",
+                      value.dump()));
+  }
+
+  std::optional<int64_t> OptionalInt(std::string_view key) {
+    const Json* value = Get(key);
+    if (value == nullptr) return std::nullopt;
+    if (value->is_number_unsigned() &&
+        value->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      WrongType(key, "a 64-bit integer", *value);
+      return std::nullopt;
+    }
+    if (!value->is_number_integer()) {
+      WrongType(key, "an integer", *value);
+      return std::nullopt;
+    }
+    return value->get<int64_t>();
+  }
+  int64_t RequiredInt(std::string_view key) {
+    if (!Has(key)) {
+      Fail(absl::StrCat("required field '", Name(key), "' is missing"));
+      return 0;
+    }
+    return OptionalInt(key).value_or(0);
+  }
+  int64_t Int(std::string_view key, int64_t default_value) {
+    return OptionalInt(key).value_or(default_value);
+  }
+
+  std::optional<double> OptionalDouble(std::string_view key) {
+    const Json* value = Get(key);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_number()) {
+      WrongType(key, "a number", *value);
+      return std::nullopt;
+    }
+    return value->get<double>();
+  }
+  double RequiredDouble(std::string_view key) {
+    if (!Has(key)) {
+      Fail(absl::StrCat("required field '", Name(key), "' is missing"));
+      return 0;
+    }
+    return OptionalDouble(key).value_or(0);
+  }
+  double Double(std::string_view key, double default_value) {
+    return OptionalDouble(key).value_or(default_value);
+  }
+
+  bool Bool(std::string_view key, bool default_value) {
+    const Json* value = Get(key);
+    if (value == nullptr) return default_value;
+    if (!value->is_boolean()) {
+      WrongType(key, "a boolean", *value);
+      return default_value;
+    }
+    return value->get<bool>();
+  }
+
+  std::optional<std::string> OptionalString(std::string_view key) {
+    const Json* value = Get(key);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_string()) {
+      WrongType(key, "a string", *value);
+      return std::nullopt;
+    }
+    return value->get<std::string>();
+  }
+
+  // A token id: an integer in [0, 2^31).
+  std::optional<int32_t> TokenId(std::string_view key, const Json& value) {
+    const bool in_range = value.is_number_unsigned() &&
+                          value.get<uint64_t>() <=
+                              static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
+    if (!in_range) {
+      WrongType(key, "a token id (an integer in [0, 2^31))", value);
+      return std::nullopt;
+    }
+    return static_cast<int32_t>(value.get<int64_t>());
+  }
+  std::optional<int32_t> OptionalTokenId(std::string_view key) {
+    const Json* value = Get(key);
+    if (value == nullptr) return std::nullopt;
+    return TokenId(key, *value);
+  }
+
+ private:
+  const Json& object_;
+  std::string prefix_;
+  absl::Status* status_;
+};
+
+constexpr RopeScaling::Type kRopeTypes[] = {RopeScaling::Type::kNone, RopeScaling::Type::kLinear,
+                                            RopeScaling::Type::kDynamic,
+                                            RopeScaling::Type::kLlama3, RopeScaling::Type::kYarn};
+
+// Reads rope_scaling / rope_parameters (`fields`, named `what`) into `rope`.
+void ReadRopeScaling(FieldReader& fields, std::string_view what, bool type_required,
+                     RopeScaling* rope) {
+  std::optional<std::string> type_name = fields.OptionalString("rope_type");
+  std::string_view type_key = "rope_type";
+  if (!type_name.has_value() && !fields.Has("rope_type")) {
+    type_name = fields.OptionalString("type");  // the legacy spelling
+    type_key = "type";
+  }
+  if (!type_name.has_value()) {
+    if (type_required && !fields.Has("type")) {
+      fields.Fail(absl::StrCat("field '", what, "' has no 'rope_type'"));
+    }
+    return;
+  }
+  std::optional<RopeScaling::Type> type;
+  for (RopeScaling::Type t : kRopeTypes) {
+    if (*type_name == RopeTypeName(t)) type = t;
+  }
+  if (!type.has_value()) {
+    std::vector<std::string_view> names;
+    for (RopeScaling::Type t : kRopeTypes) names.push_back(RopeTypeName(t));
+    fields.Fail(absl::StrCat("field '", fields.Name(type_key), "' value '", *type_name,
+                             "' is not supported; supported: ", absl::StrJoin(names, ", ")));
+    return;
+  }
+  rope->type = *type;
+  switch (rope->type) {
+    case RopeScaling::Type::kNone:
+      return;
+    case RopeScaling::Type::kLinear:
+      rope->factor = fields.RequiredDouble("factor");
+      break;
+    case RopeScaling::Type::kDynamic:
+      rope->factor = fields.RequiredDouble("factor");
+      rope->original_max_position_embeddings =
+          fields.Int("original_max_position_embeddings", 0);
+      break;
+    case RopeScaling::Type::kLlama3:
+      rope->factor = fields.RequiredDouble("factor");
+      rope->low_freq_factor = fields.RequiredDouble("low_freq_factor");
+      rope->high_freq_factor = fields.RequiredDouble("high_freq_factor");
+      rope->original_max_position_embeddings =
+          fields.RequiredInt("original_max_position_embeddings");
+      if (rope->high_freq_factor <= rope->low_freq_factor) {
+        fields.Fail(absl::StrCat("field '", fields.Name("high_freq_factor"), "' (",
+                                 rope->high_freq_factor, ") must exceed low_freq_factor (",
+                                 rope->low_freq_factor, ")"));
+      }
+      if (rope->original_max_position_embeddings <= 0) {
+        fields.Fail(absl::StrCat("field '", fields.Name("original_max_position_embeddings"),
+                                 "' must be positive"));
+      }
+      break;
+    case RopeScaling::Type::kYarn:
+      rope->factor = fields.RequiredDouble("factor");
+      rope->original_max_position_embeddings =
+          fields.Int("original_max_position_embeddings", 0);
+      rope->beta_fast = fields.Double("beta_fast", rope->beta_fast);
+      rope->beta_slow = fields.Double("beta_slow", rope->beta_slow);
+      rope->attention_factor = fields.OptionalDouble("attention_factor");
+      break;
+  }
+  if (!(rope->factor > 0)) {
+    fields.Fail(absl::StrCat("field '", fields.Name("factor"), "' must be positive, got ",
+                             rope->factor));
+  }
+  if (rope->original_max_position_embeddings < 0) {
+    fields.Fail(absl::StrCat("field '", fields.Name("original_max_position_embeddings"),
+                             "' must not be negative"));
+  }
+}
+
+// Resolves per-layer attention kinds as Transformers does (see model_config.h).
+std::vector<LayerType> ResolveLayerTypes(FieldReader& fields, const ModelConfig& config) {
+  std::vector<LayerType> types;
+  if (const Json* listed = fields.Get("layer_types")) {
+    if (!listed->is_array()) {
+      fields.WrongType("layer_types", "an array of strings", *listed);
+      return types;
+    }
+    if (static_cast<int64_t>(listed->size()) != config.num_hidden_layers) {
+      fields.Fail(absl::StrCat("field 'layer_types' has ", listed->size(),
+                               " entries but num_hidden_layers is ", config.num_hidden_layers));
+      return types;
+    }
+    for (size_t i = 0; i < listed->size(); ++i) {
+      const Json& entry = (*listed)[i];
+      if (!entry.is_string()) {
+        fields.WrongType(absl::StrCat("layer_types[", i, "]"), "a string", entry);
+        return types;
+      }
+      absl::StatusOr<LayerType> type = cache::ParseLayerType(entry.get<std::string>());
+      if (!type.ok()) {
+        fields.Fail(absl::StrCat("field 'layer_types[", i, "]': ", type.status().message()));
+        return types;
+      }
+      types.push_back(*type);
+    }
+    return types;
+  }
+  const int64_t max_window_layers =
+      IsQwen(config.model_type) ? fields.Int("max_window_layers", kDefaultMaxWindowLayers) : 0;
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    if (config.sliding_window.has_value()) {
+      types.push_back(i >= max_window_layers ? LayerType::kSlidingAttention
+                                             : LayerType::kFullAttention);
+    } else if (config.attention_chunk_size.has_value()) {
+      types.push_back(LayerType::kChunkedAttention);
+    } else {
+      types.push_back(LayerType::kFullAttention);
+    }
+  }
+  return types;
+}
+
+// Checks sizes and that every sliding or chunked layer has its window.
+void Validate(FieldReader& fields, const ModelConfig& c, bool head_dim_written) {
+  const std::pair<std::string_view, int64_t> positive[] = {
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim},
+      {"max_position_embeddings", c.max_position_embeddings},
+  };
+  for (const auto& [name, value] : positive) {
+    if (value <= 0) {
+      fields.Fail(absl::StrCat("field '", name, "' must be positive, got ", value));
+      return;
+    }
+  }
+  if (!head_dim_written && c.hidden_size % c.num_attention_heads != 0) {
+    fields.Fail(absl::StrCat("field 'num_attention_heads' (", c.num_attention_heads,
+                             ") does not divide hidden_size (", c.hidden_size, ")"));
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    fields.Fail(absl::StrCat("field 'num_key_value_heads' (", c.num_key_value_heads,
+                             ") does not divide num_attention_heads (", c.num_attention_heads,
+                             ")"));
+  }
+  const double rotary_dim = std::floor(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
+  if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1) || rotary_dim < 2 ||
+      static_cast<int64_t>(rotary_dim) % 2 != 0) {
+    fields.Fail(absl::StrCat("field 'partial_rotary_factor' (", c.partial_rotary_factor,
+                             ") with head_dim ", c.head_dim,
+                             " must give an even rotary dimension of at least 2"));
+  }
+  if (!(c.rms_norm_eps > 0)) {
+    fields.Fail(absl::StrCat("field 'rms_norm_eps' must be positive, got ", c.rms_norm_eps));
+  }
+  if (!(c.rope_theta > 0)) {
+    fields.Fail(absl::StrCat("field 'rope_theta' must be positive, got ", c.rope_theta));
+  }
+  if (c.sliding_window.has_value() && *c.sliding_window < 2) {
+    fields.Fail(absl::StrCat("field 'sliding_window' must be at least 2, got ", *c.sliding_window));
+  }
+  if (c.attention_chunk_size.has_value() && *c.attention_chunk_size < 2) {
+    fields.Fail(absl::StrCat("field 'attention_chunk_size' must be at least 2, got ",
+                             *c.attention_chunk_size));
+  }
+  const bool any_sliding = std::count(c.layer_types.begin(), c.layer_types.end(),
+                                      LayerType::kSlidingAttention) > 0;
+  const bool any_chunked = std::count(c.layer_types.begin(), c.layer_types.end(),
+                                      LayerType::kChunkedAttention) > 0;
+  if (any_chunked && !c.attention_chunk_size.has_value()) {
+    fields.Fail("field 'attention_chunk_size' is required by chunked_attention layers");
+  }
+  if (any_sliding && !any_chunked && !c.sliding_window.has_value()) {
+    fields.Fail(IsQwen(c.model_type)
+                    ? "field 'sliding_window' (with use_sliding_window true) is required by "
+                      "sliding_attention layers"
+                    : "field 'sliding_window' is required by sliding_attention layers");
+  }
+}
+
+}  // namespace
+
+double RopeScaling::YarnAttentionFactor() const {
+  if (attention_factor.has_value()) return *attention_factor;
+  return factor > 1 ? 0.1 * std::log(factor) + 1.0 : 1.0;
+}
+
+std::string_view RopeTypeName(RopeScaling::Type type) {
+  switch (type) {
+    case RopeScaling::Type::kNone:
+      return "default";
+    case RopeScaling::Type::kLinear:
+      return "linear";
+    case RopeScaling::Type::kDynamic:
+      return "dynamic";
+    case RopeScaling::Type::kLlama3:
+      return "llama3";
+    case RopeScaling::Type::kYarn:
+      return "yarn";
+  }
+  return "unknown";
+}
+
+const std::vector<std::string>& ModelConfig::SupportedModelTypes() {
+  static const auto* const kTypes = [] {
+    auto* types = new std::vector<std::string>();
+    for (const ArchDefaults& arch : kArchs) types->emplace_back(arch.model_type);
+    std::sort(types->begin(), types->end());
+    return types;
+  }();
+  return *kTypes;
+}
+
+absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
+  Json json;
+  try {
+    json = Json::parse(json_text);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json is not valid JSON: ", e.what()));
+  }
+  if (!json.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json must be a JSON object, got ", KindOf(json)));
+  }
+  absl::Status status;
+  FieldReader fields(json, "", &status);
+  ModelConfig c;
+
+  std::optional<std::string> model_type = fields.OptionalString("model_type");
+  if (!status.ok()) return status;
+  if (!model_type.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: required field 'model_type' is missing; supported: ",
+        absl::StrJoin(SupportedModelTypes(), ", ")));
+  }
+  const ArchDefaults* arch = FindArch(*model_type);
+  if (arch == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: model_type '", *model_type,
+                     "' is not supported; supported: ", absl::StrJoin(SupportedModelTypes(), ", ")));
+  }
+  c.model_type = *model_type;
+
+  c.vocab_size = fields.RequiredInt("vocab_size");
+  c.hidden_size = fields.RequiredInt("hidden_size");
+  c.intermediate_size = fields.RequiredInt("intermediate_size");
+  c.num_hidden_layers = fields.RequiredInt("num_hidden_layers");
+  c.num_attention_heads = fields.RequiredInt("num_attention_heads");
+  c.num_key_value_heads = fields.Int("num_key_value_heads", c.num_attention_heads);
+  std::optional<int64_t> head_dim = fields.OptionalInt("head_dim");
+  if (!head_dim.has_value()) head_dim = arch->head_dim;
+  if (head_dim.has_value()) {
+    c.head_dim = *head_dim;
+  } else if (c.num_attention_heads > 0) {
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  c.max_position_embeddings =
+      fields.Int("max_position_embeddings", arch->max_position_embeddings);
+  c.rms_norm_eps = fields.Double("rms_norm_eps", arch->rms_norm_eps);
+
+  c.rope_theta = fields.Double("rope_theta", 10000.0);
+  c.partial_rotary_factor = fields.Double("partial_rotary_factor", 1.0);
+  if (const Json* params = fields.Get("rope_parameters")) {  // Transformers v5
+    if (!params->is_object()) {
+      fields.WrongType("rope_parameters", "an object", *params);
+    } else {
+      FieldReader rope_fields(*params, "rope_parameters.", &status);
+      c.rope_theta = rope_fields.Double("rope_theta", c.rope_theta);
+      c.partial_rotary_factor =
+          rope_fields.Double("partial_rotary_factor", c.partial_rotary_factor);
+      ReadRopeScaling(rope_fields, "rope_parameters", /*type_required=*/false, &c.rope_scaling);
+    }
+  } else if (const Json* scaling = fields.Get("rope_scaling")) {
+    if (!scaling->is_object()) {
+      fields.WrongType("rope_scaling", "an object or null", *scaling);
+    } else {
+      FieldReader rope_fields(*scaling, "rope_scaling.", &status);
+      ReadRopeScaling(rope_fields, "rope_scaling", /*type_required=*/true, &c.rope_scaling);
+    }
+  }
+
+  c.attention_bias = fields.Bool("attention_bias", arch->attention_bias);
+  if (fields.Bool("mlp_bias", false)) {
+    fields.Fail("field 'mlp_bias' true is not supported");
+  }
+  c.qk_norm = c.model_type == "qwen3";
+  c.fused_qkv = c.fused_gate_up = c.model_type == "phi3";
+  c.tie_word_embeddings = fields.Bool("tie_word_embeddings", false);
+
+  c.sliding_window = fields.OptionalInt("sliding_window");
+  if (IsQwen(c.model_type) && !fields.Bool("use_sliding_window", false)) {
+    c.sliding_window.reset();
+  }
+  c.attention_chunk_size = fields.OptionalInt("attention_chunk_size");
+  if (!status.ok()) return status;
+  c.layer_types = ResolveLayerTypes(fields, c);
+
+  c.bos_token_id = fields.OptionalTokenId("bos_token_id");
+  c.pad_token_id = fields.OptionalTokenId("pad_token_id");
+  if (const Json* eos = fields.Get("eos_token_id")) {
+    if (eos->is_array()) {
+      for (size_t i = 0; i < eos->size(); ++i) {
+        std::optional<int32_t> id = fields.TokenId(absl::StrCat("eos_token_id[", i, "]"), (*eos)[i]);
+        if (id.has_value()) c.eos_token_ids.push_back(*id);
+      }
+    } else if (std::optional<int32_t> id = fields.TokenId("eos_token_id", *eos)) {
+      c.eos_token_ids.push_back(*id);
+    }
+  }
+  if (fields.Has("torch_dtype")) {
+    c.torch_dtype = fields.OptionalString("torch_dtype").value_or("");
+  } else {
+    c.torch_dtype = fields.OptionalString("dtype").value_or("");  // Transformers v5
+  }
+  if (!status.ok()) return status;
+
+  Validate(fields, c, head_dim.has_value());
+  if (!status.ok()) return status;
+  return c;
+}
+
+std::string ModelConfig::ToJson() const {
+  Json json = Json::object();
+  const ArchDefaults* arch = FindArch(model_type);
+  if (arch != nullptr) json["architectures"] = {std::string(arch->architecture)};
+  json["model_type"] = model_type;
+  json["hidden_act"] = "silu";
+  json["vocab_size"] = vocab_size;
+  json["hidden_size"] = hidden_size;
+  json["intermediate_size"] = intermediate_size;
+  json["num_hidden_layers"] = num_hidden_layers;
+  json["num_attention_heads"] = num_attention_heads;
+  json["num_key_value_heads"] = num_key_value_heads;
+  json["head_dim"] = head_dim;
+  json["max_position_embeddings"] = max_position_embeddings;
+  json["rms_norm_eps"] = rms_norm_eps;
+  json["rope_theta"] = rope_theta;
+  json["partial_rotary_factor"] = partial_rotary_factor;
+  if (rope_scaling.type == RopeScaling::Type::kNone) {
+    json["rope_scaling"] = nullptr;
+  } else {
+    Json rope = {{"rope_type", std::string(RopeTypeName(rope_scaling.type))},
+                 {"factor", rope_scaling.factor}};
+    switch (rope_scaling.type) {
+      case RopeScaling::Type::kLlama3:
+        rope["low_freq_factor"] = rope_scaling.low_freq_factor;
+        rope["high_freq_factor"] = rope_scaling.high_freq_factor;
+        rope["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
+        break;
+      case RopeScaling::Type::kYarn:
+        rope["beta_fast"] = rope_scaling.beta_fast;
+        rope["beta_slow"] = rope_scaling.beta_slow;
+        if (rope_scaling.attention_factor.has_value()) {
+          rope["attention_factor"] = *rope_scaling.attention_factor;
+        }
+        [[fallthrough]];
+      case RopeScaling::Type::kDynamic:
+        if (rope_scaling.original_max_position_embeddings != 0) {
+          rope["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
+        }
+        break;
+      default:
+        break;
+    }
+    json["rope_scaling"] = rope;
+  }
+  json["attention_bias"] = attention_bias;
+  json["mlp_bias"] = false;
+  json["tie_word_embeddings"] = tie_word_embeddings;
+  json["sliding_window"] = sliding_window.has_value() ? Json(*sliding_window) : Json(nullptr);
+  if (IsQwen(model_type)) json["use_sliding_window"] = sliding_window.has_value();
+  if (attention_chunk_size.has_value()) json["attention_chunk_size"] = *attention_chunk_size;
+  Json types = Json::array();
+  for (LayerType type : layer_types) types.push_back(std::string(cache::LayerTypeName(type)));
+  json["layer_types"] = types;
+  if (bos_token_id.has_value()) json["bos_token_id"] = *bos_token_id;
+  if (eos_token_ids.size() == 1) {
+    json["eos_token_id"] = eos_token_ids[0];
+  } else if (!eos_token_ids.empty()) {
+    json["eos_token_id"] = eos_token_ids;
+  }
+  if (pad_token_id.has_value()) json["pad_token_id"] = *pad_token_id;
+  if (!torch_dtype.empty()) json["torch_dtype"] = torch_dtype;
+  return json.dump(2) + "\n";
+}
+
+std::vector<cache::LayerSpec> ModelConfig::LayerSpecs() const {
+  const bool any_chunked = std::count(layer_types.begin(), layer_types.end(),
+                                      LayerType::kChunkedAttention) > 0;
+  std::vector<cache::LayerSpec> specs;
+  specs.reserve(layer_types.size());
+  for (LayerType type : layer_types) {
+    cache::LayerSpec spec;
+    spec.type = type;
+    if (type == LayerType::kChunkedAttention ||
+        (type == LayerType::kSlidingAttention && any_chunked)) {
+      spec.window = attention_chunk_size.value_or(0);
+    } else if (type == LayerType::kSlidingAttention) {
+      spec.window = sliding_window.value_or(0);
+    }
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+}  // namespace kvserve::model

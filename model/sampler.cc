@@ -1,0 +1,211 @@
+// Greedy and seeded sampling over one row of logits, in Transformers' processor order.
+#include "model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::model {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t RotateLeft(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// Lowest id among the highest scores; -inf everywhere gives 0.
+int32_t ArgMax(absl::Span<const float> scores) {
+  int32_t best = 0;
+  float best_score = scores[0];
+  for (size_t i = 1; i < scores.size(); ++i) {
+    if (scores[i] > best_score) {
+      best_score = scores[i];
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+absl::Status SamplingParams::Validate() const {
+  if (do_sample && !(temperature > 0.0 && std::isfinite(temperature))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature must be > 0 when do_sample is set, got ", temperature));
+  }
+  if (top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k must be >= 0 (0 turns it off), got ", top_k));
+  }
+  if (!(top_p > 0.0 && top_p <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));
+  }
+  if (!(min_p >= 0.0 && min_p <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("min_p must be in [0, 1], got ", min_p));
+  }
+  if (!(repetition_penalty > 0.0 && std::isfinite(repetition_penalty))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be > 0, got ", repetition_penalty));
+  }
+  return absl::OkStatus();
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params) {
+  const absl::Status status = params.Validate();
+  TORCH_CHECK(status.ok(), "invalid SamplingParams: ", std::string(status.message()));
+  uint64_t seed_state = params.seed;
+  for (uint64_t& word : rng_state_) word = SplitMix64(seed_state);
+}
+
+double Sampler::NextUniform() {
+  uint64_t* s = rng_state_.data();
+  const uint64_t result = RotateLeft(s[1] * 5, 7) * 9;
+  const uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = RotateLeft(s[3], 45);
+  return static_cast<double>(result >> 11) * 0x1.0p-53;
+}
+
+int32_t Sampler::Sample(const at::Tensor& logits, absl::Span<const int32_t> context) {
+  TORCH_CHECK(logits.dim() == 1 && logits.numel() > 0,
+              "Sampler::Sample wants a non-empty [vocab] tensor, got shape ", logits.sizes());
+  at::Tensor row = logits;
+  if (!row.device().is_cpu() || row.scalar_type() != at::kFloat) {
+    row = row.to(at::kCPU, at::kFloat);
+  }
+  row = row.contiguous();
+  return Sample(absl::MakeConstSpan(row.data_ptr<float>(), static_cast<size_t>(row.numel())),
+                context);
+}
+
+int32_t Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t> context) {
+  TORCH_CHECK(!logits.empty(), "Sampler::Sample got an empty logits row");
+  const auto vocab = static_cast<int32_t>(logits.size());
+  // NaN would break the orderings below; it can never be the best choice anyway.
+  scores_.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    scores_[i] = std::isnan(logits[i]) ? kNegInf : logits[i];
+  }
+
+  // Computed from the original logits, so an id repeated in the context is penalised once.
+  if (params_.repetition_penalty != 1.0) {
+    const auto penalty = static_cast<float>(params_.repetition_penalty);
+    for (const int32_t id : context) {
+      if (id < 0 || id >= vocab) continue;
+      const float x = scores_[id] == kNegInf ? kNegInf : logits[id];
+      scores_[id] = x < 0 ? x * penalty : x / penalty;
+    }
+  }
+  if (!params_.do_sample) return ArgMax(scores_);
+
+  if (params_.temperature != 1.0) {
+    const auto temperature = static_cast<float>(params_.temperature);
+    for (float& x : scores_) x /= temperature;
+  }
+  if (params_.top_k > 0 && params_.top_k < vocab) {
+    ApplyTopK(vocab);
+  } else {
+    candidates_.resize(logits.size());
+    for (int32_t i = 0; i < vocab; ++i) candidates_[i] = i;
+  }
+  if (params_.top_p < 1.0) ApplyTopP();
+  if (params_.min_p > 0.0) ApplyMinP();
+  return Draw();
+}
+
+void Sampler::ApplyTopK(int32_t vocab) {
+  // Only the k-th largest value matters, so a selection on plain floats (not indices) suffices
+  // and the kept set does not depend on the library's selection algorithm.
+  selection_.assign(scores_.begin(), scores_.end());
+  const auto kth = selection_.begin() + (params_.top_k - 1);
+  std::nth_element(selection_.begin(), kth, selection_.end(), std::greater<float>());
+  const float threshold = *kth;
+  candidates_.clear();
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (scores_[i] >= threshold) candidates_.push_back(i);
+  }
+}
+
+void Sampler::ApplyTopP() {
+  const size_t n = candidates_.size();
+  float max_score = kNegInf;
+  for (const int32_t id : candidates_) max_score = std::max(max_score, scores_[id]);
+  if (max_score == kNegInf) return;
+  double total = 0;
+  for (const int32_t id : candidates_) total += std::exp(double{scores_[id]} - max_score);
+  const double target = params_.top_p * total;
+
+  // Descending score, ties by ascending id: a strict total order, so the nucleus is the same
+  // with every standard library. The nucleus is usually short, so sort only a growing prefix.
+  const auto descending = [this](int32_t a, int32_t b) {
+    return scores_[a] > scores_[b] || (scores_[a] == scores_[b] && a < b);
+  };
+  size_t prefix = std::min<size_t>(n, 64);
+  size_t keep = n;
+  for (;;) {
+    std::partial_sort(candidates_.begin(), candidates_.begin() + prefix, candidates_.end(),
+                      descending);
+    // A token stays while the mass strictly above it is below top_p (Transformers removes
+    // tokens whose ascending cumulative probability is <= 1 - top_p).
+    double mass_above = 0;
+    size_t r = 0;
+    for (; r < prefix; ++r) {
+      if (mass_above >= target) break;
+      mass_above += std::exp(double{scores_[candidates_[r]]} - max_score);
+    }
+    if (r < prefix || prefix == n) {
+      keep = r;
+      break;
+    }
+    prefix = std::min(n, prefix * 4);
+  }
+  candidates_.resize(keep);
+  std::sort(candidates_.begin(), candidates_.end());
+}
+
+void Sampler::ApplyMinP() {
+  float max_score = kNegInf;
+  for (const int32_t id : candidates_) max_score = std::max(max_score, scores_[id]);
+  if (max_score == kNegInf) return;
+  const double min_p = params_.min_p;
+  std::erase_if(candidates_,
+                [&](int32_t id) { return std::exp(double{scores_[id]} - max_score) < min_p; });
+}
+
+int32_t Sampler::Draw() {
+  float max_score = kNegInf;
+  for (const int32_t id : candidates_) max_score = std::max(max_score, scores_[id]);
+  if (max_score == kNegInf) return candidates_.front();
+  weights_.resize(candidates_.size());
+  double total = 0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    weights_[i] = std::exp(double{scores_[candidates_[i]]} - max_score);
+    total += weights_[i];
+  }
+  const double u = NextUniform() * total;
+  double cumulative = 0;
+  int32_t last_possible = candidates_.front();
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (weights_[i] <= 0) continue;
+    cumulative += weights_[i];
+    last_possible = candidates_[i];
+    if (u < cumulative) return candidates_[i];
+  }
+  // Rounding left u at the very top of the range.
+  return last_possible;
+}
+
+}  // namespace kvserve::model

@@ -1,0 +1,80 @@
+// Next-token selection: greedy or seeded sampling with Transformers' logits processors.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace kvserve::model {
+
+// How one request picks its tokens. Defaults are Transformers' GenerationConfig defaults.
+struct SamplingParams {
+  // false: greedy (argmax after the repetition penalty); temperature/top_k/top_p/min_p and
+  // seed are then ignored.
+  bool do_sample = false;
+  // Divides the logits before filtering; must be > 0 when do_sample.
+  double temperature = 1.0;
+  // Keep the top_k highest logits (ties with the k-th are all kept); 0 turns it off.
+  int32_t top_k = 50;
+  // Keep the smallest most-likely set whose probability reaches top_p; in (0, 1], 1 = off.
+  double top_p = 1.0;
+  // Drop tokens whose probability is below min_p times the top probability; in [0, 1].
+  double min_p = 0.0;
+  // Divides positive (multiplies negative) logits of tokens already in the context; > 0,
+  // 1 = off.
+  double repetition_penalty = 1.0;
+  // Seeds the request's own generator: the same seed gives the same tokens everywhere.
+  uint64_t seed = 0;
+
+  // Returns InvalidArgument naming the first offending field, OK otherwise.
+  absl::Status Validate() const;
+};
+
+// Picks next tokens for one request. Owns its generator, so one Sampler per request; not
+// thread-safe (the engine thread calls it). Processing order is Transformers': repetition
+// penalty, temperature, top_k, top_p, min_p, then one draw from the remaining softmax.
+// Draws use xoshiro256** seeded through splitmix64 and no standard-library distribution, so
+// a seed gives the same tokens on every platform and LibTorch version.
+class Sampler {
+ public:
+  // Throws c10::Error when params fails Validate(); call Validate() first to get a Status.
+  explicit Sampler(const SamplingParams& params);
+
+  // logits: [vocab] floating tensor on any device (copied to float32 CPU when it is not
+  // already). context: prompt + generated ids, for the repetition penalty; ids outside
+  // [0, vocab) are ignored. Returns a token id in [0, vocab); greedy picks the lowest id on
+  // ties. Throws c10::Error on an empty or non-1-D tensor.
+  int32_t Sample(const at::Tensor& logits, absl::Span<const int32_t> context);
+
+  // Same as above on a contiguous row of float32 logits [vocab].
+  int32_t Sample(absl::Span<const float> logits, absl::Span<const int32_t> context);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  // Uniform double in [0, 1) from the top 53 bits of the next xoshiro256** output.
+  double NextUniform();
+  // Picks among candidates_ (ids, ascending) by the softmax of scores_ at those ids.
+  int32_t Draw();
+  // Narrows candidates_ to the top_k highest scores_ (ties kept), ids ascending.
+  void ApplyTopK(int32_t vocab);
+  // Narrows candidates_ to the nucleus of mass top_p, ids ascending.
+  void ApplyTopP();
+  // Narrows candidates_ to those with probability >= min_p * max probability.
+  void ApplyMinP();
+
+  SamplingParams params_;
+  std::array<uint64_t, 4> rng_state_;
+  // Scratch reused between calls so a decode step allocates nothing once warm.
+  std::vector<float> scores_;        // [vocab] processed logits
+  std::vector<int32_t> candidates_;  // ids still allowed
+  std::vector<float> selection_;     // scratch for the top-k threshold
+  std::vector<double> weights_;      // [candidates] unnormalised probabilities
+};
+
+}  // namespace kvserve::model

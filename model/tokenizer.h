@@ -1,0 +1,116 @@
+// A Hugging Face tokenizer.json tokenizer (BPE, byte-level or SentencePiece-style with byte
+// fallback) plus tokenizer_config.json's special tokens and chat template.
+#ifndef KVSERVE_MODEL_TOKENIZER_H_
+#define KVSERVE_MODEL_TOKENIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/chat_template.h"
+
+namespace kvserve::model {
+
+class AddedTokenMatcher;
+class BpeModel;
+class Normalizer;
+class PreTokenizer;
+class TokenDecoder;
+
+// Immutable after construction; every method is thread-safe.
+class Tokenizer {
+ public:
+  // Builds a tokenizer from the contents of tokenizer.json and tokenizer_config.json
+  // (`tokenizer_config_json` may be empty). InvalidArgument naming the problem for malformed
+  // JSON, a missing field or an unsupported component (e.g. "unsupported model type
+  // 'Unigram'"). A chat template that does not parse is not an error here: it is reported by
+  // ApplyChatTemplate.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view tokenizer_json,
+                                                             std::string_view tokenizer_config_json);
+  // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json. NotFound when
+  // tokenizer.json is missing.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
+
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // Token ids of `text` (UTF-8); with `add_special_tokens` the post-processor's special tokens
+  // (e.g. BOS) are added. Added-token strings inside `text` become their ids. InvalidArgument
+  // when `text` is not valid UTF-8.
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
+                                              bool add_special_tokens) const;
+  // Text of `ids`; ids without a token decode to nothing. With `skip_special_tokens` special
+  // added tokens are dropped. Applies clean_up_tokenization_spaces when the config asks.
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const;
+
+  std::optional<int32_t> bos_token_id() const { return bos_token_id_; }
+  // The config's eos_token plus the end-of-turn tokens the chat template emits.
+  std::vector<int32_t> eos_token_ids() const { return eos_token_ids_; }
+  // One past the largest token id, added tokens included.
+  int32_t vocab_size() const { return vocab_size_; }
+
+  // Renders tokenizer_config.json's chat_template. FailedPrecondition when there is none;
+  // InvalidArgument naming the construct when the template uses Jinja outside the supported
+  // subset or raises an exception.
+  absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                                bool add_generation_prompt) const;
+
+  // The token string of `id` (added tokens included), or nullopt.
+  std::optional<std::string> IdToToken(int32_t id) const;
+  std::optional<int32_t> TokenToId(std::string_view token) const;
+  bool IsSpecialToken(int32_t id) const { return special_ids_.contains(id); }
+
+  // Decode without clean_up_tokenization_spaces; used by the incremental detokenizer.
+  std::string DecodeWithoutCleanup(absl::Span<const int32_t> ids, bool skip_special_tokens) const;
+  bool clean_up_tokenization_spaces() const { return clean_up_tokenization_spaces_; }
+  // Transformers' clean_up_tokenization: removes the space before . ? ! , and contractions.
+  static std::string CleanUpTokenization(std::string_view text);
+
+  // Like ApplyChatTemplate, with messages given as a JSON array (extra fields such as
+  // reasoning_content pass through to the template).
+  absl::StatusOr<std::string> ApplyChatTemplateJson(const nlohmann::json& messages,
+                                                    bool add_generation_prompt) const;
+
+ private:
+  Tokenizer();
+  absl::Status LoadTokenizerJson(std::string_view json);
+  absl::Status LoadConfigJson(std::string_view json);
+  absl::Status LoadPostProcessor(const nlohmann::json& config);
+  // Appends the ids of plain text (no added tokens of the first pass inside).
+  void EncodeSection(std::string_view text, bool at_input_start, std::vector<int32_t>* ids) const;
+
+  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<Normalizer> normalizer_;      // may be null
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;  // may be null
+  std::unique_ptr<TokenDecoder> decoder_;        // may be null
+  std::unique_ptr<AddedTokenMatcher> raw_added_;         // non-normalized added tokens
+  std::unique_ptr<AddedTokenMatcher> normalized_added_;  // normalized added tokens
+  absl::flat_hash_map<int32_t, std::string> added_id_to_content_;
+  absl::flat_hash_map<std::string, int32_t> added_content_to_id_;
+  absl::flat_hash_set<std::string> added_contents_;
+  absl::flat_hash_set<int32_t> special_ids_;
+  // Post-processing for a single sequence: ids before and after the encoded text.
+  std::vector<int32_t> prefix_ids_, suffix_ids_;
+  std::optional<int32_t> bos_token_id_;
+  std::vector<int32_t> eos_token_ids_;
+  int32_t vocab_size_ = 0;
+  bool clean_up_tokenization_spaces_ = false;
+  std::string bos_token_, eos_token_;
+  std::unique_ptr<ChatTemplate> chat_template_;  // null when absent or unparsable
+  absl::Status chat_template_status_;            // why chat_template_ is null
+};
+
+}  // namespace kvserve::model
+
+#endif  // KVSERVE_MODEL_TOKENIZER_H_

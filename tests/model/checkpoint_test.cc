@@ -1,0 +1,4 @@
+// Tests for model/checkpoint.
+#include "model/checkpoint.h"
+
+#include <gtest/gtest.h>

@@ -1,0 +1,4 @@
+// Tests for model/safetensors.
+#include "model/safetensors.h"
+
+#include <gtest/gtest.h>
