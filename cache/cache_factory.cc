@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const CacheSpec& spec,
   if (!spec.use_cache()) return std::unique_ptr<KvCache>();
   if (spec.is_static() && (!spec.max_cache_len || *spec.max_cache_len <= 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cache_implementation '", CacheImplementationName(spec.implementation),
+        absl::StrCat("cache_implementation '", std::string(CacheImplementationName(spec.implementation)),
                      "' needs max_cache_len > 0 (slots preallocated per layer)"));
   }
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const CacheSpec& spec,
     if (spec.implementation == CacheImplementation::kQuantized && layers[i].is_sliding()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cache_implementation 'quantized' supports only full_attention layers; layer ", i,
-          " is ", LayerTypeName(layers[i].type)));
+          " is ", std::string(LayerTypeName(layers[i].type))));
     }
   }
   std::shared_ptr<OffloadStream> stream;

@@ -12,9 +12,9 @@
 namespace kvserve::cache {
 namespace {
 
-constexpr std::string_view kImplementationsAllowed =
+constexpr char kImplementationsAllowed[] =
     "allowed: dynamic, static, offloaded, offloaded_static, quantized (case-sensitive)";
-constexpr std::string_view kConfigKeysAllowed =
+constexpr char kConfigKeysAllowed[] =
     "allowed keys: backend, nbits, axis_key, axis_value, q_group_size, residual_length";
 
 constexpr std::array<std::pair<std::string_view, CacheImplementation>, 5> kImplementations = {{
@@ -36,14 +36,14 @@ absl::StatusOr<CacheImplementation> ParseImplementation(std::string_view name) {
   for (std::string_view deprecated : {"sliding_window", "hybrid", "hybrid_chunked"}) {
     if (name == deprecated) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cache_implementation '", name, "' is deprecated and not supported; use ",
+          absl::StrCat("cache_implementation '", std::string(name), "' is deprecated and not supported; use ",
                        "'static' (sliding layers get static sliding-window layers); ",
                        kImplementationsAllowed));
     }
   }
   for (std::string_view deprecated : {"offloaded_hybrid", "offloaded_hybrid_chunked"}) {
     if (name == deprecated) {
-      return absl::InvalidArgumentError(absl::StrCat("cache_implementation '", name,
+      return absl::InvalidArgumentError(absl::StrCat("cache_implementation '", std::string(name),
                                                      "' is deprecated and not supported; use "
                                                      "'offloaded_static'; ",
                                                      kImplementationsAllowed));
@@ -55,7 +55,7 @@ absl::StatusOr<CacheImplementation> ParseImplementation(std::string_view name) {
         kImplementationsAllowed));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("cache_implementation '", name, "' is not supported; ", kImplementationsAllowed));
+      absl::StrCat("cache_implementation '", std::string(name), "' is not supported; ", kImplementationsAllowed));
 }
 
 absl::Status ValidateQuanto(const QuantizedSpec& q) {
@@ -66,7 +66,7 @@ absl::Status ValidateQuanto(const QuantizedSpec& q) {
   for (const auto& [name, axis] : {std::pair<std::string_view, int>{"axis_key", q.axis_key},
                                    std::pair<std::string_view, int>{"axis_value", q.axis_value}}) {
     if (axis != 0 && axis != -1) {
-      return absl::InvalidArgumentError(absl::StrCat("cache_config.", name, " ", axis,
+      return absl::InvalidArgumentError(absl::StrCat("cache_config.", std::string(name), " ", axis,
                                                      " is not supported by backend 'quanto'; "
                                                      "allowed: 0, -1"));
     }
@@ -83,7 +83,7 @@ absl::Status ValidateHqq(const QuantizedSpec& q) {
   for (const auto& [name, axis] : {std::pair<std::string_view, int>{"axis_key", q.axis_key},
                                    std::pair<std::string_view, int>{"axis_value", q.axis_value}}) {
     if (axis != 0 && axis != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("cache_config.", name, " ", axis,
+      return absl::InvalidArgumentError(absl::StrCat("cache_config.", std::string(name), " ", axis,
                                                      " is not supported by backend 'hqq'; "
                                                      "allowed: 0, 1"));
     }
@@ -118,7 +118,7 @@ absl::StatusOr<QuantizedSpec> ParseQuantized(const QuantizationConfig& config) {
     for (const auto& [name, is_given] : given) {
       if (is_given) {
         return absl::InvalidArgumentError(
-            absl::StrCat("cache_config.", name,
+            absl::StrCat("cache_config.", std::string(name),
                          " cannot be used with backend 'fp8' (one scale per tensor, no "
                          "residual); allowed with fp8: backend only"));
       }
@@ -175,7 +175,7 @@ std::string_view QuantizationBackendName(QuantizationBackend backend) {
 absl::StatusOr<QuantizationConfig> ParseQuantizationConfigJson(std::string_view json) {
   nlohmann::json parsed = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat("cache_config is not valid JSON: ", json));
+    return absl::InvalidArgumentError(absl::StrCat("cache_config is not valid JSON: ", std::string(json)));
   }
   if (!parsed.is_object()) {
     return absl::InvalidArgumentError("cache_config must be a JSON object");
@@ -223,7 +223,7 @@ absl::StatusOr<CacheSpec> CacheSpec::Parse(std::string_view cache_implementation
   if (*impl != CacheImplementation::kQuantized && !cache_config.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cache_config is only used with cache_implementation 'quantized', not '",
-        CacheImplementationName(*impl), "'"));
+        std::string(CacheImplementationName(*impl)), "'"));
   }
   if (*impl == CacheImplementation::kQuantized) {
     absl::StatusOr<QuantizedSpec> q = ParseQuantized(cache_config);

@@ -14,16 +14,15 @@ absl::Status CheckBatchIndices(const at::Tensor& indices, int64_t batch_size, bo
   }
   if (same_size && indices.size(0) != batch_size) {
     return absl::InvalidArgumentError(absl::StrCat("beam_idx has ", indices.size(0),
-                                                   " entries but the cache batch is ",
-                                                   batch_size));
+                                                   " entries but the cache batch is ", batch_size));
   }
   if (indices.numel() > 0 && batch_size > 0) {
     const at::Tensor cpu = indices.to(at::kCPU, at::kLong);
     const int64_t lo = cpu.min().item<int64_t>();
     const int64_t hi = cpu.max().item<int64_t>();
     if (lo < 0 || hi >= batch_size) {
-      return absl::OutOfRangeError(absl::StrCat("batch index out of range [0, ", batch_size,
-                                                "): got ", lo < 0 ? lo : hi));
+      return absl::OutOfRangeError(
+          absl::StrCat("batch index out of range [0, ", batch_size, "): got ", lo < 0 ? lo : hi));
     }
   }
   return absl::OkStatus();

@@ -31,10 +31,9 @@ absl::Status KvBuffer::CheckAppend(const at::Tensor& keys, const at::Tensor& val
   if (!defined()) return absl::OkStatus();
   if (keys.size(0) != keys_.size(0) || keys.size(1) != keys_.size(1) ||
       keys.size(3) != keys_.size(3)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cache update: keys ", ShapeString(keys),
-                     " do not match the stored batch, kv_heads and head_dim of ",
-                     ShapeString(keys_)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache update: keys ", ShapeString(keys),
+        " do not match the stored batch, kv_heads and head_dim of ", ShapeString(keys_)));
   }
   if (keys.scalar_type() != keys_.scalar_type() || keys.device() != keys_.device()) {
     return absl::InvalidArgumentError("cache update: dtype or device differs from the cache's");
@@ -72,8 +71,8 @@ void KvBuffer::Append(const at::Tensor& keys, const at::Tensor& values, int64_t 
 
 void KvBuffer::Reallocate(int64_t new_capacity) {
   const int64_t live = size();
-  at::Tensor k = at::empty({keys_.size(0), keys_.size(1), new_capacity, keys_.size(3)},
-                           keys_.options());
+  at::Tensor k =
+      at::empty({keys_.size(0), keys_.size(1), new_capacity, keys_.size(3)}, keys_.options());
   at::Tensor v = at::empty({values_.size(0), values_.size(1), new_capacity, values_.size(3)},
                            values_.options());
   if (live > 0) {

@@ -12,8 +12,8 @@ namespace kvserve::cache {
 absl::Status ValidateLayerSpec(const LayerSpec& spec, int layer_index) {
   if (spec.is_sliding() && spec.window < 2) {
     return absl::InvalidArgumentError(
-        absl::StrCat("layer ", layer_index, " is ", LayerTypeName(spec.type),
-                     " with a window of ", spec.window, " tokens; the window must be >= 2"));
+        absl::StrCat("layer ", layer_index, " is ", LayerTypeName(spec.type), " with a window of ",
+                     spec.window, " tokens; the window must be >= 2"));
   }
   return absl::OkStatus();
 }

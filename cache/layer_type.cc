@@ -19,8 +19,8 @@ const char* LayerTypeName(LayerType type) {
 }
 
 absl::StatusOr<LayerType> ParseLayerType(std::string_view name) {
-  for (LayerType t : {LayerType::kFullAttention, LayerType::kSlidingAttention,
-                      LayerType::kChunkedAttention}) {
+  for (LayerType t :
+       {LayerType::kFullAttention, LayerType::kSlidingAttention, LayerType::kChunkedAttention}) {
     if (name == LayerTypeName(t)) return t;
   }
   return absl::InvalidArgumentError(

@@ -13,6 +13,7 @@ int64_t GroupReduceDim(GroupAxis axis) { return axis == GroupAxis::kPerToken ? 4
 at::Tensor GroupView(const at::Tensor& x, GroupAxis axis, int64_t group) {
   const int64_t b = x.size(0), h = x.size(1), s = x.size(2), d = x.size(3);
   if (axis == GroupAxis::kPerToken) return x.reshape({b, h, s, d / group, group});
+  if (s == 0) return x.reshape({b, h, 0, group, d});
   const int64_t padded = CeilDiv(s, group) * group;
   at::Tensor xp = x;
   if (padded != s) {

@@ -27,8 +27,8 @@ class QuantizedTensor {
   // dtype) and the scale/zero of each group, shaped as GroupedShape() with the reduced
   // dimension of size 1. `dtype` is the dtype Dequantize() returns.
   static QuantizedTensor FromCodes(const at::Tensor& codes, const at::Tensor& scale,
-                                   const at::Tensor& zero, int nbits, GroupAxis axis,
-                                   int64_t group, at::ScalarType dtype);
+                                   const at::Tensor& zero, int nbits, GroupAxis axis, int64_t group,
+                                   at::ScalarType dtype);
 
   bool defined() const { return packed_.defined(); }
   int64_t seq_len() const { return defined() ? packed_.size(2) : 0; }

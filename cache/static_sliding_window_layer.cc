@@ -55,7 +55,7 @@ absl::StatusOr<LayerView> StaticSlidingWindowLayer::Update(const at::Tensor& key
 absl::Status StaticSlidingWindowLayer::CheckCrop(int64_t n) const {
   if (length_ <= capacity_) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "cannot crop a static ", LayerTypeName(type_), " layer that has rolled past its ",
+      "cannot crop a static ", std::string(LayerTypeName(type_)), " layer that has rolled past its ",
       capacity_, " slots: the dropped states are gone (static caches do not record past "
       "states; use a dynamic cache with ActivatePastRecording())"));
 }

@@ -7,10 +7,18 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "model/unicode_utils.h"
 
 namespace kvserve::model {
+namespace {
+
+// "<0xAB>", the byte-fallback token of byte 0xAB.
+std::string ByteTokenName(int b) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  return std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::json& config) {
   if (!config.is_object()) return absl::InvalidArgumentError("model must be an object");
@@ -61,7 +69,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
     model->unk_id_ = it->second;
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = model->vocab_.find(absl::StrFormat("<0x%02X>", b));
+    auto it = model->vocab_.find(ByteTokenName(b));
     model->byte_fallback_ids_[b] = it == model->vocab_.end() ? -1 : it->second;
   }
 
@@ -107,7 +115,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
 }
 
 std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {
-  auto it = vocab_.find(token);
+  auto it = vocab_.find(AsAbsl(token));
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
 }
@@ -135,7 +143,7 @@ void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* symbo
       if (pos == word.size()) scratch.append(end_of_word_suffix_);
       ch = scratch;
     }
-    if (auto it = vocab_.find(ch); it != vocab_.end()) {
+    if (auto it = vocab_.find(AsAbsl(ch)); it != vocab_.end()) {
       symbols->push_back(it->second);
       previous_unk = false;
       continue;
@@ -160,7 +168,7 @@ void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* symbo
 void BpeModel::Encode(std::string_view word, std::vector<int32_t>* ids) const {
   if (word.empty()) return;
   if (ignore_merges_) {
-    if (auto it = vocab_.find(word); it != vocab_.end()) {
+    if (auto it = vocab_.find(AsAbsl(word)); it != vocab_.end()) {
       ids->push_back(it->second);
       return;
     }

@@ -14,6 +14,18 @@
 namespace kvserve::model {
 namespace {
 
+// Debian's abseil has its own string_view, so absl::StrCat does not take std::string_view;
+// Cat() converts those arguments and forwards everything else unchanged.
+template <typename T>
+const T& Piece(const T& value) {
+  return value;
+}
+absl::string_view Piece(std::string_view value) { return {value.data(), value.size()}; }
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  return absl::StrCat(Piece(args)...);
+}
+
 using Json = nlohmann::json;
 
 constexpr std::string_view kSingleFile = "model.safetensors";
@@ -22,31 +34,30 @@ constexpr size_t kMaxNamesListed = 10;
 
 // The tensor -> shard map of an index file.
 absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(const ModelSource& source) {
-  const std::string where = absl::StrCat(source.Describe(), "/", kIndexFile);
+  const std::string where = Cat(source.Describe(), "/", kIndexFile);
   absl::StatusOr<std::string> text = source.ReadText(kIndexFile);
   if (!text.ok()) return text.status();
   Json index;
   try {
     index = Json::parse(*text);
   } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON: ", e.what()));
+    return absl::InvalidArgumentError(Cat(where, ": not valid JSON: ", e.what()));
   }
   if (!index.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": must be a JSON object"));
+    return absl::InvalidArgumentError(Cat(where, ": must be a JSON object"));
   }
   auto weight_map = index.find("weight_map");
   if (weight_map == index.end() || !weight_map->is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": weight_map is missing or not an object"));
+    return absl::InvalidArgumentError(Cat(where, ": weight_map is missing or not an object"));
   }
   if (weight_map->empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": weight_map is empty"));
+    return absl::InvalidArgumentError(Cat(where, ": weight_map is empty"));
   }
   std::map<std::string, std::string> result;
   for (auto it = weight_map->begin(); it != weight_map->end(); ++it) {
     if (!it->is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": weight_map entry '", it.key(),
-                                                     "' must be a shard file name"));
+      return absl::InvalidArgumentError(
+          Cat(where, ": weight_map entry '", it.key(), "' must be a shard file name"));
     }
     result.emplace(it.key(), it->get<std::string>());
   }
@@ -59,7 +70,7 @@ std::string ListNames(const std::vector<std::string>& names) {
                                  names.begin() + std::min(names.size(), kMaxNamesListed));
   std::string text = absl::StrJoin(shown, ", ");
   if (names.size() > kMaxNamesListed) {
-    absl::StrAppend(&text, " and ", names.size() - kMaxNamesListed, " more");
+    text += Cat(" and ", names.size() - kMaxNamesListed, " more");
   }
   return text;
 }
@@ -74,7 +85,7 @@ absl::StatusOr<at::ScalarType> AtenDtype(SafetensorsDtype dtype) {
       return at::kBFloat16;
     default:
       return absl::InvalidArgumentError(
-          absl::StrCat("dtype ", SafetensorsDtypeName(dtype), " is not F32, F16 or BF16"));
+          Cat("dtype ", SafetensorsDtypeName(dtype), " is not F32, F16 or BF16"));
   }
 }
 
@@ -95,17 +106,16 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const ModelSource& source) {
   } else if (source.Has(kSingleFile)) {
     shard_files.emplace_back(kSingleFile);
   } else {
-    return absl::NotFoundError(absl::StrCat(source.Describe(), ": neither ", kSingleFile,
-                                            " nor ", kIndexFile, " exists"));
+    return absl::NotFoundError(
+        Cat(source.Describe(), ": neither ", kSingleFile, " nor ", kIndexFile, " exists"));
   }
 
   for (const std::string& shard_file : shard_files) {
     absl::StatusOr<std::shared_ptr<const MappedFile>> mapped = source.Map(shard_file);
     if (!mapped.ok()) {
       if (!weight_map.empty() && absl::IsNotFound(mapped.status())) {
-        return absl::NotFoundError(absl::StrCat(source.Describe(), "/", kIndexFile,
-                                                ": lists shard '", shard_file,
-                                                "', which does not exist"));
+        return absl::NotFoundError(Cat(source.Describe(), "/", kIndexFile, ": lists shard '",
+                                       shard_file, "', which does not exist"));
       }
       return mapped.status();
     }
@@ -116,9 +126,9 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const ModelSource& source) {
     for (size_t i = 0; i < entries.size(); ++i) {
       auto [it, inserted] = checkpoint.tensors_.emplace(entries[i].name, Location{shard, i});
       if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            source.Describe(), ": tensor '", entries[i].name, "' appears in both ",
-            checkpoint.shards_[it->second.shard].name(), " and ", parsed->name()));
+        return absl::InvalidArgumentError(
+            Cat(source.Describe(), ": tensor '", entries[i].name, "' appears in both ",
+                checkpoint.shards_[it->second.shard].name(), " and ", parsed->name()));
       }
     }
     checkpoint.shards_.push_back(*std::move(parsed));
@@ -128,9 +138,8 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const ModelSource& source) {
     auto it = checkpoint.tensors_.find(tensor);
     // shards_[i] was parsed from shard_files[i].
     if (it == checkpoint.tensors_.end() || shard_files[it->second.shard] != shard_file) {
-      return absl::InvalidArgumentError(absl::StrCat(source.Describe(), "/", kIndexFile,
-                                                     ": tensor '", tensor, "' is not in shard '",
-                                                     shard_file, "'"));
+      return absl::InvalidArgumentError(Cat(source.Describe(), "/", kIndexFile, ": tensor '",
+                                            tensor, "' is not in shard '", shard_file, "'"));
     }
   }
   return checkpoint;
@@ -167,17 +176,16 @@ absl::StatusOr<at::Tensor> Checkpoint::Load(std::string_view name, at::ScalarTyp
   size_t shard = 0;
   const TensorEntry* entry = Entry(name, &shard);
   if (entry == nullptr) {
-    return absl::NotFoundError(absl::StrCat(description_, ": checkpoint has no tensor '", name, "'"));
+    return absl::NotFoundError(Cat(description_, ": checkpoint has no tensor '", name, "'"));
   }
   if (!at::isFloatingType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot load tensor '", name, "' as ",
-                                                   c10::toString(dtype),
-                                                   ": not a floating-point dtype"));
+    return absl::InvalidArgumentError(Cat("cannot load tensor '", name, "' as ",
+                                          c10::toString(dtype), ": not a floating-point dtype"));
   }
   absl::StatusOr<at::ScalarType> source_dtype = AtenDtype(entry->dtype);
   if (!source_dtype.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(shards_[shard].name(), ": tensor '", name,
-                                                   "': ", source_dtype.status().message()));
+    return absl::InvalidArgumentError(
+        Cat(shards_[shard].name(), ": tensor '", name, "': ", source_dtype.status().message()));
   }
   std::span<const uint8_t> bytes = shards_[shard].Data(*entry);
   at::Tensor tensor =
@@ -196,14 +204,13 @@ absl::Status Checkpoint::CheckNames(const std::set<std::string>& expected) const
     if (expected.count(name) == 0) unexpected.push_back(name);
   }
   if (missing.empty() && unexpected.empty()) return absl::OkStatus();
-  std::string message =
-      absl::StrCat(description_, ": checkpoint tensors do not match the model:");
+  std::string message = Cat(description_, ": checkpoint tensors do not match the model:");
   if (!missing.empty()) {
-    absl::StrAppend(&message, " missing ", missing.size(), " (", ListNames(missing), ")");
+    message += Cat(" missing ", missing.size(), " (", ListNames(missing), ")");
   }
   if (!unexpected.empty()) {
-    absl::StrAppend(&message, missing.empty() ? "" : ";", " unexpected ", unexpected.size(),
-                    " (", ListNames(unexpected), ")");
+    message += Cat(missing.empty() ? "" : ";", " unexpected ", unexpected.size(), " (",
+                   ListNames(unexpected), ")");
   }
   return absl::InvalidArgumentError(message);
 }

@@ -54,7 +54,7 @@ class Checkpoint {
   Checkpoint() = default;
   const TensorEntry* Entry(std::string_view name, size_t* shard) const;
 
-  std::string description_;  // ModelSource::Describe(), for errors
+  std::string description_;              // ModelSource::Describe(), for errors
   std::vector<SafetensorsFile> shards_;  // in shard file name order
   std::map<std::string, Location, std::less<>> tensors_;
 };

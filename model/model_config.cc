@@ -15,6 +15,18 @@
 namespace kvserve::model {
 namespace {
 
+// Debian's abseil has its own string_view, so absl::StrCat does not take std::string_view;
+// Cat() converts those arguments and forwards everything else unchanged.
+template <typename T>
+const T& Piece(const T& value) {
+  return value;
+}
+absl::string_view Piece(std::string_view value) { return {value.data(), value.size()}; }
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  return absl::StrCat(Piece(args)...);
+}
+
 using Json = nlohmann::json;
 using cache::LayerType;
 
@@ -84,14 +96,14 @@ class FieldReader {
     if (it == object_.end() || it->is_null()) return nullptr;
     return &*it;
   }
-  std::string Name(std::string_view key) const { return absl::StrCat(prefix_, key); }
+  std::string Name(std::string_view key) const { return Cat(prefix_, key); }
 
   void Fail(std::string message) {
-    if (status_->ok()) *status_ = absl::InvalidArgumentError(absl::StrCat("config.json: ", message));
+    if (status_->ok()) *status_ = absl::InvalidArgumentError(Cat("config.json: ", message));
   }
   void WrongType(std::string_view key, std::string_view expected, const Json& value) {
-    Fail(absl::StrCat("field '", Name(key), "' must be ", expected, ", got ", KindOf(value), " ",
-                      value.dump()));
+    Fail(Cat("field '", Name(key), "' must be ", expected, ", got ", KindOf(value), " ",
+             value.dump()));
   }
 
   std::optional<int64_t> OptionalInt(std::string_view key) {
@@ -110,7 +122,7 @@ class FieldReader {
   }
   int64_t RequiredInt(std::string_view key) {
     if (!Has(key)) {
-      Fail(absl::StrCat("required field '", Name(key), "' is missing"));
+      Fail(Cat("required field '", Name(key), "' is missing"));
       return 0;
     }
     return OptionalInt(key).value_or(0);
@@ -130,7 +142,7 @@ class FieldReader {
   }
   double RequiredDouble(std::string_view key) {
     if (!Has(key)) {
-      Fail(absl::StrCat("required field '", Name(key), "' is missing"));
+      Fail(Cat("required field '", Name(key), "' is missing"));
       return 0;
     }
     return OptionalDouble(key).value_or(0);
@@ -161,9 +173,9 @@ class FieldReader {
 
   // A token id: an integer in [0, 2^31).
   std::optional<int32_t> TokenId(std::string_view key, const Json& value) {
-    const bool in_range = value.is_number_unsigned() &&
-                          value.get<uint64_t>() <=
-                              static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
+    const bool in_range =
+        value.is_number_unsigned() &&
+        value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
     if (!in_range) {
       WrongType(key, "a token id (an integer in [0, 2^31))", value);
       return std::nullopt;
@@ -183,8 +195,8 @@ class FieldReader {
 };
 
 constexpr RopeScaling::Type kRopeTypes[] = {RopeScaling::Type::kNone, RopeScaling::Type::kLinear,
-                                            RopeScaling::Type::kDynamic,
-                                            RopeScaling::Type::kLlama3, RopeScaling::Type::kYarn};
+                                            RopeScaling::Type::kDynamic, RopeScaling::Type::kLlama3,
+                                            RopeScaling::Type::kYarn};
 
 // Reads rope_scaling / rope_parameters (`fields`, named `what`) into `rope`.
 void ReadRopeScaling(FieldReader& fields, std::string_view what, bool type_required,
@@ -197,7 +209,7 @@ void ReadRopeScaling(FieldReader& fields, std::string_view what, bool type_requi
   }
   if (!type_name.has_value()) {
     if (type_required && !fields.Has("type")) {
-      fields.Fail(absl::StrCat("field '", what, "' has no 'rope_type'"));
+      fields.Fail(Cat("field '", what, "' has no 'rope_type'"));
     }
     return;
   }
@@ -206,10 +218,10 @@ void ReadRopeScaling(FieldReader& fields, std::string_view what, bool type_requi
     if (*type_name == RopeTypeName(t)) type = t;
   }
   if (!type.has_value()) {
-    std::vector<std::string_view> names;
-    for (RopeScaling::Type t : kRopeTypes) names.push_back(RopeTypeName(t));
-    fields.Fail(absl::StrCat("field '", fields.Name(type_key), "' value '", *type_name,
-                             "' is not supported; supported: ", absl::StrJoin(names, ", ")));
+    std::vector<std::string> names;
+    for (RopeScaling::Type t : kRopeTypes) names.emplace_back(RopeTypeName(t));
+    fields.Fail(Cat("field '", fields.Name(type_key), "' value '", *type_name,
+                    "' is not supported; supported: ", absl::StrJoin(names, ", ")));
     return;
   }
   rope->type = *type;
@@ -221,8 +233,7 @@ void ReadRopeScaling(FieldReader& fields, std::string_view what, bool type_requi
       break;
     case RopeScaling::Type::kDynamic:
       rope->factor = fields.RequiredDouble("factor");
-      rope->original_max_position_embeddings =
-          fields.Int("original_max_position_embeddings", 0);
+      rope->original_max_position_embeddings = fields.Int("original_max_position_embeddings", 0);
       break;
     case RopeScaling::Type::kLlama3:
       rope->factor = fields.RequiredDouble("factor");
@@ -231,31 +242,28 @@ void ReadRopeScaling(FieldReader& fields, std::string_view what, bool type_requi
       rope->original_max_position_embeddings =
           fields.RequiredInt("original_max_position_embeddings");
       if (rope->high_freq_factor <= rope->low_freq_factor) {
-        fields.Fail(absl::StrCat("field '", fields.Name("high_freq_factor"), "' (",
-                                 rope->high_freq_factor, ") must exceed low_freq_factor (",
-                                 rope->low_freq_factor, ")"));
+        fields.Fail(Cat("field '", fields.Name("high_freq_factor"), "' (", rope->high_freq_factor,
+                        ") must exceed low_freq_factor (", rope->low_freq_factor, ")"));
       }
       if (rope->original_max_position_embeddings <= 0) {
-        fields.Fail(absl::StrCat("field '", fields.Name("original_max_position_embeddings"),
-                                 "' must be positive"));
+        fields.Fail(
+            Cat("field '", fields.Name("original_max_position_embeddings"), "' must be positive"));
       }
       break;
     case RopeScaling::Type::kYarn:
       rope->factor = fields.RequiredDouble("factor");
-      rope->original_max_position_embeddings =
-          fields.Int("original_max_position_embeddings", 0);
+      rope->original_max_position_embeddings = fields.Int("original_max_position_embeddings", 0);
       rope->beta_fast = fields.Double("beta_fast", rope->beta_fast);
       rope->beta_slow = fields.Double("beta_slow", rope->beta_slow);
       rope->attention_factor = fields.OptionalDouble("attention_factor");
       break;
   }
   if (!(rope->factor > 0)) {
-    fields.Fail(absl::StrCat("field '", fields.Name("factor"), "' must be positive, got ",
-                             rope->factor));
+    fields.Fail(Cat("field '", fields.Name("factor"), "' must be positive, got ", rope->factor));
   }
   if (rope->original_max_position_embeddings < 0) {
-    fields.Fail(absl::StrCat("field '", fields.Name("original_max_position_embeddings"),
-                             "' must not be negative"));
+    fields.Fail(
+        Cat("field '", fields.Name("original_max_position_embeddings"), "' must not be negative"));
   }
 }
 
@@ -268,19 +276,19 @@ std::vector<LayerType> ResolveLayerTypes(FieldReader& fields, const ModelConfig&
       return types;
     }
     if (static_cast<int64_t>(listed->size()) != config.num_hidden_layers) {
-      fields.Fail(absl::StrCat("field 'layer_types' has ", listed->size(),
-                               " entries but num_hidden_layers is ", config.num_hidden_layers));
+      fields.Fail(Cat("field 'layer_types' has ", listed->size(),
+                      " entries but num_hidden_layers is ", config.num_hidden_layers));
       return types;
     }
     for (size_t i = 0; i < listed->size(); ++i) {
       const Json& entry = (*listed)[i];
       if (!entry.is_string()) {
-        fields.WrongType(absl::StrCat("layer_types[", i, "]"), "a string", entry);
+        fields.WrongType(Cat("layer_types[", i, "]"), "a string", entry);
         return types;
       }
       absl::StatusOr<LayerType> type = cache::ParseLayerType(entry.get<std::string>());
       if (!type.ok()) {
-        fields.Fail(absl::StrCat("field 'layer_types[", i, "]': ", type.status().message()));
+        fields.Fail(Cat("field 'layer_types[", i, "]': ", type.status().message()));
         return types;
       }
       types.push_back(*type);
@@ -316,43 +324,41 @@ void Validate(FieldReader& fields, const ModelConfig& c, bool head_dim_written) 
   };
   for (const auto& [name, value] : positive) {
     if (value <= 0) {
-      fields.Fail(absl::StrCat("field '", name, "' must be positive, got ", value));
+      fields.Fail(Cat("field '", name, "' must be positive, got ", value));
       return;
     }
   }
   if (!head_dim_written && c.hidden_size % c.num_attention_heads != 0) {
-    fields.Fail(absl::StrCat("field 'num_attention_heads' (", c.num_attention_heads,
-                             ") does not divide hidden_size (", c.hidden_size, ")"));
+    fields.Fail(Cat("field 'num_attention_heads' (", c.num_attention_heads,
+                    ") does not divide hidden_size (", c.hidden_size, ")"));
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    fields.Fail(absl::StrCat("field 'num_key_value_heads' (", c.num_key_value_heads,
-                             ") does not divide num_attention_heads (", c.num_attention_heads,
-                             ")"));
+    fields.Fail(Cat("field 'num_key_value_heads' (", c.num_key_value_heads,
+                    ") does not divide num_attention_heads (", c.num_attention_heads, ")"));
   }
   const double rotary_dim = std::floor(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
   if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1) || rotary_dim < 2 ||
       static_cast<int64_t>(rotary_dim) % 2 != 0) {
-    fields.Fail(absl::StrCat("field 'partial_rotary_factor' (", c.partial_rotary_factor,
-                             ") with head_dim ", c.head_dim,
-                             " must give an even rotary dimension of at least 2"));
+    fields.Fail(Cat("field 'partial_rotary_factor' (", c.partial_rotary_factor, ") with head_dim ",
+                    c.head_dim, " must give an even rotary dimension of at least 2"));
   }
   if (!(c.rms_norm_eps > 0)) {
-    fields.Fail(absl::StrCat("field 'rms_norm_eps' must be positive, got ", c.rms_norm_eps));
+    fields.Fail(Cat("field 'rms_norm_eps' must be positive, got ", c.rms_norm_eps));
   }
   if (!(c.rope_theta > 0)) {
-    fields.Fail(absl::StrCat("field 'rope_theta' must be positive, got ", c.rope_theta));
+    fields.Fail(Cat("field 'rope_theta' must be positive, got ", c.rope_theta));
   }
   if (c.sliding_window.has_value() && *c.sliding_window < 2) {
-    fields.Fail(absl::StrCat("field 'sliding_window' must be at least 2, got ", *c.sliding_window));
+    fields.Fail(Cat("field 'sliding_window' must be at least 2, got ", *c.sliding_window));
   }
   if (c.attention_chunk_size.has_value() && *c.attention_chunk_size < 2) {
-    fields.Fail(absl::StrCat("field 'attention_chunk_size' must be at least 2, got ",
-                             *c.attention_chunk_size));
+    fields.Fail(
+        Cat("field 'attention_chunk_size' must be at least 2, got ", *c.attention_chunk_size));
   }
-  const bool any_sliding = std::count(c.layer_types.begin(), c.layer_types.end(),
-                                      LayerType::kSlidingAttention) > 0;
-  const bool any_chunked = std::count(c.layer_types.begin(), c.layer_types.end(),
-                                      LayerType::kChunkedAttention) > 0;
+  const bool any_sliding =
+      std::count(c.layer_types.begin(), c.layer_types.end(), LayerType::kSlidingAttention) > 0;
+  const bool any_chunked =
+      std::count(c.layer_types.begin(), c.layer_types.end(), LayerType::kChunkedAttention) > 0;
   if (any_chunked && !c.attention_chunk_size.has_value()) {
     fields.Fail("field 'attention_chunk_size' is required by chunked_attention layers");
   }
@@ -402,11 +408,10 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   try {
     json = Json::parse(json_text);
   } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json is not valid JSON: ", e.what()));
+    return absl::InvalidArgumentError(Cat("config.json is not valid JSON: ", e.what()));
   }
   if (!json.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json must be a JSON object, got ", KindOf(json)));
+    return absl::InvalidArgumentError(Cat("config.json must be a JSON object, got ", KindOf(json)));
   }
   absl::Status status;
   FieldReader fields(json, "", &status);
@@ -415,15 +420,15 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   std::optional<std::string> model_type = fields.OptionalString("model_type");
   if (!status.ok()) return status;
   if (!model_type.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.json: required field 'model_type' is missing; supported: ",
-        absl::StrJoin(SupportedModelTypes(), ", ")));
+    return absl::InvalidArgumentError(
+        Cat("config.json: required field 'model_type' is missing; supported: ",
+            absl::StrJoin(SupportedModelTypes(), ", ")));
   }
   const ArchDefaults* arch = FindArch(*model_type);
   if (arch == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config.json: model_type '", *model_type,
-                     "' is not supported; supported: ", absl::StrJoin(SupportedModelTypes(), ", ")));
+        Cat("config.json: model_type '", *model_type,
+            "' is not supported; supported: ", absl::StrJoin(SupportedModelTypes(), ", ")));
   }
   c.model_type = *model_type;
 
@@ -440,8 +445,7 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   } else if (c.num_attention_heads > 0) {
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  c.max_position_embeddings =
-      fields.Int("max_position_embeddings", arch->max_position_embeddings);
+  c.max_position_embeddings = fields.Int("max_position_embeddings", arch->max_position_embeddings);
   c.rms_norm_eps = fields.Double("rms_norm_eps", arch->rms_norm_eps);
 
   c.rope_theta = fields.Double("rope_theta", 10000.0);
@@ -486,7 +490,7 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   if (const Json* eos = fields.Get("eos_token_id")) {
     if (eos->is_array()) {
       for (size_t i = 0; i < eos->size(); ++i) {
-        std::optional<int32_t> id = fields.TokenId(absl::StrCat("eos_token_id[", i, "]"), (*eos)[i]);
+        std::optional<int32_t> id = fields.TokenId(Cat("eos_token_id[", i, "]"), (*eos)[i]);
         if (id.has_value()) c.eos_token_ids.push_back(*id);
       }
     } else if (std::optional<int32_t> id = fields.TokenId("eos_token_id", *eos)) {
@@ -571,8 +575,8 @@ std::string ModelConfig::ToJson() const {
 }
 
 std::vector<cache::LayerSpec> ModelConfig::LayerSpecs() const {
-  const bool any_chunked = std::count(layer_types.begin(), layer_types.end(),
-                                      LayerType::kChunkedAttention) > 0;
+  const bool any_chunked =
+      std::count(layer_types.begin(), layer_types.end(), LayerType::kChunkedAttention) > 0;
   std::vector<cache::LayerSpec> specs;
   specs.reserve(layer_types.size());
   for (LayerType type : layer_types) {

@@ -16,12 +16,12 @@ namespace kvserve::model {
 struct RopeScaling {
   enum class Type { kNone, kLinear, kDynamic, kLlama3, kYarn };
   Type type = Type::kNone;
-  double factor = 1.0;                                    // linear, dynamic, llama3, yarn
+  double factor = 1.0;                                   // linear, dynamic, llama3, yarn
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
   // llama3, yarn, dynamic; 0 means use max_position_embeddings.
   int64_t original_max_position_embeddings = 0;
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
-  std::optional<double> attention_factor;     // yarn (mscale), as written
+  std::optional<double> attention_factor;    // yarn (mscale), as written
 
   // The yarn attention factor to apply: attention_factor if written, else
   // 0.1 * ln(factor) + 1 when factor > 1, else 1.

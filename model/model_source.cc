@@ -18,26 +18,36 @@
 namespace kvserve::model {
 namespace {
 
+// Debian's abseil has its own string_view, so absl::StrCat does not take std::string_view;
+// Cat() converts those arguments and forwards everything else unchanged.
+template <typename T>
+const T& Piece(const T& value) {
+  return value;
+}
+absl::string_view Piece(std::string_view value) { return {value.data(), value.size()}; }
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  return absl::StrCat(Piece(args)...);
+}
+
 constexpr std::string_view kInMemoryName = "<in-memory model>";
 
 // Relative names only: no empty names, absolute paths or ".." components.
 absl::Status CheckFileName(std::string_view file) {
   if (file.empty()) return absl::InvalidArgumentError("empty model file name");
   if (file.front() == '/' || file.find('\0') != std::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model file name '", file, "' must be a relative path"));
+    return absl::InvalidArgumentError(Cat("model file name '", file, "' must be a relative path"));
   }
   for (const auto& part : std::filesystem::path(std::string(file))) {
     if (part == "..") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model file name '", file, "' must not contain '..'"));
+      return absl::InvalidArgumentError(Cat("model file name '", file, "' must not contain '..'"));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status ErrnoError(int err, std::string_view what, const std::string& path) {
-  std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(err));
+  std::string message = Cat(path, ": ", what, ": ", std::strerror(err));
   if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
   return absl::InternalError(message);
 }
@@ -73,7 +83,7 @@ absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::st
   struct stat st;
   if (::fstat(fd, &st) != 0) return ErrnoError(errno, "cannot stat", path);
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+    return absl::InvalidArgumentError(Cat(path, ": not a regular file"));
   }
   const size_t size = static_cast<size_t>(st.st_size);
   void* mapping = nullptr;
@@ -97,7 +107,7 @@ std::span<const uint8_t> MappedFile::bytes() const {
 absl::StatusOr<ModelSource> ModelSource::FromDirectory(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
-    return absl::NotFoundError(absl::StrCat("model folder '", dir, "' is not a directory"));
+    return absl::NotFoundError(Cat("model folder '", dir, "' is not a directory"));
   }
   return ModelSource(dir, nullptr);
 }
@@ -105,14 +115,14 @@ absl::StatusOr<ModelSource> ModelSource::FromDirectory(const std::string& dir) {
 ModelSource ModelSource::FromMemory(std::map<std::string, std::string> files) {
   auto memory = std::make_shared<MemoryFiles>();
   for (auto& [name, contents] : files) {
-    std::string display = absl::StrCat(kInMemoryName, "/", name);
+    std::string display = Cat(kInMemoryName, "/", name);
     memory->emplace(name, MappedFile::FromString(std::move(display), std::move(contents)));
   }
   return ModelSource(std::string(), std::move(memory));
 }
 
 std::string ModelSource::PathOf(std::string_view file) const {
-  if (memory_ != nullptr) return absl::StrCat(kInMemoryName, "/", file);
+  if (memory_ != nullptr) return Cat(kInMemoryName, "/", file);
   return (std::filesystem::path(dir_) / std::string(file)).string();
 }
 
@@ -132,12 +142,12 @@ absl::StatusOr<std::string> ModelSource::ReadText(std::string_view file) const {
 
 absl::StatusOr<std::shared_ptr<const MappedFile>> ModelSource::Map(std::string_view file) const {
   if (absl::Status status = CheckFileName(file); !status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(Describe(), ": ", status.message()));
+    return absl::InvalidArgumentError(Cat(Describe(), ": ", status.message()));
   }
   if (memory_ != nullptr) {
     auto it = memory_->find(file);
     if (it == memory_->end()) {
-      return absl::NotFoundError(absl::StrCat(PathOf(file), ": no such file"));
+      return absl::NotFoundError(Cat(PathOf(file), ": no such file"));
     }
     return it->second;
   }

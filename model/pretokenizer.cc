@@ -131,7 +131,7 @@ class ByteLevelPreTokenizer : public PreTokenizer {
     ForEachPiece(pieces, [&](std::string_view text, std::vector<std::string>* out) {
       std::string prefixed;
       if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
-        prefixed = absl::StrCat(" ", text);
+        prefixed = absl::StrCat(" ", AsAbsl(text));
         text = prefixed;
       }
       matches.clear();

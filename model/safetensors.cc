@@ -18,6 +18,18 @@
 namespace kvserve::model {
 namespace {
 
+// Debian's abseil has its own string_view, so absl::StrCat does not take std::string_view;
+// Cat() converts those arguments and forwards everything else unchanged.
+template <typename T>
+const T& Piece(const T& value) {
+  return value;
+}
+absl::string_view Piece(std::string_view value) { return {value.data(), value.size()}; }
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  return absl::StrCat(Piece(args)...);
+}
+
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; big-endian hosts are not supported");
 
@@ -35,11 +47,11 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {SafetensorsDtype::kF64, "F64", 8},  {SafetensorsDtype::kF32, "F32", 4},
-    {SafetensorsDtype::kF16, "F16", 2},  {SafetensorsDtype::kBF16, "BF16", 2},
-    {SafetensorsDtype::kI64, "I64", 8},  {SafetensorsDtype::kI32, "I32", 4},
-    {SafetensorsDtype::kI16, "I16", 2},  {SafetensorsDtype::kI8, "I8", 1},
-    {SafetensorsDtype::kU8, "U8", 1},    {SafetensorsDtype::kBool, "BOOL", 1},
+    {SafetensorsDtype::kF64, "F64", 8}, {SafetensorsDtype::kF32, "F32", 4},
+    {SafetensorsDtype::kF16, "F16", 2}, {SafetensorsDtype::kBF16, "BF16", 2},
+    {SafetensorsDtype::kI64, "I64", 8}, {SafetensorsDtype::kI32, "I32", 4},
+    {SafetensorsDtype::kI16, "I16", 2}, {SafetensorsDtype::kI8, "I8", 1},
+    {SafetensorsDtype::kU8, "U8", 1},   {SafetensorsDtype::kBool, "BOOL", 1},
 };
 
 const DtypeInfo& InfoOf(SafetensorsDtype dtype) {
@@ -61,11 +73,11 @@ class ErrorFor {
   explicit ErrorFor(const std::string& file) : file_(file) {}
   template <typename... Args>
   absl::Status Invalid(const Args&... args) const {
-    return absl::InvalidArgumentError(absl::StrCat(file_, ": ", args...));
+    return absl::InvalidArgumentError(Cat(file_, ": ", args...));
   }
   template <typename... Args>
   absl::Status Truncated(const Args&... args) const {
-    return absl::DataLossError(absl::StrCat(file_, ": ", args...));
+    return absl::DataLossError(Cat(file_, ": ", args...));
   }
 
  private:
@@ -105,7 +117,7 @@ absl::StatusOr<uint64_t> ReadUnsigned(const Json& value, const ErrorFor& error,
 
 absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const Json& info,
                                        uint64_t data_size, const ErrorFor& error) {
-  const std::string where = absl::StrCat("tensor '", name, "'");
+  const std::string where = Cat("tensor '", name, "'");
   if (!info.is_object()) return error.Invalid(where, " must be an object, got ", KindOf(info));
   TensorEntry entry;
   entry.name = name;
@@ -131,7 +143,7 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const Json& info
   uint64_t num_bytes = SafetensorsDtypeSize(entry.dtype);
   for (size_t i = 0; i < shape_it->size(); ++i) {
     absl::StatusOr<uint64_t> dim =
-        ReadUnsigned((*shape_it)[i], error, absl::StrCat(where, " shape[", i, "]"));
+        ReadUnsigned((*shape_it)[i], error, Cat(where, " shape[", i, "]"));
     if (!dim.ok()) return dim.status();
     if (*dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
         __builtin_mul_overflow(num_bytes, *dim, &num_bytes)) {
@@ -147,10 +159,10 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const Json& info
                          offsets_it->dump());
   }
   absl::StatusOr<uint64_t> begin =
-      ReadUnsigned((*offsets_it)[0], error, absl::StrCat(where, " data_offsets begin"));
+      ReadUnsigned((*offsets_it)[0], error, Cat(where, " data_offsets begin"));
   if (!begin.ok()) return begin.status();
   absl::StatusOr<uint64_t> end =
-      ReadUnsigned((*offsets_it)[1], error, absl::StrCat(where, " data_offsets end"));
+      ReadUnsigned((*offsets_it)[1], error, Cat(where, " data_offsets end"));
   if (!end.ok()) return end.status();
   if (*begin > *end) {
     return error.Invalid(where, " data_offsets begin ", *begin, " is after end ", *end);
@@ -169,7 +181,7 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const Json& info
 }
 
 absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(const Json& value,
-                                                                  const ErrorFor& error) {
+                                                                 const ErrorFor& error) {
   if (!value.is_object()) {
     return error.Invalid("__metadata__ must be a string-to-string object, got ", KindOf(value));
   }
@@ -233,8 +245,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const Map
                            available, " bytes after the length)");
   }
   if (header_size > kMaxHeaderBytes) {
-    return error.Invalid("header length ", header_size, " exceeds the limit of ",
-                         kMaxHeaderBytes, " bytes");
+    return error.Invalid("header length ", header_size, " exceeds the limit of ", kMaxHeaderBytes,
+                         " bytes");
   }
   const char* header_begin = reinterpret_cast<const char*>(bytes.data()) + kHeaderLengthBytes;
   const std::string_view header_text(header_begin, header_size);
@@ -276,7 +288,7 @@ const TensorEntry* SafetensorsFile::Find(std::string_view name) const {
 
 std::span<const uint8_t> SafetensorsFile::Data(const TensorEntry& e) const {
   if (e.begin > e.end || e.end > data_.size()) {
-    Fail(absl::StrCat("SafetensorsFile::Data: tensor '", e.name, "' is not inside ", name()));
+    Fail(Cat("SafetensorsFile::Data: tensor '", e.name, "' is not inside ", name()));
   }
   return data_.subspan(e.begin, e.end - e.begin);
 }
@@ -294,16 +306,16 @@ std::string SerializeSafetensors(std::span<const TensorToWrite> tensors,
   for (size_t i = 0; i < sorted.size(); ++i) {
     const TensorToWrite& t = *sorted[i];
     if (t.name == kMetadataKey || (i > 0 && sorted[i - 1]->name == t.name)) {
-      Fail(absl::StrCat("SerializeSafetensors: duplicate or reserved tensor name '", t.name, "'"));
+      Fail(Cat("SerializeSafetensors: duplicate or reserved tensor name '", t.name, "'"));
     }
     uint64_t num_bytes = SafetensorsDtypeSize(t.dtype);
     for (int64_t dim : t.shape) {
-      if (dim < 0) Fail(absl::StrCat("SerializeSafetensors: negative dim in '", t.name, "'"));
+      if (dim < 0) Fail(Cat("SerializeSafetensors: negative dim in '", t.name, "'"));
       num_bytes *= static_cast<uint64_t>(dim);
     }
     if (num_bytes != t.data.size()) {
-      Fail(absl::StrCat("SerializeSafetensors: tensor '", t.name, "' has ", t.data.size(),
-                        " bytes, its dtype and shape need ", num_bytes));
+      Fail(Cat("SerializeSafetensors: tensor '", t.name, "' has ", t.data.size(),
+               " bytes, its dtype and shape need ", num_bytes));
     }
     header[t.name] = {{"dtype", std::string(SafetensorsDtypeName(t.dtype))},
                       {"shape", t.shape},

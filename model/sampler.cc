@@ -140,39 +140,52 @@ void Sampler::ApplyTopK(int32_t vocab) {
 }
 
 void Sampler::ApplyTopP() {
-  const size_t n = candidates_.size();
   float max_score = kNegInf;
   for (const int32_t id : candidates_) max_score = std::max(max_score, scores_[id]);
   if (max_score == kNegInf) return;
+  ranked_.resize(candidates_.size());
   double total = 0;
-  for (const int32_t id : candidates_) total += std::exp(double{scores_[id]} - max_score);
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    const int32_t id = candidates_[i];
+    const double weight = std::exp(double{scores_[id]} - max_score);
+    ranked_[i] = {scores_[id], id, weight};
+    total += weight;
+  }
   const double target = params_.top_p * total;
 
-  // Descending score, ties by ascending id: a strict total order, so the nucleus is the same
-  // with every standard library. The nucleus is usually short, so sort only a growing prefix.
-  const auto descending = [this](int32_t a, int32_t b) {
-    return scores_[a] > scores_[b] || (scores_[a] == scores_[b] && a < b);
+  // A token stays while the mass ranked strictly above it is below top_p (Transformers removes
+  // tokens whose ascending cumulative probability is <= 1 - top_p). The ranking is by
+  // descending score, ties by ascending id: a strict total order, so the nucleus is the same
+  // with every standard library. A weighted quickselect finds its size in expected O(n)
+  // without sorting a vocabulary-wide nucleus: [lo, hi) always holds the boundary, and
+  // mass_above is the weight of [0, lo).
+  const auto descending = [](const Ranked& a, const Ranked& b) {
+    return a.score > b.score || (a.score == b.score && a.id < b.id);
   };
-  size_t prefix = std::min<size_t>(n, 64);
-  size_t keep = n;
-  for (;;) {
-    std::partial_sort(candidates_.begin(), candidates_.begin() + prefix, candidates_.end(),
-                      descending);
-    // A token stays while the mass strictly above it is below top_p (Transformers removes
-    // tokens whose ascending cumulative probability is <= 1 - top_p).
-    double mass_above = 0;
-    size_t r = 0;
-    for (; r < prefix; ++r) {
-      if (mass_above >= target) break;
-      mass_above += std::exp(double{scores_[candidates_[r]]} - max_score);
+  size_t lo = 0;
+  size_t hi = ranked_.size();
+  double mass_above = 0;
+  constexpr size_t kSortBelow = 64;
+  while (hi - lo > kSortBelow) {
+    const size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(ranked_.begin() + lo, ranked_.begin() + mid, ranked_.begin() + hi, descending);
+    double upper = 0;
+    for (size_t i = lo; i < mid; ++i) upper += ranked_[i].weight;
+    if (mass_above + upper >= target) {
+      hi = mid;
+    } else {
+      mass_above += upper;
+      lo = mid;
     }
-    if (r < prefix || prefix == n) {
-      keep = r;
-      break;
-    }
-    prefix = std::min(n, prefix * 4);
   }
+  std::sort(ranked_.begin() + lo, ranked_.begin() + hi, descending);
+  size_t keep = lo;
+  while (keep < hi && mass_above < target) mass_above += ranked_[keep++].weight;
+  // The first-ranked token always stays (top_p > 0), even if rounding says otherwise.
+  keep = std::max<size_t>(keep, 1);
+
   candidates_.resize(keep);
+  for (size_t i = 0; i < keep; ++i) candidates_[i] = ranked_[i].id;
   std::sort(candidates_.begin(), candidates_.end());
 }
 

@@ -74,7 +74,13 @@ class Sampler {
   std::vector<float> scores_;        // [vocab] processed logits
   std::vector<int32_t> candidates_;  // ids still allowed
   std::vector<float> selection_;     // scratch for the top-k threshold
-  std::vector<double> weights_;      // [candidates] unnormalised probabilities
+  struct Ranked {
+    float score;
+    int32_t id;
+    double weight;  // exp(score - max score)
+  };
+  std::vector<Ranked> ranked_;   // [candidates] scratch for the top-p selection
+  std::vector<double> weights_;  // [candidates] unnormalised probabilities
 };
 
 }  // namespace kvserve::model

@@ -24,9 +24,9 @@ using Json = nlohmann::json;
 absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what) {
   Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON"));
+    return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), " is not valid JSON"));
   }
-  if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, " is not an object"));
+  if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), " is not an object"));
   return json;
 }
 
@@ -264,7 +264,7 @@ std::optional<std::string> Tokenizer::IdToToken(int32_t id) const {
 }
 
 std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
-  if (auto it = added_content_to_id_.find(token); it != added_content_to_id_.end()) {
+  if (auto it = added_content_to_id_.find(AsAbsl(token)); it != added_content_to_id_.end()) {
     return it->second;
   }
   return model_->TokenToId(token);

@@ -16,7 +16,7 @@ absl::StatusOr<std::string> GetString(const nlohmann::json& config, std::string_
                                       std::string_view context) {
   auto it = config.find(key);
   if (it == config.end() || !it->is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat(context, " needs a string '", key, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(AsAbsl(context), " needs a string '", AsAbsl(key), "'"));
   }
   return it->get<std::string>();
 }
@@ -51,12 +51,12 @@ absl::StatusOr<StringReplacer> StringReplacer::FromJson(const nlohmann::json& co
   replacer.content_ = *std::move(content);
   auto pattern = config.find("pattern");
   if (pattern == config.end() || !pattern->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(context, " needs a 'pattern' object"));
+    return absl::InvalidArgumentError(absl::StrCat(AsAbsl(context), " needs a 'pattern' object"));
   }
   if (auto s = pattern->find("String"); s != pattern->end() && s->is_string()) {
     replacer.literal_ = s->get<std::string>();
     if (replacer.literal_.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(context, " has an empty String pattern"));
+      return absl::InvalidArgumentError(absl::StrCat(AsAbsl(context), " has an empty String pattern"));
     }
     return replacer;
   }
@@ -67,7 +67,7 @@ absl::StatusOr<StringReplacer> StringReplacer::FromJson(const nlohmann::json& co
     return replacer;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(context, " pattern must be {\"String\": ...} or {\"Regex\": ...}"));
+      absl::StrCat(AsAbsl(context), " pattern must be {\"String\": ...} or {\"Regex\": ...}"));
 }
 
 std::string StringReplacer::Apply(std::string_view text) const {

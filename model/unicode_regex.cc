@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<UnicodeRegex>> UnicodeRegex::Create(std::string_v
   if (rc != ONIG_NORMAL) {
     OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN];
     onig_error_code_to_str(message, rc, &error_info);
-    return absl::InvalidArgumentError(absl::StrCat("regex '", pattern,
+    return absl::InvalidArgumentError(absl::StrCat("regex '", AsAbsl(pattern),
                                                    "' does not compile: ",
                                                    reinterpret_cast<const char*>(message)));
   }

@@ -7,7 +7,12 @@
 #include <string>
 #include <string_view>
 
+#include "absl/strings/string_view.h"
+
 namespace kvserve::model {
+
+// This abseil build has its own string_view type; adapts std::string_view to it.
+inline absl::string_view AsAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // Decodes the code point starting at text[*pos] and advances *pos past it. Invalid or
 // truncated sequences decode as one byte each, returning 0xFFFD.

@@ -10,8 +10,8 @@ namespace kvserve::cache {
 namespace {
 
 using ::testing::ElementsAre;
-using testing::PositionTensor;
 using testing::Positions;
+using testing::PositionTensor;
 
 TEST(DynamicLayerTest, UpdateReturnsEverythingStored) {
   DynamicLayer layer;
@@ -65,8 +65,7 @@ TEST(DynamicLayerTest, BeamHelpers) {
   ASSERT_TRUE(layer.Reorder(at::tensor({2, 0, 1}, at::kLong)).ok());
   EXPECT_EQ(layer.Reorder(at::tensor({0, 1}, at::kLong)).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(layer.Reorder(at::tensor({0, 1, 3}, at::kLong)).code(),
-            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(layer.Reorder(at::tensor({0, 1, 3}, at::kLong)).code(), absl::StatusCode::kOutOfRange);
   ASSERT_TRUE(layer.SelectIndices(at::tensor({1}, at::kLong)).ok());
   EXPECT_EQ(layer.BatchSize(), 1);
   EXPECT_EQ(layer.RepeatInterleave(0).code(), absl::StatusCode::kInvalidArgument);

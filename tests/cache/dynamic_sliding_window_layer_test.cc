@@ -11,8 +11,8 @@ namespace kvserve::cache {
 namespace {
 
 using ::testing::ElementsAre;
-using testing::PositionTensor;
 using testing::Positions;
+using testing::PositionTensor;
 
 TEST(DynamicSlidingWindowLayerTest, KeepsWindowMinusOneAndReturnsFullUpdate) {
   DynamicSlidingWindowLayer layer(LayerType::kSlidingAttention, 4);

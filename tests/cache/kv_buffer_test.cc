@@ -10,8 +10,8 @@ namespace kvserve::cache {
 namespace {
 
 using ::testing::ElementsAre;
-using testing::PositionTensor;
 using testing::Positions;
+using testing::PositionTensor;
 
 TEST(KvBufferTest, GrowsInGranulesAndKeepsOrder) {
   KvBuffer buffer;
@@ -71,9 +71,9 @@ TEST(KvBufferTest, CheckAppendRejectsMismatches) {
   EXPECT_FALSE(buffer.CheckAppend(PositionTensor(0, 2), PositionTensor(0, 3)).ok());
   buffer.Append(PositionTensor(0, 2), PositionTensor(0, 2));
   EXPECT_FALSE(buffer.CheckAppend(PositionTensor(0, 1, 1, 3), PositionTensor(0, 1, 1, 3)).ok());
-  EXPECT_FALSE(buffer.CheckAppend(PositionTensor(0, 1).to(at::kDouble),
-                                  PositionTensor(0, 1).to(at::kDouble))
-                   .ok());
+  EXPECT_FALSE(
+      buffer.CheckAppend(PositionTensor(0, 1).to(at::kDouble), PositionTensor(0, 1).to(at::kDouble))
+          .ok());
   EXPECT_TRUE(buffer.CheckAppend(PositionTensor(2, 1), PositionTensor(2, 1)).ok());
 }
 

@@ -20,7 +20,8 @@ inline at::Tensor PositionTensor(int64_t start, int64_t n, int64_t batch = 1, in
 inline std::vector<int64_t> Positions(const at::Tensor& t) {
   std::vector<int64_t> out;
   at::Tensor row = t.select(0, 0).select(0, 0).select(1, 0).contiguous();
-  for (int64_t i = 0; i < row.size(0); ++i) out.push_back(static_cast<int64_t>(row[i].item<float>()));
+  for (int64_t i = 0; i < row.size(0); ++i)
+    out.push_back(static_cast<int64_t>(row[i].item<float>()));
   return out;
 }
 

@@ -1,4 +1,150 @@
-// Tests for model/model_source.
+// Tests for model/model_source: folders on disk and in-memory models.
 #include "model/model_source.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace kvserve::model {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+// A fresh folder under the test temp dir, removed at the end of the test.
+class ModelSourceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
+           ("kvserve_model_source_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& contents) {
+    std::ofstream(dir_ / name, std::ios::binary) << contents;
+  }
+  std::string dir() const { return dir_.string(); }
+
+ private:
+  fs::path dir_;
+};
+
+std::string ToString(std::span<const uint8_t> bytes) {
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+TEST_F(ModelSourceTest, FromDirectoryRefusesMissingFolderAndFiles) {
+  absl::StatusOr<ModelSource> missing = ModelSource::FromDirectory(dir() + "/nope");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr(dir() + "/nope"));
+
+  Write("file.txt", "x");
+  absl::StatusOr<ModelSource> file = ModelSource::FromDirectory(dir() + "/file.txt");
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ModelSourceTest, ReadsAndMapsFilesOfAFolder) {
+  Write("config.json", "{\"a\": 1}");
+  Write("empty.bin", "");
+  fs::create_directories(fs::path(dir()) / "sub");
+  absl::StatusOr<ModelSource> source = ModelSource::FromDirectory(dir());
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ(source->Describe(), dir());
+
+  EXPECT_TRUE(source->Has("config.json"));
+  EXPECT_FALSE(source->Has("tokenizer.json"));
+  EXPECT_FALSE(source->Has("sub"));  // folders are not files
+
+  absl::StatusOr<std::string> text = source->ReadText("config.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "{\"a\": 1}");
+
+  absl::StatusOr<std::shared_ptr<const MappedFile>> mapped = source->Map("config.json");
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ(ToString((*mapped)->bytes()), "{\"a\": 1}");
+  EXPECT_EQ((*mapped)->name(), dir() + "/config.json");
+
+  absl::StatusOr<std::shared_ptr<const MappedFile>> empty = source->Map("empty.bin");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE((*empty)->bytes().empty());
+
+  absl::StatusOr<std::string> absent = source->ReadText("tokenizer.json");
+  ASSERT_FALSE(absent.ok());
+  EXPECT_EQ(absent.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(absent.status().message()), HasSubstr(dir() + "/tokenizer.json"));
+
+  absl::StatusOr<std::shared_ptr<const MappedFile>> folder = source->Map("sub");
+  ASSERT_FALSE(folder.ok());
+  EXPECT_EQ(folder.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(folder.status().message()), HasSubstr("not a regular file"));
+}
+
+TEST_F(ModelSourceTest, MappingOutlivesTheFileAndTheSource) {
+  Write("w.bin", "weights");
+  std::shared_ptr<const MappedFile> mapped;
+  {
+    absl::StatusOr<ModelSource> source = ModelSource::FromDirectory(dir());
+    ASSERT_TRUE(source.ok());
+    absl::StatusOr<std::shared_ptr<const MappedFile>> m = source->Map("w.bin");
+    ASSERT_TRUE(m.ok()) << m.status();
+    mapped = *m;
+  }
+  fs::remove(fs::path(dir()) / "w.bin");
+  EXPECT_EQ(ToString(mapped->bytes()), "weights");
+}
+
+TEST_F(ModelSourceTest, RefusesNamesOutsideTheModel) {
+  Write("config.json", "{}");
+  absl::StatusOr<ModelSource> source = ModelSource::FromDirectory(dir() + "/.");
+  ASSERT_TRUE(source.ok());
+  for (const char* name : {"../config.json", "/etc/passwd", "", "a/../../x"}) {
+    EXPECT_FALSE(source->Has(name)) << name;
+    absl::StatusOr<std::shared_ptr<const MappedFile>> mapped = source->Map(name);
+    ASSERT_FALSE(mapped.ok()) << name;
+    EXPECT_EQ(mapped.status().code(), absl::StatusCode::kInvalidArgument) << name;
+  }
+  EXPECT_THAT(std::string(source->Map("../x").status().message()), HasSubstr("'..'"));
+}
+
+TEST(ModelSourceMemoryTest, ServesFilesFromMemory) {
+  ModelSource source = ModelSource::FromMemory({{"config.json", "{}"}, {"w.bin", "abc"}});
+  EXPECT_EQ(source.Describe(), "<in-memory model>");
+  EXPECT_TRUE(source.Has("config.json"));
+  EXPECT_FALSE(source.Has("tokenizer.json"));
+  EXPECT_FALSE(source.Has("../config.json"));
+
+  absl::StatusOr<std::string> text = source.ReadText("config.json");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "{}");
+
+  absl::StatusOr<std::shared_ptr<const MappedFile>> a = source.Map("w.bin");
+  absl::StatusOr<std::shared_ptr<const MappedFile>> b = source.Map("w.bin");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(ToString((*a)->bytes()), "abc");
+  EXPECT_EQ((*a)->bytes().data(), (*b)->bytes().data());  // shared, not copied
+  EXPECT_EQ((*a)->name(), "<in-memory model>/w.bin");
+
+  ModelSource copy = source;  // copies share the contents
+  absl::StatusOr<std::shared_ptr<const MappedFile>> c = copy.Map("w.bin");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->bytes().data(), (*a)->bytes().data());
+
+  absl::StatusOr<std::string> missing = source.ReadText("tokenizer.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("<in-memory model>/tokenizer.json"));
+}
+
+}  // namespace
+}  // namespace kvserve::model

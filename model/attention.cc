@@ -1,0 +1,80 @@
+// Per-sequence grouped-query attention with full, sliding and chunked masks (see attention.h).
+#include "model/attention.h"
+
+#include <limits>
+
+namespace kvserve::model {
+
+at::Tensor VisibilityMask(int64_t n, int64_t q_start, const cache::LayerView& kv,
+                          const cache::LayerSpec& layer, const c10::Device& device) {
+  const int64_t kv_len = kv.keys.size(2);
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(device);
+  const at::Tensor q_pos = at::arange(q_start, q_start + n, opts).unsqueeze(1);  // [n,1]
+  const at::Tensor col = at::arange(kv_len, opts).unsqueeze(0);                  // [1,L]
+  const at::Tensor k_pos = col + kv.kv_offset;
+  at::Tensor visible = (k_pos <= q_pos).logical_and(col < kv.num_valid);
+  if (layer.type == cache::LayerType::kSlidingAttention) {
+    visible = visible.logical_and(k_pos > q_pos - layer.window);
+  } else if (layer.type == cache::LayerType::kChunkedAttention) {
+    visible = visible.logical_and(at::floor_divide(k_pos, layer.window) ==
+                                  at::floor_divide(q_pos, layer.window));
+  }
+  return visible;
+}
+
+namespace {
+
+// True when every column is visible to every query, so no mask is needed: a single query
+// at the end of a full-attention (or window-bounded) view with no unused slots.
+bool AllVisible(int64_t n, int64_t q_start, const cache::LayerView& kv,
+                const cache::LayerSpec& layer) {
+  const int64_t kv_len = kv.keys.size(2);
+  if (n != 1 || kv.num_valid != kv_len) return false;
+  const int64_t last_key = kv.kv_offset + kv_len - 1;
+  if (last_key > q_start) return false;
+  switch (layer.type) {
+    case cache::LayerType::kFullAttention:
+      return true;
+    case cache::LayerType::kSlidingAttention:
+      return kv.kv_offset > q_start - layer.window;
+    case cache::LayerType::kChunkedAttention:
+      return kv.kv_offset / layer.window == q_start / layer.window;
+  }
+  return false;
+}
+
+}  // namespace
+
+at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
+                  const cache::LayerSpec& layer, double scale) {
+  const int64_t n = queries.size(0);
+  const int64_t heads = queries.size(1);
+  const int64_t head_dim = queries.size(2);
+  const int64_t kv_heads = kv.keys.size(1);
+  const int64_t kv_len = kv.keys.size(2);
+  const int64_t group = heads / kv_heads;
+
+  // [n, heads, d] -> [kv_heads, group * n, d]: the queries sharing a kv head are one matrix.
+  const at::Tensor q = queries.permute({1, 0, 2}).reshape({kv_heads, group * n, head_dim});
+  const at::Tensor k = kv.keys.select(0, 0);    // [kv_heads, L, d]
+  const at::Tensor v = kv.values.select(0, 0);  // [kv_heads, L, d]
+
+  at::Tensor scores = at::bmm(q, k.transpose(1, 2));  // [kv_heads, group * n, L]
+  if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
+  scores.mul_(scale);
+  if (!AllVisible(n, q_start, kv, layer)) {
+    const at::Tensor visible = VisibilityMask(n, q_start, kv, layer, queries.device());
+    scores = scores.view({kv_heads, group, n, kv_len})
+                 .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity())
+                 .view({kv_heads, group * n, kv_len});
+  }
+  at::Tensor probs = at::softmax(scores, -1);
+  // Rows with no visible key would be NaN after softmax; they cannot occur for causal masks
+  // but must not poison the output if a caller passes an empty view.
+  if (kv.num_valid == 0) probs.zero_();
+  if (probs.scalar_type() != v.scalar_type()) probs = probs.to(v.scalar_type());
+  const at::Tensor out = at::bmm(probs, v);  // [kv_heads, group * n, d]
+  return out.view({heads, n, head_dim}).permute({1, 0, 2}).reshape({n, heads * head_dim});
+}
+
+}  // namespace kvserve::model

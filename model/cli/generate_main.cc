@@ -1,0 +1,202 @@
+// kvserve-generate: the generation demo. Loads a model folder (or the embedded default),
+// generates from a prompt, prints the result on stdout and prefill/decode speed on stderr.
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cache/kv_cache.h"
+#include "model/cli/command_line.h"
+#include "model/embedded_model.h"
+#include "model/generator.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+
+namespace {
+
+using kvserve::cli::CommandLine;
+
+std::vector<kvserve::cli::FlagSpec> Flags() {
+  return {
+      {"model", "Hugging Face model folder", "the embedded tiny model"},
+      {"prompt", "prompt text (tokenized with the model's tokenizer.json)", ""},
+      {"prompt-ids", "prompt as comma-separated token ids instead of text", ""},
+      {"max-new-tokens", "tokens to generate", "32"},
+      {"threads", "CPU threads for LibTorch", "all cores"},
+      {"dtype", "float32 | bfloat16 | float16", "float32"},
+      {"device", "cpu | cuda | cuda:N", "cpu"},
+      {"do-sample", "sample instead of greedy decoding", "", true},
+      {"temperature", "sampling temperature", "1.0"},
+      {"top-k", "keep the k most likely tokens (0: off)", "50"},
+      {"top-p", "nucleus sampling mass", "1.0"},
+      {"min-p", "drop tokens below min-p times the top probability", "0"},
+      {"repetition-penalty", "penalty for tokens already in the sequence", "1.0"},
+      {"seed", "sampling seed: same seed, same tokens", "0"},
+      {"ignore-eos", "keep generating past an end-of-sequence token", "", true},
+      {"output", "text | ids | json", "text"},
+      {"logits-out", "write the prompt's last-position logits, one per line, to this file", ""},
+  };
+}
+
+absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
+  if (name == "float32" || name == "fp32") return at::kFloat;
+  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
+  if (name == "float16" || name == "fp16") return at::kHalf;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--dtype '", name, "' is not supported; use float32, bfloat16 or float16"));
+}
+
+absl::Status Run(const CommandLine& cl) {
+  namespace m = kvserve::model;
+  absl::StatusOr<int64_t> threads =
+      cl.GetInt("threads", std::max(1u, std::thread::hardware_concurrency()));
+  if (!threads.ok()) return threads.status();
+  if (*threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
+  at::set_num_threads(static_cast<int>(*threads));
+
+  m::TransformerOptions options;
+  absl::StatusOr<at::ScalarType> dtype = ParseDtype(cl.GetString("dtype", "float32"));
+  if (!dtype.ok()) return dtype.status();
+  options.dtype = *dtype;
+  try {
+    options.device = c10::Device(cl.GetString("device", "cpu"));
+  } catch (const c10::Error&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device '", cl.GetString("device"), "' is not a device (cpu, cuda:0)"));
+  }
+
+  absl::StatusOr<m::ModelSource> source = cl.Has("model")
+                                              ? m::ModelSource::FromDirectory(cl.GetString("model"))
+                                              : m::EmbeddedDefaultModel();
+  if (!source.ok()) return source.status();
+  absl::StatusOr<std::unique_ptr<m::Transformer>> model = m::Transformer::Load(*source, options);
+  if (!model.ok()) return model.status();
+
+  std::unique_ptr<m::Tokenizer> tokenizer;
+  if (source->Has("tokenizer.json")) {
+    absl::StatusOr<std::string> json = source->ReadText("tokenizer.json");
+    absl::StatusOr<std::string> config = source->Has("tokenizer_config.json")
+                                             ? source->ReadText("tokenizer_config.json")
+                                             : absl::StatusOr<std::string>("");
+    if (!json.ok()) return json.status();
+    if (!config.ok()) return config.status();
+    absl::StatusOr<std::unique_ptr<m::Tokenizer>> t = m::Tokenizer::FromJson(*json, *config);
+    if (!t.ok()) return t.status();
+    tokenizer = *std::move(t);
+  }
+
+  std::vector<int32_t> prompt;
+  if (cl.Has("prompt-ids")) {
+    absl::StatusOr<std::vector<int32_t>> ids = cl.GetIntList("prompt-ids");
+    if (!ids.ok()) return ids.status();
+    prompt = *std::move(ids);
+  } else {
+    if (tokenizer == nullptr) {
+      return absl::FailedPreconditionError(
+          "the model folder has no tokenizer.json: pass --prompt-ids instead of --prompt");
+    }
+    absl::StatusOr<std::vector<int32_t>> ids =
+        tokenizer->Encode(cl.GetString("prompt", "Once upon a time"), /*add_special_tokens=*/true);
+    if (!ids.ok()) return ids.status();
+    prompt = *std::move(ids);
+  }
+  if (prompt.empty()) return absl::InvalidArgumentError("--prompt-ids: the prompt is empty");
+
+  m::GenerateOptions gen;
+  absl::StatusOr<int64_t> max_new = cl.GetInt("max-new-tokens", 32);
+  absl::StatusOr<double> temperature = cl.GetDouble("temperature", 1.0);
+  absl::StatusOr<int64_t> top_k = cl.GetInt("top-k", 50);
+  absl::StatusOr<double> top_p = cl.GetDouble("top-p", 1.0);
+  absl::StatusOr<double> min_p = cl.GetDouble("min-p", 0.0);
+  absl::StatusOr<double> rep = cl.GetDouble("repetition-penalty", 1.0);
+  absl::StatusOr<int64_t> seed = cl.GetInt("seed", 0);
+  for (const absl::Status& s : {max_new.status(), temperature.status(), top_k.status(),
+                                top_p.status(), min_p.status(), rep.status(), seed.status()}) {
+    if (!s.ok()) return s;
+  }
+  gen.max_new_tokens = *max_new;
+  gen.ignore_eos = cl.GetBool("ignore-eos");
+  gen.sampling.do_sample = cl.GetBool("do-sample");
+  gen.sampling.temperature = *temperature;
+  gen.sampling.top_k = static_cast<int32_t>(*top_k);
+  gen.sampling.top_p = *top_p;
+  gen.sampling.min_p = *min_p;
+  gen.sampling.repetition_penalty = *rep;
+  gen.sampling.seed = static_cast<uint64_t>(*seed);
+  const std::string output = cl.GetString("output", "text");
+  if (output != "text" && output != "ids" && output != "json") {
+    return absl::InvalidArgumentError("--output must be text, ids or json");
+  }
+
+  absl::StatusOr<std::unique_ptr<kvserve::cache::KvCache>> cache =
+      kvserve::cache::KvCache::CreateDynamic((*model)->info().layer_specs);
+  if (!cache.ok()) return cache.status();
+  absl::StatusOr<m::GenerateResult> result = m::Generate(**model, prompt, cache->get(), gen);
+  if (!result.ok()) return result.status();
+
+  if (cl.Has("logits-out")) {
+    std::ofstream out(cl.GetString("logits-out"));
+    const at::Tensor logits = result->prompt_logits.contiguous();
+    const float* data = logits.data_ptr<float>();
+    for (int64_t i = 0; i < logits.numel(); ++i) out << absl::StrFormat("%.9g\n", data[i]);
+    if (!out) return absl::InternalError("cannot write --logits-out " + cl.GetString("logits-out"));
+  }
+
+  const std::string text = tokenizer ? tokenizer->Decode(result->tokens, true) : "";
+  const double prefill_tps = result->prompt_tokens / (result->prefill_ms / 1000.0);
+  const double decode_tps =
+      result->decode_steps > 0 ? result->decode_steps / (result->decode_ms / 1000.0) : 0.0;
+  if (output == "json") {
+    nlohmann::json j;
+    j["text"] = text;
+    j["token_ids"] = result->tokens;
+    j["finish_reason"] = result->finish_reason;
+    j["prompt_tokens"] = result->prompt_tokens;
+    j["timings"] = {{"prefill_ms", result->prefill_ms},
+                    {"decode_ms", result->decode_ms},
+                    {"prefill_tokens_per_s", prefill_tps},
+                    {"decode_tokens_per_s", decode_tps}};
+    std::cout << j.dump() << "\n";
+  } else if (output == "ids") {
+    std::string line;
+    for (size_t i = 0; i < result->tokens.size(); ++i) {
+      absl::StrAppend(&line, i ? "," : "", result->tokens[i]);
+    }
+    std::cout << line << "\n";
+  } else {
+    std::cout << text << "\n";
+  }
+  std::cerr << absl::StrFormat(
+      "prefill: %d tokens in %.1f ms (%.1f tokens/s); decode: %d tokens in %.1f ms (%.1f "
+      "tokens/s); threads %d\n",
+      result->prompt_tokens, result->prefill_ms, prefill_tps, result->decode_steps,
+      result->decode_ms, decode_tps, *threads);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::StatusOr<CommandLine> cl = CommandLine::Parse(argc, argv, Flags());
+  if (!cl.ok()) {
+    std::cerr << "kvserve-generate: " << cl.status().message() << "\n";
+    return 2;
+  }
+  if (cl->help_requested()) {
+    std::cout << cl->Usage("kvserve-generate", "Generates text with a causal language model.");
+    return 0;
+  }
+  absl::Status status = Run(*cl);
+  if (!status.ok()) {
+    std::cerr << "kvserve-generate: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,18 @@
+// Renders a parsed Jinja template against global variables.
+#ifndef KVSERVE_MODEL_JINJA_INTERPRETER_H_
+#define KVSERVE_MODEL_JINJA_INTERPRETER_H_
+
+#include <string>
+
+#include "model/jinja_ast.h"
+
+namespace kvserve::model::jinja {
+
+// Renders `tmpl` with the items of `globals` (a dict) as variables, plus namespace(), range()
+// and raise_exception(). Throws JinjaError naming the construct on unsupported operations,
+// type errors and raise_exception().
+std::string Render(const Template& tmpl, const Value& globals);
+
+}  // namespace kvserve::model::jinja
+
+#endif  // KVSERVE_MODEL_JINJA_INTERPRETER_H_

@@ -1,0 +1,64 @@
+// Model: the interface every decoder implementation (the real Transformer, a test FakeModel)
+// offers to the engine: one forward over a ragged batch of sequences, each with its own cache.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "cache/kv_cache.h"
+#include "cache/layer_type.h"
+
+namespace kvserve::model {
+
+// One sequence's share of a ragged batch.
+struct SequenceInput {
+  // The new tokens to run. With a cache they continue it (first position = cache->SeqLength());
+  // without one they are the whole sequence from position 0.
+  absl::Span<const int32_t> token_ids;
+  // The sequence's own cache, or nullptr to run without one. Not owned.
+  cache::KvCache* cache = nullptr;
+  // Logits for every new position instead of only the last one.
+  bool all_logits = false;
+};
+
+struct Batch {
+  std::vector<SequenceInput> sequences;
+};
+
+struct ForwardOutput {
+  // Per sequence, float32 on the host: [vocab] (last position) or [new_tokens, vocab].
+  std::vector<at::Tensor> logits;
+};
+
+// What callers need to know about a loaded model.
+struct ModelInfo {
+  std::string model_type;
+  int64_t vocab_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_position_embeddings = 0;
+  std::vector<cache::LayerSpec> layer_specs;  // one per layer
+  std::vector<int32_t> eos_token_ids;
+  std::optional<int32_t> bos_token_id;
+  at::ScalarType dtype = at::kFloat;
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Runs every sequence's new tokens, appending their K/V to each sequence's cache, and
+  // returns the requested logits. On error (a cache refusing an update, bad token ids) the
+  // caches of the batch may hold a partial step; callers crop or drop them. Engine thread.
+  virtual absl::StatusOr<ForwardOutput> Forward(const Batch& batch) = 0;
+  virtual const ModelInfo& info() const = 0;
+};
+
+}  // namespace kvserve::model

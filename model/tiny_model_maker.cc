@@ -1,0 +1,275 @@
+// Seeded tiny Hugging Face checkpoints (see tiny_model_maker.h).
+#include "model/tiny_model_maker.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numbers>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "model/safetensors.h"
+#include "model/tiny_tokenizer.h"
+
+namespace kvserve::model {
+namespace {
+
+// splitmix64: a small, portable generator, so the same seed gives the same bytes with any
+// compiler, standard library or LibTorch version.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in (0, 1).
+  double Uniform() { return (static_cast<double>(Next() >> 11) + 0.5) * 0x1.0p-53; }
+  // Standard normal by Box-Muller (both values used).
+  double Normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double r = std::sqrt(-2.0 * std::log(Uniform()));
+    const double theta = 2.0 * std::numbers::pi * Uniform();
+    spare_ = r * std::sin(theta);
+    has_spare_ = true;
+    return r * std::cos(theta);
+  }
+
+ private:
+  uint64_t state_;
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+uint16_t ToBf16(float f) {
+  uint32_t bits = std::bit_cast<uint32_t>(f);
+  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+uint16_t ToF16(float f) {
+  // IEEE binary16 with round to nearest even; the tiny weights are well inside its range.
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const int32_t exponent = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mantissa = x & 0x7fffff;
+  if (exponent <= 0) {
+    if (exponent < -10) return static_cast<uint16_t>(sign);
+    mantissa |= 0x800000;
+    const int shift = 14 - exponent;
+    uint32_t half = mantissa >> shift;
+    const uint32_t rem = mantissa & ((1u << shift) - 1);
+    const uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  if (exponent >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  uint32_t half = sign | (static_cast<uint32_t>(exponent) << 10) | (mantissa >> 13);
+  const uint32_t rem = mantissa & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+struct TensorData {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+class WeightWriter {
+ public:
+  WeightWriter(uint64_t seed, WeightsDtype dtype) : rng_(seed), dtype_(dtype) {}
+
+  void Normal(const std::string& name, std::vector<int64_t> shape, double stddev) {
+    Add(name, std::move(shape), [&] { return static_cast<float>(rng_.Normal() * stddev); });
+  }
+  void Ones(const std::string& name, std::vector<int64_t> shape) {
+    Add(name, std::move(shape), [] { return 1.0f; });
+  }
+
+  std::string Serialize() const {
+    std::vector<TensorToWrite> tensors;
+    for (const TensorData& t : tensors_) {
+      tensors.push_back({t.name, SafetensorsType(), t.shape,
+                         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(t.bytes.data()),
+                                                  t.bytes.size())});
+    }
+    return SerializeSafetensors(tensors, {{"format", "pt"}});
+  }
+
+ private:
+  SafetensorsDtype SafetensorsType() const {
+    switch (dtype_) {
+      case WeightsDtype::kBF16:
+        return SafetensorsDtype::kBF16;
+      case WeightsDtype::kF16:
+        return SafetensorsDtype::kF16;
+      case WeightsDtype::kF32:
+        break;
+    }
+    return SafetensorsDtype::kF32;
+  }
+
+  template <typename Draw>
+  void Add(const std::string& name, std::vector<int64_t> shape, Draw draw) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    TensorData t{name, std::move(shape), {}};
+    const size_t width = dtype_ == WeightsDtype::kF32 ? 4 : 2;
+    t.bytes.resize(static_cast<size_t>(count) * width);
+    char* out = t.bytes.data();
+    for (int64_t i = 0; i < count; ++i) {
+      const float v = draw();
+      if (dtype_ == WeightsDtype::kF32) {
+        std::memcpy(out + i * 4, &v, 4);
+      } else {
+        const uint16_t h = dtype_ == WeightsDtype::kBF16 ? ToBf16(v) : ToF16(v);
+        std::memcpy(out + i * 2, &h, 2);  // little-endian hosts only, as safetensors
+      }
+    }
+    tensors_.push_back(std::move(t));
+  }
+
+  Rng rng_;
+  WeightsDtype dtype_;
+  std::vector<TensorData> tensors_;
+};
+
+struct PresetSizes {
+  const char* name;
+  int64_t vocab, hidden, layers, heads, kv_heads, intermediate, mistral_window;
+};
+
+constexpr PresetSizes kPresets[] = {
+    {"tiny", 320, 64, 2, 4, 2, 128, 16},
+    {"small", 512, 256, 4, 8, 4, 704, 32},
+    {"bench-small", 32000, 512, 8, 8, 4, 1408, 512},
+    {"bench-medium", 32000, 1024, 16, 16, 8, 2816, 1024},
+};
+
+constexpr const char* kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "phi3"};
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> PresetConfig(const std::string& arch, const std::string& preset) {
+  const PresetSizes* sizes = nullptr;
+  for (const PresetSizes& p : kPresets) {
+    if (preset == p.name) sizes = &p;
+  }
+  if (sizes == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "preset '", preset, "' is unknown; supported: tiny, small, bench-small, bench-medium"));
+  }
+  if (std::find(std::begin(kArchs), std::end(kArchs), arch) == std::end(kArchs)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "arch '", arch, "' is unknown; supported: llama, mistral, qwen2, qwen3, phi3"));
+  }
+  // Assemble a config.json and parse it, so presets get exactly the defaults real
+  // checkpoints of the architecture get.
+  std::string json = absl::StrCat(
+      "{\"model_type\": \"", arch, "\", \"vocab_size\": ", sizes->vocab,
+      ", \"hidden_size\": ", sizes->hidden, ", \"intermediate_size\": ", sizes->intermediate,
+      ", \"num_hidden_layers\": ", sizes->layers, ", \"num_attention_heads\": ", sizes->heads,
+      ", \"num_key_value_heads\": ", sizes->kv_heads,
+      ", \"head_dim\": ", sizes->hidden / sizes->heads,
+      ", \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0",
+      ", \"bos_token_id\": ", kTinyBosId, ", \"eos_token_id\": ", kTinyEosId,
+      ", \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"");
+  if (arch == "mistral") {
+    absl::StrAppend(&json, ", \"sliding_window\": ", sizes->mistral_window);
+  } else if (arch == "qwen2" || arch == "qwen3") {
+    absl::StrAppend(&json, ", \"use_sliding_window\": false, \"sliding_window\": null");
+  } else if (arch == "phi3") {
+    absl::StrAppend(&json, ", \"sliding_window\": null");
+  }
+  absl::StrAppend(&json, "}");
+  return ModelConfig::Parse(json);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelConfig& c,
+                                                                  uint64_t seed,
+                                                                  WeightsDtype weights_dtype) {
+  if (c.vocab_size < kTinyEosId + 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_size must be at least ", kTinyEosId + 1, " for the tiny tokenizer"));
+  }
+  constexpr double kStd = 0.02;
+  const double head_std = 4.0 / std::sqrt(static_cast<double>(c.hidden_size));
+  const int64_t h = c.hidden_size;
+  const int64_t q_rows = c.num_attention_heads * c.head_dim;
+  const int64_t kv_rows = c.num_key_value_heads * c.head_dim;
+  const int64_t inter = c.intermediate_size;
+
+  WeightWriter w(seed, weights_dtype);
+  w.Normal("model.embed_tokens.weight", {c.vocab_size, h}, c.tie_word_embeddings ? head_std : kStd);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    w.Ones(p + "input_layernorm.weight", {h});
+    if (c.fused_qkv) {
+      w.Normal(p + "self_attn.qkv_proj.weight", {q_rows + 2 * kv_rows, h}, kStd);
+    } else {
+      w.Normal(p + "self_attn.q_proj.weight", {q_rows, h}, kStd);
+      w.Normal(p + "self_attn.k_proj.weight", {kv_rows, h}, kStd);
+      w.Normal(p + "self_attn.v_proj.weight", {kv_rows, h}, kStd);
+      if (c.attention_bias) {
+        w.Normal(p + "self_attn.q_proj.bias", {q_rows}, kStd);
+        w.Normal(p + "self_attn.k_proj.bias", {kv_rows}, kStd);
+        w.Normal(p + "self_attn.v_proj.bias", {kv_rows}, kStd);
+      }
+    }
+    w.Normal(p + "self_attn.o_proj.weight", {h, q_rows}, kStd);
+    if (c.attention_bias && c.model_type != "qwen2") {
+      w.Normal(p + "self_attn.o_proj.bias", {h}, kStd);
+    }
+    if (c.qk_norm) {
+      w.Ones(p + "self_attn.q_norm.weight", {c.head_dim});
+      w.Ones(p + "self_attn.k_norm.weight", {c.head_dim});
+    }
+    w.Ones(p + "post_attention_layernorm.weight", {h});
+    if (c.fused_gate_up) {
+      w.Normal(p + "mlp.gate_up_proj.weight", {2 * inter, h}, kStd);
+    } else {
+      w.Normal(p + "mlp.gate_proj.weight", {inter, h}, kStd);
+      w.Normal(p + "mlp.up_proj.weight", {inter, h}, kStd);
+    }
+    w.Normal(p + "mlp.down_proj.weight", {h, inter}, kStd);
+  }
+  w.Ones("model.norm.weight", {h});
+  if (!c.tie_word_embeddings) w.Normal("lm_head.weight", {c.vocab_size, h}, head_std);
+
+  std::map<std::string, std::string> files;
+  files["config.json"] = c.ToJson();
+  files["model.safetensors"] = w.Serialize();
+  files["tokenizer.json"] = MakeTinyTokenizerJson(static_cast<int32_t>(c.vocab_size));
+  files["tokenizer_config.json"] = MakeTinyTokenizerConfigJson();
+  return files;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> MakeTinyModel(const TinyModelOptions& options) {
+  absl::StatusOr<ModelConfig> config = PresetConfig(options.arch, options.preset);
+  if (!config.ok()) return config.status();
+  return MakeModelFiles(*config, options.seed, options.weights_dtype);
+}
+
+absl::Status WriteModelFiles(const std::map<std::string, std::string>& files,
+                             const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  for (const auto& [name, contents] : files) {
+    const std::filesystem::path path = std::filesystem::path(dir) / name;
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::model

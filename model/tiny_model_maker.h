@@ -1,0 +1,45 @@
+// The tiny-model maker: seeded random Llama-family checkpoints in Hugging Face folder format
+// (config.json, model.safetensors, tokenizer.json, tokenizer_config.json), for tests,
+// benchmarks and the embedded default model. They load through the same code as real ones.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/model_config.h"
+
+namespace kvserve::model {
+
+enum class WeightsDtype { kF32, kBF16, kF16 };
+
+struct TinyModelOptions {
+  std::string arch = "llama";   // llama | mistral | qwen2 | qwen3 | phi3
+  std::string preset = "tiny";  // tiny | small | bench-small | bench-medium
+  uint64_t seed = 0;            // same seed, same bytes
+  WeightsDtype weights_dtype = WeightsDtype::kF32;
+};
+
+// The config of a preset for an architecture: tiny (hidden 64, 2 layers, 4 heads, 2 kv
+// heads), small (256, 4, 8, 4), bench-small (vocab 32000, 512, 8, 8, 4, intermediate 1408),
+// bench-medium (vocab 32000, 1024, 16, 16, 8, 2816); max_position_embeddings 4096; Mistral
+// presets slide with a window shorter than the test sequences. InvalidArgument naming the
+// unknown arch or preset.
+absl::StatusOr<ModelConfig> PresetConfig(const std::string& arch, const std::string& preset);
+
+// The files of a model with `config` and weights drawn from N(0, 0.02) by `seed` (norms are
+// ones; lm_head is drawn with std 4/sqrt(hidden) so logits have a standard deviation near 4
+// and float rounding cannot flip a greedy choice). Keys are file names.
+absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelConfig& config,
+                                                                  uint64_t seed,
+                                                                  WeightsDtype weights_dtype);
+
+// PresetConfig + MakeModelFiles.
+absl::StatusOr<std::map<std::string, std::string>> MakeTinyModel(const TinyModelOptions& options);
+
+// Writes `files` into `dir` (created if needed).
+absl::Status WriteModelFiles(const std::map<std::string, std::string>& files,
+                             const std::string& dir);
+
+}  // namespace kvserve::model

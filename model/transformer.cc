@@ -1,0 +1,313 @@
+// The Llama-family decoder forward over a ragged batch (see transformer.h).
+#include "model/transformer.h"
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "model/attention.h"
+#include "model/checkpoint.h"
+
+namespace kvserve::model {
+namespace {
+
+// x [rows, in] times w^T [in, out] (+ b). A single row goes through GEMV, which is several
+// times faster than a one-row GEMM on CPU.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (x.size(0) == 1) {
+    const at::Tensor row = x.select(0, 0);
+    return (b.defined() ? at::addmv(b, w, row) : at::mv(w, row)).unsqueeze(0);
+  }
+  return b.defined() ? at::addmm(b, x, w.t()) : at::mm(x, w.t());
+}
+
+// RMSNorm over the last dimension, computed in float32 as Transformers does.
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
+  const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * (normed.scalar_type() == x.scalar_type() ? normed : normed.to(x.scalar_type()));
+}
+
+std::string LayerName(int64_t i, std::string_view suffix) {
+  return absl::StrCat("model.layers.", i, ".", std::string(suffix));
+}
+
+}  // namespace
+
+Transformer::Transformer(ModelConfig config, ModelInfo info, RotaryEmbedding rope)
+    : config_(std::move(config)), info_(std::move(info)), rope_(std::move(rope)) {}
+
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelSource& source,
+                                                               const TransformerOptions& options) {
+  absl::StatusOr<std::string> config_text = source.ReadText("config.json");
+  if (!config_text.ok()) return config_text.status();
+  absl::StatusOr<ModelConfig> config = ModelConfig::Parse(*config_text);
+  if (!config.ok()) {
+    return absl::Status(
+        config.status().code(),
+        absl::StrCat(source.Describe(), "/config.json: ", std::string(config.status().message())));
+  }
+  if (!at::isFloatingType(options.dtype)) {
+    return absl::InvalidArgumentError("dtype must be a floating-point type");
+  }
+  absl::StatusOr<RotaryEmbedding> rope =
+      RotaryEmbedding::Create(*config, options.dtype, options.device);
+  if (!rope.ok()) return rope.status();
+
+  ModelInfo info;
+  info.model_type = config->model_type;
+  info.vocab_size = config->vocab_size;
+  info.num_layers = config->num_hidden_layers;
+  info.num_kv_heads = config->num_key_value_heads;
+  info.head_dim = config->head_dim;
+  info.max_position_embeddings = config->max_position_embeddings;
+  info.layer_specs = config->LayerSpecs();
+  info.eos_token_ids = config->eos_token_ids;
+  info.bos_token_id = config->bos_token_id;
+  info.dtype = options.dtype;
+  info.device = options.device;
+
+  std::unique_ptr<Transformer> model(
+      new Transformer(*std::move(config), std::move(info), *std::move(rope)));
+  if (absl::Status s = model->LoadWeights(source, options); !s.ok()) return s;
+  return model;
+}
+
+absl::Status Transformer::LoadWeights(const ModelSource& source,
+                                      const TransformerOptions& options) {
+  absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(source);
+  if (!checkpoint.ok()) return checkpoint.status();
+  const ModelConfig& c = config_;
+  const bool o_bias = c.attention_bias && c.model_type != "qwen2";
+
+  std::set<std::string> expected = {"model.embed_tokens.weight", "model.norm.weight"};
+  if (!c.tie_word_embeddings || checkpoint->Has("lm_head.weight")) {
+    expected.insert("lm_head.weight");
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    for (const char* name : {"input_layernorm.weight", "post_attention_layernorm.weight",
+                             "self_attn.o_proj.weight", "mlp.down_proj.weight"}) {
+      expected.insert(LayerName(i, name));
+    }
+    if (c.fused_qkv) {
+      expected.insert(LayerName(i, "self_attn.qkv_proj.weight"));
+    } else {
+      for (const char* p : {"q", "k", "v"}) {
+        expected.insert(LayerName(i, absl::StrCat("self_attn.", p, "_proj.weight")));
+        if (c.attention_bias) {
+          expected.insert(LayerName(i, absl::StrCat("self_attn.", p, "_proj.bias")));
+        }
+      }
+    }
+    if (o_bias) expected.insert(LayerName(i, "self_attn.o_proj.bias"));
+    if (c.qk_norm) {
+      expected.insert(LayerName(i, "self_attn.q_norm.weight"));
+      expected.insert(LayerName(i, "self_attn.k_norm.weight"));
+    }
+    if (c.fused_gate_up) {
+      expected.insert(LayerName(i, "mlp.gate_up_proj.weight"));
+    } else {
+      expected.insert(LayerName(i, "mlp.gate_proj.weight"));
+      expected.insert(LayerName(i, "mlp.up_proj.weight"));
+    }
+  }
+  // Old Llama checkpoints carry precomputed RoPE frequencies; they are recomputed here.
+  for (const std::string& name : checkpoint->TensorNames()) {
+    if (name.ends_with("rotary_emb.inv_freq")) expected.insert(name);
+  }
+  if (absl::Status s = checkpoint->CheckNames(expected); !s.ok()) return s;
+
+  absl::Status status;
+  auto load = [&](const std::string& name, std::vector<int64_t> shape) -> at::Tensor {
+    if (!status.ok()) return at::Tensor();
+    absl::StatusOr<at::Tensor> t = checkpoint->Load(name, options.dtype);
+    if (!t.ok()) {
+      status = t.status();
+      return at::Tensor();
+    }
+    if (!t->sizes().equals(shape)) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(source.Describe(), ": tensor ", name, " has shape ", c10::str(t->sizes()),
+                       ", expected ", c10::str(at::IntArrayRef(shape)), " from config.json"));
+      return at::Tensor();
+    }
+    return t->to(options.device);
+  };
+
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_rows = c.num_attention_heads * c.head_dim;
+  const int64_t kv_rows = c.num_key_value_heads * c.head_dim;
+  const int64_t inter = c.intermediate_size;
+  embed_ = load("model.embed_tokens.weight", {c.vocab_size, hidden});
+  final_norm_ = load("model.norm.weight", {hidden});
+  lm_head_ =
+      expected.contains("lm_head.weight") ? load("lm_head.weight", {c.vocab_size, hidden}) : embed_;
+  layers_.resize(c.num_hidden_layers);
+  for (int64_t i = 0; i < c.num_hidden_layers && status.ok(); ++i) {
+    Layer& l = layers_[i];
+    l.input_norm = load(LayerName(i, "input_layernorm.weight"), {hidden});
+    l.post_norm = load(LayerName(i, "post_attention_layernorm.weight"), {hidden});
+    if (c.fused_qkv) {
+      l.qkv_weight =
+          load(LayerName(i, "self_attn.qkv_proj.weight"), {q_rows + 2 * kv_rows, hidden});
+    } else {
+      l.qkv_weight = at::cat({load(LayerName(i, "self_attn.q_proj.weight"), {q_rows, hidden}),
+                              load(LayerName(i, "self_attn.k_proj.weight"), {kv_rows, hidden}),
+                              load(LayerName(i, "self_attn.v_proj.weight"), {kv_rows, hidden})},
+                             0);
+      if (c.attention_bias) {
+        l.qkv_bias = at::cat({load(LayerName(i, "self_attn.q_proj.bias"), {q_rows}),
+                              load(LayerName(i, "self_attn.k_proj.bias"), {kv_rows}),
+                              load(LayerName(i, "self_attn.v_proj.bias"), {kv_rows})},
+                             0);
+      }
+    }
+    if (!status.ok()) break;
+    l.o_weight = load(LayerName(i, "self_attn.o_proj.weight"), {hidden, q_rows});
+    if (o_bias) l.o_bias = load(LayerName(i, "self_attn.o_proj.bias"), {hidden});
+    if (c.qk_norm) {
+      l.q_norm = load(LayerName(i, "self_attn.q_norm.weight"), {c.head_dim});
+      l.k_norm = load(LayerName(i, "self_attn.k_norm.weight"), {c.head_dim});
+    }
+    if (c.fused_gate_up) {
+      l.gate_up_weight = load(LayerName(i, "mlp.gate_up_proj.weight"), {2 * inter, hidden});
+    } else {
+      at::Tensor gate = load(LayerName(i, "mlp.gate_proj.weight"), {inter, hidden});
+      at::Tensor up = load(LayerName(i, "mlp.up_proj.weight"), {inter, hidden});
+      if (status.ok()) l.gate_up_weight = at::cat({gate, up}, 0);
+    }
+    l.down_weight = load(LayerName(i, "mlp.down_proj.weight"), {hidden, inter});
+  }
+  return status;
+}
+
+absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
+  const ModelConfig& c = config_;
+  const size_t num_seqs = batch.sequences.size();
+  if (num_seqs == 0) return ForwardOutput{};
+
+  // Flatten the ragged batch: token ids and absolute positions of every new token.
+  std::vector<int64_t> ids;
+  std::vector<int64_t> positions;
+  std::vector<int64_t> offsets(num_seqs + 1, 0);
+  std::vector<int64_t> starts(num_seqs, 0);
+  int64_t longest = 0;
+  for (size_t s = 0; s < num_seqs; ++s) {
+    const SequenceInput& seq = batch.sequences[s];
+    if (seq.token_ids.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " has no tokens to run"));
+    }
+    if (seq.cache != nullptr && seq.cache->num_layers() != c.num_hidden_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, "'s cache has ",
+                                                     seq.cache->num_layers(), " layers, the model ",
+                                                     c.num_hidden_layers));
+    }
+    starts[s] = seq.cache != nullptr ? seq.cache->SeqLength() : 0;
+    for (size_t t = 0; t < seq.token_ids.size(); ++t) {
+      const int32_t id = seq.token_ids[t];
+      if (id < 0 || id >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " is outside the vocabulary [0, ", c.vocab_size, ")"));
+      }
+      ids.push_back(id);
+      positions.push_back(starts[s] + static_cast<int64_t>(t));
+    }
+    offsets[s + 1] = static_cast<int64_t>(ids.size());
+    longest = std::max(longest, positions.back() + 1);
+  }
+  const int64_t total = static_cast<int64_t>(ids.size());
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  const at::Tensor ids_t = at::from_blob(ids.data(), {total}, long_opts).to(info_.device);
+  const at::Tensor pos_t = at::from_blob(positions.data(), {total}, long_opts).to(info_.device);
+
+  const int64_t heads = c.num_attention_heads;
+  const int64_t kv_heads = c.num_key_value_heads;
+  const int64_t head_dim = c.head_dim;
+  const int64_t inter = c.intermediate_size;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const double eps = c.rms_norm_eps;
+
+  at::Tensor x = embed_.index_select(0, ids_t);  // [total, hidden]
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    const Layer& l = layers_[li];
+    const cache::LayerSpec& spec = info_.layer_specs[li];
+    const at::Tensor qkv = Linear(RmsNorm(x, l.input_norm, eps), l.qkv_weight, l.qkv_bias);
+    at::Tensor q = qkv.narrow(1, 0, heads * head_dim).view({total, heads, head_dim});
+    at::Tensor k =
+        qkv.narrow(1, heads * head_dim, kv_heads * head_dim).view({total, kv_heads, head_dim});
+    const at::Tensor v = qkv.narrow(1, (heads + kv_heads) * head_dim, kv_heads * head_dim)
+                             .view({total, kv_heads, head_dim});
+    if (l.q_norm.defined()) {
+      q = RmsNorm(q, l.q_norm, eps);
+      k = RmsNorm(k, l.k_norm, eps);
+    }
+    rope_.Apply(q, k, pos_t, longest);
+
+    at::Tensor attn;  // [total, heads * head_dim]
+    for (size_t s = 0; s < num_seqs; ++s) {
+      const int64_t begin = offsets[s];
+      const int64_t n = offsets[s + 1] - begin;
+      // [n, kv_heads, d] -> [1, kv_heads, n, d], the cache's layout.
+      const at::Tensor ks = k.narrow(0, begin, n).permute({1, 0, 2}).unsqueeze(0);
+      const at::Tensor vs = v.narrow(0, begin, n).permute({1, 0, 2}).unsqueeze(0);
+      cache::LayerView view{ks, vs, 0, n};
+      if (cache::KvCache* kv = batch.sequences[s].cache; kv != nullptr) {
+        absl::StatusOr<cache::LayerView> updated = kv->Update(static_cast<int>(li), ks, vs);
+        if (!updated.ok()) {
+          return absl::Status(updated.status().code(),
+                              absl::StrCat("sequence ", s, ", layer ", li, ": ",
+                                           std::string(updated.status().message())));
+        }
+        view = *std::move(updated);
+      }
+      at::Tensor out = Attend(q.narrow(0, begin, n), view, starts[s], spec, scale);
+      if (num_seqs == 1) {
+        attn = std::move(out);
+      } else {
+        if (!attn.defined()) attn = at::empty({total, heads * head_dim}, x.options());
+        attn.narrow(0, begin, n).copy_(out);
+      }
+    }
+    x.add_(Linear(attn, l.o_weight, l.o_bias));
+    const at::Tensor gate_up = Linear(RmsNorm(x, l.post_norm, eps), l.gate_up_weight, {});
+    const at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    x.add_(Linear(act, l.down_weight, {}));
+  }
+
+  // Logits only where asked: the last position of each sequence, or all of its positions.
+  std::vector<int64_t> rows;
+  for (size_t s = 0; s < num_seqs; ++s) {
+    if (batch.sequences[s].all_logits) {
+      for (int64_t r = offsets[s]; r < offsets[s + 1]; ++r) rows.push_back(r);
+    } else {
+      rows.push_back(offsets[s + 1] - 1);
+    }
+  }
+  at::Tensor selected;
+  if (static_cast<int64_t>(rows.size()) == total) {
+    selected = x;
+  } else {
+    selected =
+        x.index_select(0, at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, long_opts)
+                              .to(info_.device));
+  }
+  const at::Tensor logits =
+      Linear(RmsNorm(selected, final_norm_, eps), lm_head_, {}).to(at::kFloat).to(at::kCPU);
+
+  ForwardOutput output;
+  output.logits.reserve(num_seqs);
+  int64_t row = 0;
+  for (size_t s = 0; s < num_seqs; ++s) {
+    if (batch.sequences[s].all_logits) {
+      const int64_t n = offsets[s + 1] - offsets[s];
+      output.logits.push_back(logits.narrow(0, row, n));
+      row += n;
+    } else {
+      output.logits.push_back(logits.select(0, row));
+      ++row;
+    }
+  }
+  return output;
+}
+
+}  // namespace kvserve::model

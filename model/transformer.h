@@ -1,0 +1,66 @@
+// Transformer: the Llama-family decoder (llama, mistral, qwen2, qwen3, phi3) over a ragged
+// batch, loaded from a Hugging Face checkpoint.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/model.h"
+#include "model/model_config.h"
+#include "model/model_source.h"
+#include "model/rotary_embedding.h"
+
+namespace kvserve::model {
+
+struct TransformerOptions {
+  // Runtime dtype of weights and activations (checkpoints in F32/F16/BF16 are converted).
+  at::ScalarType dtype = at::kFloat;
+  // Device the weights and caches live on.
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
+// Weights are stored fused (q/k/v in one matrix, gate/up in one) so that a step runs two
+// GEMMs (GEMVs for a single token) per block instead of five. Immutable after Load, but
+// Forward is not reentrant: only the engine thread calls it.
+class Transformer final : public Model {
+ public:
+  // Loads config.json and the safetensors weights of `source`. Errors name the file and the
+  // problem: an unknown architecture, a missing or unexpected tensor, a shape mismatch.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Load(const ModelSource& source,
+                                                           const TransformerOptions& options);
+
+  absl::StatusOr<ForwardOutput> Forward(const Batch& batch) override;
+  const ModelInfo& info() const override { return info_; }
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  struct Layer {
+    at::Tensor input_norm;      // [hidden]
+    at::Tensor qkv_weight;      // [(heads + 2 * kv_heads) * head_dim, hidden]
+    at::Tensor qkv_bias;        // [(heads + 2 * kv_heads) * head_dim] or undefined
+    at::Tensor q_norm;          // [head_dim] or undefined (qwen3)
+    at::Tensor k_norm;          // [head_dim] or undefined (qwen3)
+    at::Tensor o_weight;        // [hidden, heads * head_dim]
+    at::Tensor o_bias;          // [hidden] or undefined (llama/mistral/qwen3 with attention_bias)
+    at::Tensor post_norm;       // [hidden]
+    at::Tensor gate_up_weight;  // [2 * intermediate, hidden]
+    at::Tensor down_weight;     // [hidden, intermediate]
+  };
+
+  Transformer(ModelConfig config, ModelInfo info, RotaryEmbedding rope);
+  absl::Status LoadWeights(const ModelSource& source, const TransformerOptions& options);
+
+  ModelConfig config_;
+  ModelInfo info_;
+  RotaryEmbedding rope_;
+  std::vector<Layer> layers_;
+  at::Tensor embed_;       // [vocab, hidden]
+  at::Tensor final_norm_;  // [hidden]
+  at::Tensor lm_head_;     // [vocab, hidden] (the embedding when tied)
+};
+
+}  // namespace kvserve::model

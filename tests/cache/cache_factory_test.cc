@@ -1,0 +1,105 @@
+// Tests for MakeCache: layer classes per spec and layer type, and refusals.
+#include "cache/cache_factory.h"
+
+#include <gtest/gtest.h>
+
+#include "cache/dynamic_layer.h"
+#include "cache/dynamic_sliding_window_layer.h"
+#include "cache/fp8_layer.h"
+#include "cache/offloaded_layer.h"
+#include "cache/quantized_layer.h"
+#include "cache/static_layer.h"
+#include "cache/static_sliding_window_layer.h"
+
+namespace kvserve::cache {
+namespace {
+
+const std::vector<LayerSpec> kMixed = {
+    {}, {LayerType::kSlidingAttention, 4}, {LayerType::kChunkedAttention, 8}};
+
+std::unique_ptr<KvCache> Make(std::string_view impl, const std::vector<LayerSpec>& layers,
+                              const QuantizationConfig& config = {}) {
+  absl::StatusOr<CacheSpec> spec = CacheSpec::Parse(impl, config, true, 32);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = MakeCache(*spec, layers);
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  return cache.ok() ? std::move(*cache) : nullptr;
+}
+
+template <typename T>
+bool Is(const CacheLayer& layer) {
+  return dynamic_cast<const T*>(&layer) != nullptr;
+}
+
+const CacheLayer& Inner(const CacheLayer& layer) {
+  const auto* off = dynamic_cast<const OffloadedLayer*>(&layer);
+  return off ? off->inner() : layer;
+}
+
+TEST(CacheFactoryTest, DynamicAndStaticLayerClasses) {
+  std::unique_ptr<KvCache> dyn = Make("dynamic", kMixed);
+  EXPECT_TRUE(Is<DynamicLayer>(dyn->layer(0)));
+  EXPECT_TRUE(Is<DynamicSlidingWindowLayer>(dyn->layer(1)));
+  EXPECT_TRUE(Is<DynamicSlidingWindowLayer>(dyn->layer(2)));
+  std::unique_ptr<KvCache> st = Make("static", kMixed);
+  EXPECT_TRUE(Is<StaticLayer>(st->layer(0)));
+  EXPECT_TRUE(Is<StaticSlidingWindowLayer>(st->layer(1)));
+  EXPECT_EQ(st->layer(0).MaxLength(), 32);
+  EXPECT_EQ(st->layer(1).MaxLength(), 4);
+  EXPECT_EQ(st->layer(2).MaxLength(), 8);
+  EXPECT_EQ(st->layer(2).type(), LayerType::kChunkedAttention);
+}
+
+TEST(CacheFactoryTest, OffloadedWrapsTheRightLayers) {
+  std::unique_ptr<KvCache> off = Make("offloaded", kMixed);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(off->layer(i).offloaded()) << i;
+  EXPECT_TRUE(Is<DynamicSlidingWindowLayer>(Inner(off->layer(1))));
+  std::unique_ptr<KvCache> off_static = Make("offloaded_static", kMixed);
+  EXPECT_TRUE(off_static->layer(0).offloaded());
+  EXPECT_TRUE(Is<StaticLayer>(Inner(off_static->layer(0))));
+  EXPECT_FALSE(off_static->layer(1).offloaded());
+  EXPECT_TRUE(Is<StaticSlidingWindowLayer>(off_static->layer(1)));
+}
+
+TEST(CacheFactoryTest, QuantizedBackends) {
+  std::unique_ptr<KvCache> quanto = Make("quantized", {{}, {}});
+  EXPECT_TRUE(Is<QuantizedLayer>(quanto->layer(1)));
+  std::unique_ptr<KvCache> hqq = Make("quantized", {{}}, {.backend = "hqq", .nbits = 8});
+  EXPECT_TRUE(Is<QuantizedLayer>(hqq->layer(0)));
+  std::unique_ptr<KvCache> fp8 = Make("quantized", {{}}, {.backend = "fp8"});
+  EXPECT_TRUE(Is<Fp8Layer>(fp8->layer(0)));
+}
+
+TEST(CacheFactoryTest, QuantizedRefusesSlidingLayers) {
+  absl::StatusOr<std::unique_ptr<KvCache>> cache =
+      MakeCache(*CacheSpec::Parse("quantized"), kMixed);
+  EXPECT_EQ(cache.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(cache.status().message().find("layer 1 is sliding_attention"), std::string::npos);
+}
+
+TEST(CacheFactoryTest, StaticNeedsMaxCacheLen) {
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = MakeCache(*CacheSpec::Parse("static"), kMixed);
+  EXPECT_EQ(cache.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(cache.status().message().find("max_cache_len"), std::string::npos);
+}
+
+TEST(CacheFactoryTest, NoCacheIsNull) {
+  absl::StatusOr<std::unique_ptr<KvCache>> cache =
+      MakeCache(*CacheSpec::Parse("", {}, /*use_cache=*/false), kMixed);
+  ASSERT_TRUE(cache.ok());
+  EXPECT_EQ(*cache, nullptr);
+}
+
+TEST(CacheFactoryTest, InvalidWindowIsRefused) {
+  EXPECT_FALSE(
+      MakeCache(*CacheSpec::Parse("static", {}, true, 8), {{LayerType::kSlidingAttention, 1}})
+          .ok());
+}
+
+TEST(CacheFactoryTest, StaticCacheLengthAsGenerate) {
+  EXPECT_EQ(StaticCacheLength(20, std::nullopt), 19);
+  EXPECT_EQ(StaticCacheLength(20, 64), 64);
+}
+
+}  // namespace
+}  // namespace kvserve::cache

