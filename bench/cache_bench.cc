@@ -10,9 +10,9 @@
 
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
+#include "cache/fp8_codec.h"
 #include "cache/hqq_quantizer.h"
 #include "cache/quanto_quantizer.h"
-#include "cache/fp8_codec.h"
 #include "model/generator.h"
 #include "model/model_source.h"
 #include "model/tiny_model_maker.h"
@@ -63,8 +63,8 @@ cache::CacheSpec SpecFor(const Strategy& s, int64_t max_cache_len) {
 
 // Fills a cache for the bench-small layer shapes to kContext tokens of random K/V.
 cache::MemoryUsage FillAndMeasure(const Strategy& s) {
-  std::unique_ptr<cache::KvCache> kv = std::move(
-      *cache::MakeCache(SpecFor(s, kContext), std::vector<cache::LayerSpec>(kLayers)));
+  std::unique_ptr<cache::KvCache> kv =
+      std::move(*cache::MakeCache(SpecFor(s, kContext), std::vector<cache::LayerSpec>(kLayers)));
   const int64_t prefill = kContext - kDecodeSteps;
   for (int64_t step = 0; step <= kDecodeSteps; ++step) {
     const int64_t n = step == 0 ? prefill : 1;
@@ -152,8 +152,8 @@ void BM_Decode(benchmark::State& state) {
   int64_t steps = 0;
   double seconds = 0;
   for (auto _ : state) {
-    std::unique_ptr<cache::KvCache> kv = std::move(*cache::MakeCache(
-        SpecFor(s, kDecodePrompt + kDecodeTokens + 1), m.info().layer_specs));
+    std::unique_ptr<cache::KvCache> kv = std::move(
+        *cache::MakeCache(SpecFor(s, kDecodePrompt + kDecodeTokens + 1), m.info().layer_specs));
     auto result = model::Generate(m, prompt, kv.get(), options);
     if (!result.ok()) {
       state.SkipWithError(std::string(result.status().message()).c_str());
@@ -166,11 +166,8 @@ void BM_Decode(benchmark::State& state) {
   state.SetLabel(s.name);
   state.counters["decode_tokens_per_s"] = static_cast<double>(steps) / seconds;
 }
-BENCHMARK(BM_Decode)
-    ->DenseRange(0, 8)
-    ->Iterations(2)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Decode)->DenseRange(0, 8)->Iterations(2)->UseManualTime()->Unit(
+    benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvserve

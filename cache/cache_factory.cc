@@ -68,16 +68,16 @@ absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const CacheSpec& spec,
                                                    const std::vector<LayerSpec>& layers) {
   if (!spec.use_cache()) return std::unique_ptr<KvCache>();
   if (spec.is_static() && (!spec.max_cache_len || *spec.max_cache_len <= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cache_implementation '", std::string(CacheImplementationName(spec.implementation)),
-                     "' needs max_cache_len > 0 (slots preallocated per layer)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache_implementation '", std::string(CacheImplementationName(spec.implementation)),
+        "' needs max_cache_len > 0 (slots preallocated per layer)"));
   }
   for (size_t i = 0; i < layers.size(); ++i) {
     if (absl::Status s = ValidateLayerSpec(layers[i], static_cast<int>(i)); !s.ok()) return s;
     if (spec.implementation == CacheImplementation::kQuantized && layers[i].is_sliding()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "cache_implementation 'quantized' supports only full_attention layers; layer ", i,
-          " is ", std::string(LayerTypeName(layers[i].type))));
+          "cache_implementation 'quantized' supports only full_attention layers; layer ", i, " is ",
+          std::string(LayerTypeName(layers[i].type))));
     }
   }
   std::shared_ptr<OffloadStream> stream;

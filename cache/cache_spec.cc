@@ -35,10 +35,9 @@ absl::StatusOr<CacheImplementation> ParseImplementation(std::string_view name) {
   // says what to use instead.
   for (std::string_view deprecated : {"sliding_window", "hybrid", "hybrid_chunked"}) {
     if (name == deprecated) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cache_implementation '", std::string(name), "' is deprecated and not supported; use ",
-                       "'static' (sliding layers get static sliding-window layers); ",
-                       kImplementationsAllowed));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cache_implementation '", std::string(name), "' is deprecated and not supported; use ",
+          "'static' (sliding layers get static sliding-window layers); ", kImplementationsAllowed));
     }
   }
   for (std::string_view deprecated : {"offloaded_hybrid", "offloaded_hybrid_chunked"}) {
@@ -54,8 +53,8 @@ absl::StatusOr<CacheImplementation> ParseImplementation(std::string_view name) {
         "cache_implementation 'paged' is not supported (kvserve batches requests itself); ",
         kImplementationsAllowed));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("cache_implementation '", std::string(name), "' is not supported; ", kImplementationsAllowed));
+  return absl::InvalidArgumentError(absl::StrCat("cache_implementation '", std::string(name),
+                                                 "' is not supported; ", kImplementationsAllowed));
 }
 
 absl::Status ValidateQuanto(const QuantizedSpec& q) {
@@ -175,7 +174,8 @@ std::string_view QuantizationBackendName(QuantizationBackend backend) {
 absl::StatusOr<QuantizationConfig> ParseQuantizationConfigJson(std::string_view json) {
   nlohmann::json parsed = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat("cache_config is not valid JSON: ", std::string(json)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache_config is not valid JSON: ", std::string(json)));
   }
   if (!parsed.is_object()) {
     return absl::InvalidArgumentError("cache_config must be a JSON object");
@@ -210,8 +210,8 @@ absl::StatusOr<QuantizationConfig> ParseQuantizationConfigJson(std::string_view 
 }
 
 absl::StatusOr<CacheSpec> CacheSpec::Parse(std::string_view cache_implementation,
-                                           const QuantizationConfig& cache_config,
-                                           bool use_cache, std::optional<int64_t> max_cache_len) {
+                                           const QuantizationConfig& cache_config, bool use_cache,
+                                           std::optional<int64_t> max_cache_len) {
   absl::StatusOr<CacheImplementation> impl = ParseImplementation(cache_implementation);
   if (!impl.ok()) return impl.status();
   CacheSpec spec;
@@ -221,9 +221,9 @@ absl::StatusOr<CacheSpec> CacheSpec::Parse(std::string_view cache_implementation
   }
   spec.implementation = *impl;
   if (*impl != CacheImplementation::kQuantized && !cache_config.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cache_config is only used with cache_implementation 'quantized', not '",
-        std::string(CacheImplementationName(*impl)), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache_config is only used with cache_implementation 'quantized', not '",
+                     std::string(CacheImplementationName(*impl)), "'"));
   }
   if (*impl == CacheImplementation::kQuantized) {
     absl::StatusOr<QuantizedSpec> q = ParseQuantized(cache_config);
@@ -231,8 +231,8 @@ absl::StatusOr<CacheSpec> CacheSpec::Parse(std::string_view cache_implementation
     spec.quantized = *q;
   }
   if (max_cache_len && *max_cache_len <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("max_cache_len ", *max_cache_len,
-                                                   " is not allowed; allowed: an integer > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_cache_len ", *max_cache_len, " is not allowed; allowed: an integer > 0"));
   }
   spec.max_cache_len = max_cache_len;
   spec.offload_only_non_sliding = *impl == CacheImplementation::kOffloadedStatic;

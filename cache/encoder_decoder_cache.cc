@@ -23,9 +23,9 @@ absl::StatusOr<std::unique_ptr<EncoderDecoderCache>> EncoderDecoderCache::Create
         "an encoder-decoder cache needs both a self-attention and a cross-attention cache");
   }
   if (self_attention->num_layers() != cross_attention->num_layers()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "self-attention cache has ", self_attention->num_layers(),
-        " layers but the cross-attention cache has ", cross_attention->num_layers()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("self-attention cache has ", self_attention->num_layers(),
+                     " layers but the cross-attention cache has ", cross_attention->num_layers()));
   }
   return std::unique_ptr<EncoderDecoderCache>(
       new EncoderDecoderCache(std::move(self_attention), std::move(cross_attention)));
@@ -39,9 +39,8 @@ absl::StatusOr<LayerView> EncoderDecoderCache::UpdateSelf(int layer, const at::T
 absl::StatusOr<LayerView> EncoderDecoderCache::CrossAttention(int layer,
                                                               const Projection& project) {
   if (layer < 0 || layer >= cross_->num_layers()) {
-    return absl::OutOfRangeError(absl::StrCat("cross-attention layer ", layer,
-                                              " does not exist (", cross_->num_layers(),
-                                              " layers)"));
+    return absl::OutOfRangeError(absl::StrCat("cross-attention layer ", layer, " does not exist (",
+                                              cross_->num_layers(), " layers)"));
   }
   if (!is_updated_[layer] || !cross_shapes_[layer].key_options.has_dtype()) {
     if (is_updated_[layer]) {
@@ -61,11 +60,9 @@ absl::StatusOr<LayerView> EncoderDecoderCache::CrossAttention(int layer,
   // A zero-token update is a read in every layer class.
   const CrossShape& shape = cross_shapes_[layer];
   const int64_t batch = cross_->layer(layer).BatchSize();
-  return cross_->Update(layer,
-                        at::empty({batch, shape.kv_heads, 0, shape.key_head_dim},
-                                  shape.key_options),
-                        at::empty({batch, shape.kv_heads, 0, shape.value_head_dim},
-                                  shape.value_options));
+  return cross_->Update(
+      layer, at::empty({batch, shape.kv_heads, 0, shape.key_head_dim}, shape.key_options),
+      at::empty({batch, shape.kv_heads, 0, shape.value_head_dim}, shape.value_options));
 }
 
 absl::Status EncoderDecoderCache::Reorder(const at::Tensor& beam_idx) {

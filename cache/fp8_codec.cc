@@ -59,7 +59,9 @@ at::Tensor DecodeE4m3(const at::Tensor& codes) {
 at::Tensor ToFp8Storage(const at::Tensor& x) {
 #if KVSERVE_TORCH_AT_LEAST(2, 1)
   // The native cast does not saturate (out-of-range values become NaN), so clamp first.
-  return x.to(at::kFloat).clamp(-kE4m3Max, kE4m3Max).to(at::kFloat8_e4m3fn);
+  // Stored as the uint8 bit patterns: not every op (index_select, repeat_interleave) takes
+  // float8 tensors in every 2.x release.
+  return x.to(at::kFloat).clamp(-kE4m3Max, kE4m3Max).to(at::kFloat8_e4m3fn).view(at::kByte);
 #else
   return EncodeE4m3(x);
 #endif
@@ -67,7 +69,7 @@ at::Tensor ToFp8Storage(const at::Tensor& x) {
 
 at::Tensor FromFp8Storage(const at::Tensor& stored) {
 #if KVSERVE_TORCH_AT_LEAST(2, 1)
-  return stored.to(at::kFloat);
+  return stored.view(at::kFloat8_e4m3fn).to(at::kFloat);
 #else
   return DecodeE4m3(stored);
 #endif

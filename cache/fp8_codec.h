@@ -15,8 +15,8 @@ at::Tensor EncodeE4m3(const at::Tensor& x);
 // Decodes e4m3fn bit patterns (uint8) to float32.
 at::Tensor DecodeE4m3(const at::Tensor& codes);
 
-// The storage used for fp8 values: at::kFloat8_e4m3fn from LibTorch 2.1 (converted with
-// saturation), the uint8 bit patterns of EncodeE4m3 before. One byte per value either way.
+// e4m3fn bit patterns (uint8, one byte per value) of x: converted by the native
+// at::kFloat8_e4m3fn cast from LibTorch 2.1 (after saturating), by EncodeE4m3 before.
 at::Tensor ToFp8Storage(const at::Tensor& x);
 // float32 values of ToFp8Storage's result.
 at::Tensor FromFp8Storage(const at::Tensor& stored);

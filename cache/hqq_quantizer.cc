@@ -15,8 +15,10 @@ at::Tensor ShrinkLp(const at::Tensor& x, double beta, double p) {
 }  // namespace
 
 HqqQuantizer::HqqQuantizer(int nbits, int axis, int64_t group, int iterations)
-    : nbits_(nbits), axis_(axis == 1 ? GroupAxis::kPerToken : GroupAxis::kPerChannel),
-      group_(group), iterations_(iterations) {}
+    : nbits_(nbits),
+      axis_(axis == 1 ? GroupAxis::kPerToken : GroupAxis::kPerChannel),
+      group_(group),
+      iterations_(iterations) {}
 
 absl::StatusOr<QuantizedTensor> HqqQuantizer::Quantize(const at::Tensor& x) const {
   absl::StatusOr<int64_t> group = EffectiveGroup(axis_, group_, x.size(3));
@@ -50,9 +52,8 @@ absl::StatusOr<QuantizedTensor> HqqQuantizer::Quantize(const at::Tensor& x) cons
   // Keeps the zero-point whose reconstruction was measured best (hqq returns the one
   // updated after it, which is never evaluated).
   const at::Tensor codes = at::round(w * scale + best_zero).clamp(0, qmax);
-  return QuantizedTensor::FromCodes(UngroupView(codes, axis_, x.size(2)), 1.0 / scale,
-                                    best_zero, nbits_, axis_, *group, x.scalar_type());
+  return QuantizedTensor::FromCodes(UngroupView(codes, axis_, x.size(2)), 1.0 / scale, best_zero,
+                                    nbits_, axis_, *group, x.scalar_type());
 }
 
 }  // namespace kvserve::cache
-

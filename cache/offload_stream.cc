@@ -33,7 +33,9 @@ void OffloadStream::CopyToDevice(CacheLayer& layer, const c10::Device& device) {
     return;
   }
 #endif
-  layer.ForEachTensor([&](at::Tensor& t) { t = t.to(t.options().device(device), /*non_blocking=*/false, /*copy=*/true); });
+  layer.ForEachTensor([&](at::Tensor& t) {
+    t = t.to(t.options().device(device), /*non_blocking=*/false, /*copy=*/true);
+  });
 }
 
 void OffloadStream::Join(const c10::Device& device) {

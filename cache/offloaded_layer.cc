@@ -49,8 +49,7 @@ void OffloadedLayer::AfterUpdate() {
   write_back_pending_ = true;
 }
 
-absl::StatusOr<LayerView> OffloadedLayer::Update(const at::Tensor& keys,
-                                                 const at::Tensor& values) {
+absl::StatusOr<LayerView> OffloadedLayer::Update(const at::Tensor& keys, const at::Tensor& values) {
   // Called directly (not through KvCache::Update) the layer still has to be on the device.
   if (!resident_ || prefetch_pending_) BeforeUpdate();
   if (!device_ && keys.defined()) device_ = keys.device();

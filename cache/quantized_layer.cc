@@ -15,8 +15,7 @@ QuantizedLayer::QuantizedLayer(std::shared_ptr<const Quantizer> key_quantizer,
       value_quantizer_(std::move(value_quantizer)),
       residual_length_(residual_length) {}
 
-absl::StatusOr<LayerView> QuantizedLayer::Update(const at::Tensor& keys,
-                                                 const at::Tensor& values) {
+absl::StatusOr<LayerView> QuantizedLayer::Update(const at::Tensor& keys, const at::Tensor& values) {
   // Shape, dtype and device checks against what is stored (the residual's own checks).
   KvBuffer probe;
   if (absl::Status s = probe.CheckAppend(keys, values); !s.ok()) return s;
@@ -24,9 +23,11 @@ absl::StatusOr<LayerView> QuantizedLayer::Update(const at::Tensor& keys,
     return absl::InvalidArgumentError("quantized cache update needs floating-point keys");
   }
   if (initialized_) {
-    if (keys.scalar_type() != dtype_ || keys.size(0) != BatchSize()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cache update: dtype or batch differs from the cache's (batch ", BatchSize(), ")"));
+    if (keys.scalar_type() != dtype_ || keys.size(0) != BatchSize() || keys.size(1) != kv_heads_ ||
+        keys.size(3) != head_dim_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cache update: dtype or shape differs from the cache's (batch ", BatchSize(),
+                       ", kv_heads ", kv_heads_, ", head_dim ", head_dim_, ")"));
     }
     if (residual_.defined()) {
       if (absl::Status s = residual_.CheckAppend(keys, values); !s.ok()) return s;
@@ -42,6 +43,8 @@ absl::StatusOr<LayerView> QuantizedLayer::Update(const at::Tensor& keys,
     quantized_values_ = std::move(*qv);
     initialized_ = true;
     dtype_ = keys.scalar_type();
+    kv_heads_ = keys.size(1);
+    head_dim_ = keys.size(3);
     cumulative_length_ = n;
     return LayerView{keys, values, 0, n};
   }
@@ -134,6 +137,8 @@ std::unique_ptr<CacheLayer> QuantizedLayer::Clone() const {
   copy->residual_appended_ = residual_appended_;
   copy->cumulative_length_ = cumulative_length_;
   copy->dtype_ = dtype_;
+  copy->kv_heads_ = kv_heads_;
+  copy->head_dim_ = head_dim_;
   copy->quantized_keys_ = quantized_keys_.Clone();
   copy->quantized_values_ = quantized_values_.Clone();
   copy->residual_ = residual_.CloneCompact();

@@ -58,10 +58,12 @@ class QuantizedLayer final : public CacheLayer {
   // only a 4-D residual is checked for flushing; this flag is that distinction.
   bool residual_appended_ = false;
   int64_t cumulative_length_ = 0;
-  at::ScalarType dtype_ = at::kFloat;
-  QuantizedTensor quantized_keys_;    // [batch, kv_heads, num_quantized_tokens, head_dim]
-  QuantizedTensor quantized_values_;  // as quantized_keys_
-  KvBuffer residual_;                 // [batch, kv_heads, num_residual_tokens, head_dim]
+  at::ScalarType dtype_ = at::kFloat;  // of the updates, fixed by the first
+  int64_t kv_heads_ = 0;               // fixed by the first update
+  int64_t head_dim_ = 0;               // fixed by the first update
+  QuantizedTensor quantized_keys_;     // [batch, kv_heads, num_quantized_tokens, head_dim]
+  QuantizedTensor quantized_values_;   // as quantized_keys_
+  KvBuffer residual_;                  // [batch, kv_heads, num_residual_tokens, head_dim]
 };
 
 }  // namespace kvserve::cache

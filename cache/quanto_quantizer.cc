@@ -17,7 +17,8 @@ absl::StatusOr<int64_t> EffectiveGroup(GroupAxis axis, int64_t q_group_size, int
 }
 
 QuantoQuantizer::QuantoQuantizer(int nbits, int axis, int64_t group)
-    : nbits_(nbits), axis_(axis == 0 ? GroupAxis::kPerToken : GroupAxis::kPerChannel),
+    : nbits_(nbits),
+      axis_(axis == 0 ? GroupAxis::kPerToken : GroupAxis::kPerChannel),
       group_(group) {}
 
 absl::StatusOr<QuantizedTensor> QuantoQuantizer::Quantize(const at::Tensor& x) const {

@@ -33,10 +33,10 @@ absl::Status CheckStaticUpdate(const at::Tensor& keys, const at::Tensor& values,
   if (!stored_keys.defined()) return absl::OkStatus();
   if (keys.size(0) != stored_keys.size(0) || keys.size(1) != stored_keys.size(1) ||
       keys.size(3) != stored_keys.size(3) || values.size(3) != stored_values.size(3)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cache update: keys ", ShapeString(keys), " / values ", ShapeString(values),
-        " do not match the stored buffers ", ShapeString(stored_keys), " / ",
-        ShapeString(stored_values)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache update: keys ", ShapeString(keys), " / values ", ShapeString(values),
+                     " do not match the stored buffers ", ShapeString(stored_keys), " / ",
+                     ShapeString(stored_values)));
   }
   if (keys.scalar_type() != stored_keys.scalar_type() ||
       values.scalar_type() != stored_values.scalar_type() ||

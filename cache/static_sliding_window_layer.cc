@@ -24,7 +24,7 @@ absl::StatusOr<LayerView> StaticSlidingWindowLayer::Update(const at::Tensor& key
     values_ = at::zeros({values.size(0), values.size(1), e, values.size(3)}, values.options());
   }
   if (n == 0) {  // a read: nothing changes
-    return c >= e ? LayerView{keys_, values_, c - e + 1, e} : LayerView{keys_, values_, 0, c};
+    return c >= e ? LayerView{keys_, values_, c - e, e} : LayerView{keys_, values_, 0, c};
   }
   length_ += n;
   if (c >= e && n == 1) {
@@ -39,7 +39,8 @@ absl::StatusOr<LayerView> StaticSlidingWindowLayer::Update(const at::Tensor& key
     // Full, or becoming full: attention sees every new token (the mask applies the window),
     // the buffer keeps the last E.
     const int64_t keep_from = c >= e ? 1 : 0;
-    at::Tensor full_keys = at::cat({keys_.narrow(2, keep_from, std::min(c, e) - keep_from), keys}, 2);
+    at::Tensor full_keys =
+        at::cat({keys_.narrow(2, keep_from, std::min(c, e) - keep_from), keys}, 2);
     at::Tensor full_values =
         at::cat({values_.narrow(2, keep_from, std::min(c, e) - keep_from), values}, 2);
     const int64_t total = full_keys.size(2);
@@ -54,10 +55,11 @@ absl::StatusOr<LayerView> StaticSlidingWindowLayer::Update(const at::Tensor& key
 
 absl::Status StaticSlidingWindowLayer::CheckCrop(int64_t n) const {
   if (length_ <= capacity_) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "cannot crop a static ", std::string(LayerTypeName(type_)), " layer that has rolled past its ",
-      capacity_, " slots: the dropped states are gone (static caches do not record past "
-      "states; use a dynamic cache with ActivatePastRecording())"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot crop a static ", std::string(LayerTypeName(type_)),
+                   " layer that has rolled past its ", capacity_,
+                   " slots: the dropped states are gone (static caches do not record past "
+                   "states; use a dynamic cache with ActivatePastRecording())"));
 }
 
 absl::Status StaticSlidingWindowLayer::Crop(int64_t n) {

@@ -114,40 +114,26 @@ std::pair<at::Tensor, at::Tensor> RotaryEmbedding::Compute(const at::Tensor& pos
   return {(emb.cos() * attention_scaling_).to(dtype_), (emb.sin() * attention_scaling_).to(dtype_)};
 }
 
-namespace {
-
-// x[..., :rot] = x*cos + rotate_half(x)*sin, in place. x: [tokens, heads, head_dim].
-void Rotate(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rotary_dim) {
-  const int64_t half = rotary_dim / 2;
-  at::Tensor rot = x.narrow(-1, 0, rotary_dim);
-  const at::Tensor x1 = rot.narrow(-1, 0, half);
-  const at::Tensor x2 = rot.narrow(-1, half, half);
-  const at::Tensor rotated = at::cat({-x2, x1}, -1);
-  const at::Tensor c = cos.unsqueeze(1);  // [tokens, 1, rotary_dim]
-  const at::Tensor s = sin.unsqueeze(1);
-  rot.copy_(rot * c + rotated * s);
+void RotaryEmbedding::Rotate(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
+  // x[..., :rot] = x * cos + rotate_half(x) * sin, where rotate_half(a, b) = (-b, a).
+  const int64_t half = rotary_dim_ / 2;
+  at::Tensor rot = x.narrow(-1, 0, rotary_dim_);
+  const at::Tensor rotated =
+      at::cat({rot.narrow(-1, half, half).neg(), rot.narrow(-1, 0, half)}, -1);
+  rot.copy_(rot * cos.unsqueeze(1) + rotated * sin.unsqueeze(1));
 }
 
-}  // namespace
-
-void RotaryEmbedding::Apply(at::Tensor& q, at::Tensor& k, const at::Tensor& positions,
-                            int64_t seq_len) const {
-  at::Tensor cos, sin;
+std::pair<at::Tensor, at::Tensor> RotaryEmbedding::CosSin(const at::Tensor& positions,
+                                                          int64_t seq_len) const {
   if (dynamic_ && seq_len > original_max_positions_) {
     // Dynamic NTK: a larger base once the sequence outgrows the original context.
     const double base = base_ * std::pow(dynamic_factor_ * seq_len / original_max_positions_ -
                                              (dynamic_factor_ - 1),
                                          static_cast<double>(rotary_dim_) / (rotary_dim_ - 2));
-    std::tie(cos, sin) =
-        Compute(positions, DefaultInvFreq(base, rotary_dim_).to(positions.device()));
-  } else if (positions.numel() > 0 && positions.max().item<int64_t>() >= cos_table_.size(0)) {
-    std::tie(cos, sin) = Compute(positions, inv_freq_);
-  } else {
-    cos = cos_table_.index_select(0, positions);
-    sin = sin_table_.index_select(0, positions);
+    return Compute(positions, DefaultInvFreq(base, rotary_dim_).to(positions.device()));
   }
-  Rotate(q, cos, sin, rotary_dim_);
-  Rotate(k, cos, sin, rotary_dim_);
+  if (seq_len > cos_table_.size(0)) return Compute(positions, inv_freq_);
+  return {cos_table_.index_select(0, positions), sin_table_.index_select(0, positions)};
 }
 
 }  // namespace kvserve::model

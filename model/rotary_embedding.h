@@ -16,11 +16,14 @@ class RotaryEmbedding {
   static absl::StatusOr<RotaryEmbedding> Create(const ModelConfig& config, at::ScalarType dtype,
                                                 const c10::Device& device);
 
-  // Rotates q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] in place, token t
-  // at absolute position positions[t] (int64 [tokens] on the tables' device). `seq_len` is
-  // the length of the longest sequence in this call; only dynamic NTK scaling reads it
-  // (its frequencies change once a sequence outgrows the original context).
-  void Apply(at::Tensor& q, at::Tensor& k, const at::Tensor& positions, int64_t seq_len) const;
+  // cos/sin rows ([tokens, rotary_dim] each) for tokens at absolute `positions` (int64
+  // [tokens] on the tables' device). `seq_len` is the length of the longest sequence in this
+  // call; only dynamic NTK scaling reads it (its frequencies change once a sequence outgrows
+  // the original context). Computed once per forward and shared by every layer.
+  std::pair<at::Tensor, at::Tensor> CosSin(const at::Tensor& positions, int64_t seq_len) const;
+
+  // Rotates x [tokens, heads, head_dim] in place with the rows from CosSin.
+  void Rotate(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
 
   int64_t rotary_dim() const { return rotary_dim_; }
 

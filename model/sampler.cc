@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -111,6 +112,7 @@ int32_t Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t
   }
   if (!params_.do_sample) return ArgMax(scores_);
 
+  // Divided in float32 as Transformers does, so the filters see the same values.
   if (params_.temperature != 1.0) {
     const auto temperature = static_cast<float>(params_.temperature);
     for (float& x : scores_) x /= temperature;
@@ -121,6 +123,10 @@ int32_t Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t
     candidates_.resize(logits.size());
     for (int32_t i = 0; i < vocab; ++i) candidates_[i] = i;
   }
+  // Every filter keeps the best candidate, so this maximum holds until the draw.
+  max_score_ = kNegInf;
+  for (const int32_t id : candidates_) max_score_ = std::max(max_score_, scores_[id]);
+  if (max_score_ == kNegInf) return candidates_.front();
   if (params_.top_p < 1.0) ApplyTopP();
   if (params_.min_p > 0.0) ApplyMinP();
   return Draw();
@@ -128,43 +134,87 @@ int32_t Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t
 
 void Sampler::ApplyTopK(int32_t vocab) {
   // Only the k-th largest value matters, so a selection on plain floats (not indices) suffices
-  // and the kept set does not depend on the library's selection algorithm.
-  selection_.assign(scores_.begin(), scores_.end());
-  const auto kth = selection_.begin() + (params_.top_k - 1);
-  std::nth_element(selection_.begin(), kth, selection_.end(), std::greater<float>());
-  const float threshold = *kth;
+  // and the kept set does not depend on the library's selection algorithm. For the usual small
+  // k a min-heap of the best k seen is one comparison per token; large k uses nth_element.
+  const int32_t k = params_.top_k;
+  float threshold;
+  if (k <= 1024) {
+    selection_.assign(scores_.begin(), scores_.begin() + k);
+    std::make_heap(selection_.begin(), selection_.end(), std::greater<float>());
+    for (int32_t i = k; i < vocab; ++i) {
+      if (scores_[i] > selection_.front()) {
+        std::pop_heap(selection_.begin(), selection_.end(), std::greater<float>());
+        selection_.back() = scores_[i];
+        std::push_heap(selection_.begin(), selection_.end(), std::greater<float>());
+      }
+    }
+    threshold = selection_.front();
+  } else {
+    selection_.assign(scores_.begin(), scores_.end());
+    const auto kth = selection_.begin() + (k - 1);
+    std::nth_element(selection_.begin(), kth, selection_.end(), std::greater<float>());
+    threshold = *kth;
+  }
   candidates_.clear();
   for (int32_t i = 0; i < vocab; ++i) {
     if (scores_[i] >= threshold) candidates_.push_back(i);
   }
 }
 
-void Sampler::ApplyTopP() {
-  float max_score = kNegInf;
-  for (const int32_t id : candidates_) max_score = std::max(max_score, scores_[id]);
-  if (max_score == kNegInf) return;
-  ranked_.resize(candidates_.size());
-  double total = 0;
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    const int32_t id = candidates_[i];
-    const double weight = std::exp(double{scores_[id]} - max_score);
-    ranked_[i] = {scores_[id], id, weight};
-    total += weight;
-  }
-  const double target = params_.top_p * total;
+float Sampler::Weight(int32_t id) const { return std::exp(scores_[id] - max_score_); }
 
+void Sampler::ApplyTopP() {
   // A token stays while the mass ranked strictly above it is below top_p (Transformers removes
   // tokens whose ascending cumulative probability is <= 1 - top_p). The ranking is by
   // descending score, ties by ascending id: a strict total order, so the nucleus is the same
-  // with every standard library. A weighted quickselect finds its size in expected O(n)
-  // without sorting a vocabulary-wide nucleus: [lo, hi) always holds the boundary, and
-  // mass_above is the weight of [0, lo).
+  // with every standard library.
+  //
+  // Without sorting the vocabulary: bucket the candidates by how far below the best they are
+  // (bucket index never decreases as the score falls), find the bucket where the cumulative
+  // mass reaches top_p, keep every bucket above it and rank only that bucket's tokens.
+  constexpr int kBuckets = 512;
+  constexpr float kBucketsPerUnit = 16.0f;  // buckets span 32 units of logit below the best
+  const auto bucket_of = [this](int32_t id) {
+    const float below = (max_score_ - scores_[id]) * kBucketsPerUnit;
+    return below < kBuckets - 1 ? static_cast<int>(below) : kBuckets - 1;
+  };
+  std::array<double, kBuckets> bucket_mass{};
+  double total = 0;
+  for (const int32_t id : candidates_) {
+    const float weight = Weight(id);
+    bucket_mass[bucket_of(id)] += weight;
+    total += weight;
+  }
+  const double target = params_.top_p * total;
+  int boundary = kBuckets - 1;
+  double mass_above = 0;  // of the buckets before `boundary`
+  for (int b = 0; b < kBuckets; ++b) {
+    if (mass_above + bucket_mass[b] >= target) {
+      boundary = b;
+      break;
+    }
+    mass_above += bucket_mass[b];
+  }
+
+  size_t kept = 0;
+  ranked_.clear();
+  for (const int32_t id : candidates_) {
+    const int b = bucket_of(id);
+    if (b < boundary) {
+      candidates_[kept++] = id;
+    } else if (b == boundary) {
+      ranked_.push_back({scores_[id], id, Weight(id)});
+    }
+  }
+  candidates_.resize(kept);
+
+  // Within the boundary bucket a weighted quickselect finds the cut in expected O(n) even
+  // when the bucket holds most of the vocabulary: [lo, hi) always holds the cut.
   const auto descending = [](const Ranked& a, const Ranked& b) {
     return a.score > b.score || (a.score == b.score && a.id < b.id);
   };
   size_t lo = 0;
   size_t hi = ranked_.size();
-  double mass_above = 0;
   constexpr size_t kSortBelow = 64;
   while (hi - lo > kSortBelow) {
     const size_t mid = lo + (hi - lo) / 2;
@@ -179,33 +229,28 @@ void Sampler::ApplyTopP() {
     }
   }
   std::sort(ranked_.begin() + lo, ranked_.begin() + hi, descending);
-  size_t keep = lo;
-  while (keep < hi && mass_above < target) mass_above += ranked_[keep++].weight;
-  // The first-ranked token always stays (top_p > 0), even if rounding says otherwise.
-  keep = std::max<size_t>(keep, 1);
-
-  candidates_.resize(keep);
-  for (size_t i = 0; i < keep; ++i) candidates_[i] = ranked_[i].id;
-  std::sort(candidates_.begin(), candidates_.end());
+  size_t cut = lo;
+  while (cut < hi && mass_above < target) mass_above += ranked_[cut++].weight;
+  // The best token always stays (top_p > 0), even if rounding says otherwise.
+  if (candidates_.empty()) cut = std::max<size_t>(cut, 1);
+  // Buckets above the cut were gathered in id order; only the boundary's few need sorting.
+  const size_t above = candidates_.size();
+  for (size_t i = 0; i < cut; ++i) candidates_.push_back(ranked_[i].id);
+  std::sort(candidates_.begin() + above, candidates_.end());
+  std::inplace_merge(candidates_.begin(), candidates_.begin() + above, candidates_.end());
 }
 
 void Sampler::ApplyMinP() {
-  float max_score = kNegInf;
-  for (const int32_t id : candidates_) max_score = std::max(max_score, scores_[id]);
-  if (max_score == kNegInf) return;
-  const double min_p = params_.min_p;
-  std::erase_if(candidates_,
-                [&](int32_t id) { return std::exp(double{scores_[id]} - max_score) < min_p; });
+  // exp(score - max) < min_p, compared in log space to spare an exp per token.
+  const float log_min_p = static_cast<float>(std::log(params_.min_p));
+  std::erase_if(candidates_, [&](int32_t id) { return scores_[id] - max_score_ < log_min_p; });
 }
 
 int32_t Sampler::Draw() {
-  float max_score = kNegInf;
-  for (const int32_t id : candidates_) max_score = std::max(max_score, scores_[id]);
-  if (max_score == kNegInf) return candidates_.front();
   weights_.resize(candidates_.size());
   double total = 0;
   for (size_t i = 0; i < candidates_.size(); ++i) {
-    weights_[i] = std::exp(double{scores_[candidates_[i]]} - max_score);
+    weights_[i] = Weight(candidates_[i]);
     total += weights_[i];
   }
   const double u = NextUniform() * total;

@@ -59,14 +59,16 @@ class Sampler {
  private:
   // Uniform double in [0, 1) from the top 53 bits of the next xoshiro256** output.
   double NextUniform();
-  // Picks among candidates_ (ids, ascending) by the softmax of scores_ at those ids.
-  int32_t Draw();
+  // exp(scores_[id] - max_score_): the unnormalised probability of a candidate.
+  float Weight(int32_t id) const;
   // Narrows candidates_ to the top_k highest scores_ (ties kept), ids ascending.
   void ApplyTopK(int32_t vocab);
   // Narrows candidates_ to the nucleus of mass top_p, ids ascending.
   void ApplyTopP();
   // Narrows candidates_ to those with probability >= min_p * max probability.
   void ApplyMinP();
+  // Picks among candidates_ (ids ascending) by the softmax of their scores_.
+  int32_t Draw();
 
   SamplingParams params_;
   std::array<uint64_t, 4> rng_state_;
@@ -79,8 +81,9 @@ class Sampler {
     int32_t id;
     double weight;  // exp(score - max score)
   };
-  std::vector<Ranked> ranked_;   // [candidates] scratch for the top-p selection
-  std::vector<double> weights_;  // [candidates] unnormalised probabilities
+  std::vector<Ranked> ranked_;  // [candidates] scratch for the top-p selection
+  std::vector<float> weights_;  // [candidates] unnormalised probabilities
+  float max_score_ = 0;         // best score among candidates_
 };
 
 }  // namespace kvserve::model

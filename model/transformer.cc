@@ -227,6 +227,7 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const double eps = c.rms_norm_eps;
 
+  const auto [cos, sin] = rope_.CosSin(pos_t, longest);
   at::Tensor x = embed_.index_select(0, ids_t);  // [total, hidden]
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
@@ -241,7 +242,8 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
       q = RmsNorm(q, l.q_norm, eps);
       k = RmsNorm(k, l.k_norm, eps);
     }
-    rope_.Apply(q, k, pos_t, longest);
+    rope_.Rotate(q, cos, sin);
+    rope_.Rotate(k, cos, sin);
 
     at::Tensor attn;  // [total, heads * head_dim]
     for (size_t s = 0; s < num_seqs; ++s) {

@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cache/cache_factory.h"
+#include "cache/cache_spec.h"
 #include "cache/kv_cache.h"
 #include "model/cli/command_line.h"
 #include "model/embedded_model.h"
@@ -42,6 +44,14 @@ std::vector<kvserve::cli::FlagSpec> Flags() {
       {"ignore-eos", "keep generating past an end-of-sequence token", "", true},
       {"output", "text | ids | json", "text"},
       {"logits-out", "write the prompt's last-position logits, one per line, to this file", ""},
+      {"cache-implementation",
+       "dynamic | static | offloaded | offloaded_static | quantized (as the reference's "
+       "generate())",
+       "dynamic"},
+      {"cache-config", "quantization config as JSON, e.g. {\"backend\": \"hqq\", \"nbits\": 8}",
+       ""},
+      {"max-cache-len", "slots of a static cache", "prompt + max-new-tokens - 1"},
+      {"no-cache", "recompute the whole sequence every step (use_cache=False)", "", true},
   };
 }
 
@@ -135,8 +145,32 @@ absl::Status Run(const CommandLine& cl) {
     return absl::InvalidArgumentError("--output must be text, ids or json");
   }
 
-  absl::StatusOr<std::unique_ptr<kvserve::cache::KvCache>> cache =
-      kvserve::cache::KvCache::CreateDynamic((*model)->info().layer_specs);
+  namespace c = kvserve::cache;
+  c::QuantizationConfig quantization;
+  if (cl.Has("cache-config")) {
+    absl::StatusOr<c::QuantizationConfig> parsed =
+        c::ParseQuantizationConfigJson(cl.GetString("cache-config"));
+    if (!parsed.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cache-config: ", parsed.status().message()));
+    quantization = *parsed;
+  }
+  std::optional<int64_t> max_cache_len;
+  if (cl.Has("max-cache-len")) {
+    absl::StatusOr<int64_t> len = cl.GetInt("max-cache-len", 0);
+    if (!len.ok()) return len.status();
+    max_cache_len = *len;
+  }
+  absl::StatusOr<c::CacheSpec> spec =
+      c::CacheSpec::Parse(cl.GetString("cache-implementation", ""), quantization,
+                          !cl.GetBool("no-cache"), max_cache_len);
+  if (!spec.ok()) return spec.status();
+  if (spec->is_static()) {
+    spec->max_cache_len = c::StaticCacheLength(
+        static_cast<int64_t>(prompt.size()) + gen.max_new_tokens, spec->max_cache_len);
+  }
+  absl::StatusOr<std::unique_ptr<c::KvCache>> cache =
+      c::MakeCache(*spec, (*model)->info().layer_specs);
   if (!cache.ok()) return cache.status();
   absl::StatusOr<m::GenerateResult> result = m::Generate(**model, prompt, cache->get(), gen);
   if (!result.ok()) return result.status();
@@ -159,6 +193,8 @@ absl::Status Run(const CommandLine& cl) {
     j["token_ids"] = result->tokens;
     j["finish_reason"] = result->finish_reason;
     j["prompt_tokens"] = result->prompt_tokens;
+    j["cache_implementation"] = std::string(c::CacheImplementationName(spec->implementation));
+    j["kv_bytes"] = *cache ? (*cache)->Memory().total() : 0;
     j["timings"] = {{"prefill_ms", result->prefill_ms},
                     {"decode_ms", result->decode_ms},
                     {"prefill_tokens_per_s", prefill_tps},

@@ -64,18 +64,18 @@ TEST_P(ExactStrategyTest, MatchesDynamicCache) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TinyModels, ExactStrategyTest, ::testing::ValuesIn([] {
-      std::vector<StrategyCase> cases;
-      for (const char* arch : {"llama", "mistral", "qwen3"}) {
-        for (const char* impl : {"static", "offloaded", "offloaded_static"}) {
-          // A short prompt, and one longer than the mistral preset's sliding window.
-          for (int length : {5, 40}) cases.push_back({arch, impl, length});
-        }
-      }
-      return cases;
-    }()),
-    CaseName);
+INSTANTIATE_TEST_SUITE_P(TinyModels, ExactStrategyTest, ::testing::ValuesIn([] {
+                           std::vector<StrategyCase> cases;
+                           for (const char* arch : {"llama", "mistral", "qwen3"}) {
+                             for (const char* impl : {"static", "offloaded", "offloaded_static"}) {
+                               // A short prompt, and one longer than the mistral preset's sliding
+                               // window.
+                               for (int length : {5, 40}) cases.push_back({arch, impl, length});
+                             }
+                           }
+                           return cases;
+                         }()),
+                         CaseName);
 
 class QuantizedStrategyTest : public ::testing::TestWithParam<std::string> {};
 

@@ -151,8 +151,8 @@ std::string SentencePieceJson() {
       {"model",
        {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
         {"vocab", vocab},
-        {"merges", {"h e", "l l", "\xE2\x96\x81 h", "\xE2\x96\x81h e", "ll o",
-                    "\xE2\x96\x81he llo", "\xE2\x96\x81 w"}}}}};
+        {"merges", {"\xE2\x96\x81 h", "\xE2\x96\x81h e", "l l", "ll o",
+                    "\xE2\x96\x81he llo", "\xE2\x96\x81 w", "h e"}}}}};
   return tokenizer.dump();
 }
 
@@ -168,6 +168,9 @@ TEST(SentencePieceStyleTest, PrependsMetaspaceMergesAndFallsBackToBytes) {
   EXPECT_EQ((*t)->Decode(*ids, true), "hello w\xC3\xA9");
   EXPECT_EQ((*t)->Decode(*ids, false), "<s> hello w\xC3\xA9");
   EXPECT_EQ((*t)->bos_token_id(), 1);  // from the post-processor: no tokenizer_config.json
+  // "x" is not in the vocab (byte fallback), so "▁ h" cannot apply and "h e" merges.
+  EXPECT_THAT(*(*t)->Encode("xhe", false),
+              ElementsAre(*(*t)->TokenToId("\xE2\x96\x81"), 3 + 'x', *(*t)->TokenToId("he")));
   // An incomplete byte sequence decodes to one replacement character per byte.
   EXPECT_EQ((*t)->Decode(std::vector<int32_t>{3 + 0xE2, 3 + 0x82}, true),
             "\xEF\xBF\xBD\xEF\xBF\xBD");

@@ -129,6 +129,8 @@ class Config:
         ):
             if field not in raw:
                 raise ReferenceError(f"config.json lacks {field}")
+        if raw.get("hidden_act", "silu") != "silu":
+            raise ReferenceError(f"hidden_act {raw['hidden_act']!r} is not supported (silu is)")
         self.vocab_size = int(raw["vocab_size"])
         self.hidden_size = int(raw["hidden_size"])
         self.intermediate_size = int(raw["intermediate_size"])

@@ -83,7 +83,9 @@ const bases = [
   [sys, u("What is 2+2?")],
   [sys, u("Hi"), a("Hello! How can I help?"), u("Tell me a joke.")],
   [u("Translate 'cat' to French."), a("Chat."), u("And dog?"), a("Chien.")],
-  [sys, u("  padded content  "), a("  padded answer  ")],
+  // The reference ignores str.lstrip's argument (Python strips only "\n" in Qwen3's
+  // `content.lstrip('\n')`), so the assistant turn here has no leading spaces; see README.md.
+  [sys, u("  padded content  "), a("padded answer  ")],
   [u("Multi\nline\nquestion?"), a("Multi\nline\nanswer.")],
   [u("Solve x+1=3"), a("<think>\nSubtract one.\n</think>\n\nx = 2")],
   [sys, u("Q1"), a("<think>first thought</think>A1"), u("Q2")],

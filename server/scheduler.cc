@@ -1,0 +1,226 @@
+// Scheduler: admission, chunked prefill and decode priority over a token budget per step.
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::server {
+
+int64_t StepPlan::num_tokens() const {
+  int64_t total = 0;
+  for (const ScheduledSequence& s : sequences) total += s.num_tokens;
+  return total;
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    const SchedulerOptions& options, std::unique_ptr<AdmissionPolicy> policy) {
+  if (options.max_batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_size must be >= 1, got ", options.max_batch_size));
+  }
+  if (options.max_batch_tokens < options.max_batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_tokens must be >= max_batch_size (", options.max_batch_size,
+        ") so that every running decode fits in a step, got ", options.max_batch_tokens));
+  }
+  if (options.max_queue < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_queue must be >= 1, got ", options.max_queue));
+  }
+  if (policy == nullptr) policy = std::make_unique<AdmitAllPolicy>();
+  return std::unique_ptr<Scheduler>(new Scheduler(options, std::move(policy)));
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<AdmissionPolicy> policy)
+    : options_(options), policy_(std::move(policy)) {}
+
+absl::Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max_new_tokens,
+                            int64_t num_cached_tokens) {
+  if (num_prompt_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", id, ": num_prompt_tokens must be >= 1, got ", num_prompt_tokens));
+  }
+  if (max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", id, ": max_new_tokens must be >= 1, got ", max_new_tokens));
+  }
+  if (num_cached_tokens < 0 || num_cached_tokens >= num_prompt_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", id, ": num_cached_tokens must be in [0, num_prompt_tokens = ",
+                     num_prompt_tokens, "), got ", num_cached_tokens));
+  }
+  if (requests_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", id, " is already scheduled"));
+  }
+  if (num_waiting() >= options_.max_queue) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the queue is full (", options_.max_queue, " requests waiting)"));
+  }
+  Request request;
+  request.num_prompt_tokens = num_prompt_tokens;
+  request.max_new_tokens = max_new_tokens;
+  request.num_cached_tokens = num_cached_tokens;
+  request.num_computed = num_cached_tokens;
+  requests_.emplace(id, request);
+  waiting_.push_back(id);
+  return absl::OkStatus();
+}
+
+void Scheduler::Forget(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  if (it->second.running) {
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+  }
+  requests_.erase(it);
+}
+
+bool Scheduler::Abort(RequestId id) {
+  if (!requests_.contains(id)) return false;
+  Forget(id);
+  if (in_flight_.has_value()) {
+    std::vector<ScheduledSequence>& seqs = in_flight_->sequences;
+    auto it = std::find_if(seqs.begin(), seqs.end(),
+                           [id](const ScheduledSequence& s) { return s.id == id; });
+    if (it != seqs.end()) {
+      seqs.erase(it);
+      aborted_in_flight_.insert(id);
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<StepPlan> Scheduler::Schedule() {
+  if (in_flight_.has_value()) {
+    return absl::FailedPreconditionError(
+        "Schedule called while the previous plan is in flight; call Update first");
+  }
+  StepPlan plan;
+  int64_t budget = options_.max_batch_tokens;
+
+  // Decodes first: one token each, and max_batch_tokens >= max_batch_size means they all fit.
+  for (RequestId id : running_) {
+    const Request& r = requests_.at(id);
+    if (r.num_computed < r.num_prompt_tokens) continue;
+    plan.sequences.push_back({.id = id,
+                              .num_tokens = 1,
+                              .start_position = r.num_computed,
+                              .is_prefill = false,
+                              .samples = true,
+                              .newly_admitted = false});
+    --budget;
+  }
+  // Then the next prompt chunks of admitted requests still prefilling, oldest first.
+  for (RequestId id : running_) {
+    if (budget == 0) break;
+    const Request& r = requests_.at(id);
+    if (r.num_computed >= r.num_prompt_tokens) continue;
+    const int64_t n = std::min(r.num_prompt_tokens - r.num_computed, budget);
+    plan.sequences.push_back({.id = id,
+                              .num_tokens = n,
+                              .start_position = r.num_computed,
+                              .is_prefill = true,
+                              .samples = r.num_computed + n == r.num_prompt_tokens,
+                              .newly_admitted = false});
+    budget -= n;
+  }
+  // Then admissions, FCFS: the head of the queue blocks the rest until it is admitted.
+  std::vector<RequestId> admitted;
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < options_.max_batch_size) {
+    const RequestId id = waiting_.front();
+    Request& r = requests_.at(id);
+    AdmissionPolicy::Decision decision = policy_->Admit({.id = id,
+                                                         .num_prompt_tokens = r.num_prompt_tokens,
+                                                         .num_cached_tokens = r.num_cached_tokens,
+                                                         .max_new_tokens = r.max_new_tokens,
+                                                         .admitted_this_step = admitted});
+    if (decision == AdmissionPolicy::Decision::kDefer && running_.empty()) {
+      decision = AdmissionPolicy::Decision::kReject;
+    }
+    if (decision == AdmissionPolicy::Decision::kDefer) break;
+    waiting_.pop_front();
+    if (decision == AdmissionPolicy::Decision::kReject) {
+      requests_.erase(id);
+      plan.rejected.push_back(id);
+      continue;
+    }
+    r.running = true;
+    running_.push_back(id);
+    admitted.push_back(id);
+    const int64_t n = std::min(r.num_prompt_tokens - r.num_computed, budget);
+    plan.sequences.push_back({.id = id,
+                              .num_tokens = n,
+                              .start_position = r.num_computed,
+                              .is_prefill = true,
+                              .samples = r.num_computed + n == r.num_prompt_tokens,
+                              .newly_admitted = true});
+    budget -= n;
+  }
+
+  if (!plan.sequences.empty()) in_flight_ = plan;
+  return plan;
+}
+
+absl::Status Scheduler::Update(absl::Span<const SequenceResult> results) {
+  if (!in_flight_.has_value()) {
+    return absl::FailedPreconditionError("Update called without a plan in flight");
+  }
+  const std::vector<ScheduledSequence>& planned = in_flight_->sequences;
+  absl::flat_hash_map<RequestId, size_t> index;
+  for (size_t i = 0; i < planned.size(); ++i) index[planned[i].id] = i;
+
+  // Check everything before changing anything.
+  std::vector<bool> seen(planned.size(), false);
+  for (const SequenceResult& result : results) {
+    if (aborted_in_flight_.contains(result.id)) continue;
+    auto it = index.find(result.id);
+    if (it == index.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", result.id, " is not in the plan in flight"));
+    }
+    if (seen[it->second]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", result.id, " has more than one result"));
+    }
+    seen[it->second] = true;
+    const ScheduledSequence& s = planned[it->second];
+    const Request& r = requests_.at(s.id);
+    if (s.samples && r.num_generated + 1 >= r.max_new_tokens && !result.finished) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request ", s.id, " sampled its last allowed token (max_new_tokens = ", r.max_new_tokens,
+          ") but is not finished"));
+    }
+  }
+  for (size_t i = 0; i < planned.size(); ++i) {
+    if (!seen[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", planned[i].id, " was scheduled but has no result"));
+    }
+  }
+
+  for (const SequenceResult& result : results) {
+    if (aborted_in_flight_.contains(result.id)) continue;
+    const ScheduledSequence& s = planned[index.at(result.id)];
+    Request& r = requests_.at(s.id);
+    r.num_computed += s.num_tokens;
+    if (s.samples) ++r.num_generated;
+    if (result.finished) Forget(s.id);
+  }
+  in_flight_.reset();
+  aborted_in_flight_.clear();
+  return absl::OkStatus();
+}
+
+std::optional<int64_t> Scheduler::num_generated(RequestId id) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return std::nullopt;
+  return it->second.num_generated;
+}
+
+}  // namespace kvserve::server
