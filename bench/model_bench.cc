@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cache/kv_cache.h"
+#include "cache/torch_compat.h"
 #include "model/tiny_model_maker.h"
 #include "model/transformer.h"
 
@@ -36,7 +37,7 @@ std::vector<int32_t> Tokens(int64_t n) {
 
 // Decode: one sequence, one token per step after a 32-token prompt.
 void BM_Decode(benchmark::State& state, const std::string& preset) {
-  at::set_num_threads(static_cast<int>(state.range(0)));
+  compat::SetNumThreads(static_cast<int>(state.range(0)));
   Transformer& model = BenchModel(preset);
   const std::vector<int32_t> prompt = Tokens(32);
   constexpr int kSteps = 64;
@@ -62,7 +63,7 @@ void BM_Decode(benchmark::State& state, const std::string& preset) {
 
 // Prefill: a 512-token prompt into an empty cache.
 void BM_Prefill(benchmark::State& state, const std::string& preset) {
-  at::set_num_threads(static_cast<int>(state.range(0)));
+  compat::SetNumThreads(static_cast<int>(state.range(0)));
   Transformer& model = BenchModel(preset);
   const std::vector<int32_t> prompt = Tokens(512);
   for (auto _ : state) {

@@ -1,6 +1,8 @@
 // Self- plus cross-attention caches of an encoder-decoder model (see encoder_decoder_cache.h).
 #include "cache/encoder_decoder_cache.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "cache/dynamic_layer.h"
 

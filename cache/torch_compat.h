@@ -29,6 +29,11 @@ using OutOfMemoryError = c10::OutOfMemoryError;
 // Releases cached, unused device blocks back to the driver; a no-op without CUDA.
 void EmptyDeviceCache();
 
+// Sets the CPU threads of LibTorch's intra-op pool and, when the BLAS in use is OpenBLAS
+// (Debian's libopenblas0-pthread), of its own thread pool too, which LibTorch 1.13 leaves
+// at every core; two pools of every core each oversubscribe the CPUs.
+void SetNumThreads(int threads);
+
 // Waits until all queued work on `device` has finished; a no-op on CPU.
 void SynchronizeDevice(const c10::Device& device);
 

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <queue>
 
 #include "absl/status/status.h"
@@ -31,6 +32,8 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
     return absl::InvalidArgumentError("unsupported BPE option 'dropout'");
   }
   auto model = std::unique_ptr<BpeModel>(new BpeModel());
+  static std::atomic<uint64_t> next_instance_id{1};
+  model->instance_id_ = next_instance_id.fetch_add(1);
   auto vocab = config.find("vocab");
   if (vocab == config.end() || !vocab->is_object()) {
     return absl::InvalidArgumentError("BPE model needs a 'vocab' object");
@@ -80,33 +83,34 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
   model->merges_.reserve(merges->size());
   const size_t prefix_len = model->continuing_subword_prefix_.size();
   int32_t rank = 0;
+  std::string merged;
   for (const auto& merge : *merges) {
-    std::string left, right;
+    std::string_view left, right;
     if (merge.is_string()) {
       const std::string& s = merge.get_ref<const std::string&>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
         return absl::InvalidArgumentError(absl::StrCat("merge '", s, "' is not two tokens"));
       }
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
+      left = std::string_view(s).substr(0, space);
+      right = std::string_view(s).substr(space + 1);
     } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
                merge[1].is_string()) {
-      left = merge[0].get<std::string>();
-      right = merge[1].get<std::string>();
+      left = merge[0].get_ref<const std::string&>();
+      right = merge[1].get_ref<const std::string&>();
     } else {
       return absl::InvalidArgumentError(absl::StrCat("merge ", rank, " is malformed"));
     }
-    auto a = model->vocab_.find(left);
-    auto b = model->vocab_.find(right);
-    std::string merged = left;
-    merged.append(right.size() >= prefix_len && right.starts_with(model->continuing_subword_prefix_)
+    auto a = model->vocab_.find(AsAbsl(left));
+    auto b = model->vocab_.find(AsAbsl(right));
+    merged.assign(left);
+    merged.append(prefix_len > 0 && right.starts_with(model->continuing_subword_prefix_)
                       ? right.substr(prefix_len)
                       : right);
     auto c = model->vocab_.find(merged);
     if (a == model->vocab_.end() || b == model->vocab_.end() || c == model->vocab_.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("merge '", left, " ", right, "' uses a token missing from the vocab"));
+      return absl::InvalidArgumentError(absl::StrCat("merge '", AsAbsl(left), " ", AsAbsl(right),
+                                                     "' uses a token missing from the vocab"));
     }
     model->merges_.try_emplace(PairKey(a->second, b->second), Merge{rank, c->second});
     ++rank;
@@ -173,6 +177,27 @@ void BpeModel::Encode(std::string_view word, std::vector<int32_t>* ids) const {
       return;
     }
   }
+  // Words repeat, so each thread caches the ids of short words per model (no locking).
+  thread_local absl::flat_hash_map<uint64_t, WordCache> caches;
+  if (word.size() > kMaxCachedWordBytes) {
+    EncodeUncached(word, ids);
+    return;
+  }
+  if (caches.size() > kMaxCachedModels && !caches.contains(instance_id_)) caches.clear();
+  WordCache& cache = caches[instance_id_];
+  if (auto it = cache.find(AsAbsl(word)); it != cache.end()) {
+    ids->insert(ids->end(), it->second.begin(), it->second.end());
+    return;
+  }
+  const size_t begin = ids->size();
+  EncodeUncached(word, ids);
+  if (cache.size() >= kMaxCachedWords) cache.clear();
+  cache.emplace(
+      std::string(word),
+      std::vector<int32_t>(ids->begin() + static_cast<std::ptrdiff_t>(begin), ids->end()));
+}
+
+void BpeModel::EncodeUncached(std::string_view word, std::vector<int32_t>* ids) const {
   thread_local std::vector<int32_t> symbols;
   thread_local std::vector<int32_t> prev, next;
   symbols.clear();

@@ -42,9 +42,16 @@ class BpeModel {
   static uint64_t PairKey(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
+  using WordCache = absl::flat_hash_map<std::string, std::vector<int32_t>>;
+  static constexpr size_t kMaxCachedWordBytes = 64;
+  static constexpr size_t kMaxCachedWords = 1 << 16;  // per thread and model; then cleared
+  static constexpr size_t kMaxCachedModels = 8;       // per thread; then all cleared
+  // Encode without the per-thread word cache.
+  void EncodeUncached(std::string_view word, std::vector<int32_t>* ids) const;
   // Appends the initial symbols of `word` (one per character, or byte-fallback/unk ids).
   void InitialSymbols(std::string_view word, std::vector<int32_t>* symbols) const;
 
+  uint64_t instance_id_ = 0;  // unique per model, keys the per-thread word caches
   absl::flat_hash_map<std::string, int32_t> vocab_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;

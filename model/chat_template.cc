@@ -40,7 +40,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
 }
 
 absl::StatusOr<std::string> ChatTemplate::RenderWithContext(const nlohmann::json& context) const {
-  if (!context.is_object()) return absl::InvalidArgumentError("chat template context must be an object");
+  if (!context.is_object())
+    return absl::InvalidArgumentError("chat template context must be an object");
   try {
     return jinja::Render(*template_, jinja::Value::FromJson(context));
   } catch (const jinja::JinjaError& error) {

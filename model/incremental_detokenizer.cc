@@ -12,7 +12,7 @@ namespace {
 constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";
 
 // Patterns Transformers' clean_up_tokenization rewrites; all start with a space.
-constexpr std::string_view kCleanupPatterns[] = {" .",  " ?",  " !",  " ,",   " ' ",
+constexpr std::string_view kCleanupPatterns[] = {" .",   " ?",  " !",  " ,",   " ' ",
                                                  " n't", " 'm", " 's", " 've", " 're"};
 
 bool IsProperPrefixOfPattern(std::string_view tail) {
@@ -24,8 +24,7 @@ bool IsProperPrefixOfPattern(std::string_view tail) {
 
 }  // namespace
 
-IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer,
-                                               bool skip_special_tokens)
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer, bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
 std::string IncrementalDetokenizer::Add(int32_t id) {

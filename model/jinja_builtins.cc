@@ -39,7 +39,8 @@ const Value* Arg(const std::vector<Value>& args, const KwArgs& kwargs, size_t i,
 }
 
 const std::string& RequireString(const Value* v, const std::string& what) {
-  if (v == nullptr || !v->is_string()) throw JinjaError(absl::StrCat(what, " needs a string argument"));
+  if (v == nullptr || !v->is_string())
+    throw JinjaError(absl::StrCat(what, " needs a string argument"));
   return v->as_string();
 }
 
@@ -125,7 +126,9 @@ std::string MapAscii(const std::string& s, int (*f)(int)) {
   return out;
 }
 
-std::string Upper(const std::string& s) { return MapAscii(s, [](int c) { return std::toupper(c); }); }
+std::string Upper(const std::string& s) {
+  return MapAscii(s, [](int c) { return std::toupper(c); });
+}
 std::string Lower(const std::string& s) { return LowercaseUnicode(s); }
 std::string Capitalize(const std::string& s) {
   std::string out = Lower(s);
@@ -180,7 +183,8 @@ Value Attribute(const Value& item, const std::string& path) {
     if (current.is_object()) {
       const Value* v = current.as_object().Find(key);
       current = v != nullptr ? *v : Value::MakeUndefined(key);
-    } else if (current.is_array() && !key.empty() && std::isdigit(static_cast<unsigned char>(key[0]))) {
+    } else if (current.is_array() && !key.empty() &&
+               std::isdigit(static_cast<unsigned char>(key[0]))) {
       const size_t i = std::strtoul(key.c_str(), nullptr, 10);
       current = i < current.as_array().size() ? current.as_array()[i] : Value::MakeUndefined(key);
     } else {
@@ -243,7 +247,8 @@ double ToNumber(const Value& v, const std::string& filter) {
 
 }  // namespace
 
-Value SliceValue(const Value& value, const Value* start_v, const Value* stop_v, const Value* step_v) {
+Value SliceValue(const Value& value, const Value* start_v, const Value* stop_v,
+                 const Value* step_v) {
   auto as_opt_int = [](const Value* v) -> std::optional<int64_t> {
     if (v == nullptr || v->is_none()) return std::nullopt;
     if (!v->is_int()) throw JinjaError("slice indices must be integers");
@@ -295,10 +300,12 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
     return value;
   }
   if (value.is_undefined() && name != "tojson" && name != "string") {
-    throw JinjaError(absl::StrCat("'", value.undefined_name(), "' is undefined (filter '", name, "')"));
+    throw JinjaError(
+        absl::StrCat("'", value.undefined_name(), "' is undefined (filter '", name, "')"));
   }
   if (name == "trim") {
-    return Value(StripChars(RequireString(&value, "trim"), Arg(args, kwargs, 0, "chars"), true, true));
+    return Value(
+        StripChars(RequireString(&value, "trim"), Arg(args, kwargs, 0, "chars"), true, true));
   }
   if (name == "upper") return Value(Upper(RequireString(&value, "upper")));
   if (name == "lower") return Value(Lower(RequireString(&value, "lower")));
@@ -309,7 +316,8 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
   if (name == "safe") return value;
   if (name == "tojson") {
     const Value* indent = Arg(args, kwargs, 0, "indent");
-    return Value(value.ToJson(indent != nullptr && indent->is_int() ? static_cast<int>(indent->as_int()) : -1));
+    return Value(value.ToJson(
+        indent != nullptr && indent->is_int() ? static_cast<int>(indent->as_int()) : -1));
   }
   if (name == "items") return Items(value);
   if (name == "list") return Value(RequireIterable(value, "list"));
@@ -340,7 +348,8 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
     return Value(std::move(out));
   }
   if (name == "int") {
-    if (value.is_string()) return Value(static_cast<int64_t>(std::strtoll(value.as_string().c_str(), nullptr, 10)));
+    if (value.is_string())
+      return Value(static_cast<int64_t>(std::strtoll(value.as_string().c_str(), nullptr, 10)));
     return Value(static_cast<int64_t>(ToNumber(value, "int")));
   }
   if (name == "float") return Value(ToNumber(value, "float"));
@@ -350,7 +359,8 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
   }
   if (name == "replace") {
     const Value* count = Arg(args, kwargs, 2, "count");
-    return Value(Replace(RequireString(&value, "replace"), RequireString(Arg(args, kwargs, 0, "old"), "replace"),
+    return Value(Replace(RequireString(&value, "replace"),
+                         RequireString(Arg(args, kwargs, 0, "old"), "replace"),
                          RequireString(Arg(args, kwargs, 1, "new"), "replace"),
                          count != nullptr && count->is_int() ? count->as_int() : -1));
   }
@@ -389,7 +399,8 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
   if (name == "indent") {
     const Value* width_v = Arg(args, kwargs, 0, "width");
     const Value* first_v = Arg(args, kwargs, 1, "first");
-    const std::string pad(width_v != nullptr && width_v->is_int() ? static_cast<size_t>(width_v->as_int()) : 4, ' ');
+    const std::string pad(
+        width_v != nullptr && width_v->is_int() ? static_cast<size_t>(width_v->as_int()) : 4, ' ');
     const std::string& s = RequireString(&value, "indent");
     std::string out = first_v != nullptr && first_v->Truthy() ? pad : "";
     for (size_t i = 0; i < s.size(); ++i) {
@@ -434,8 +445,10 @@ bool ApplyTest(const std::string& name, const Value& value, const std::vector<Va
   }
   if (name == "in") {
     if (args.empty()) throw JinjaError("test 'in' needs an argument");
-    if (args[0].is_string() && value.is_string()) return args[0].as_string().find(value.as_string()) != std::string::npos;
-    if (args[0].is_object() && value.is_string()) return args[0].as_object().Find(value.as_string()) != nullptr;
+    if (args[0].is_string() && value.is_string())
+      return args[0].as_string().find(value.as_string()) != std::string::npos;
+    if (args[0].is_object() && value.is_string())
+      return args[0].as_object().Find(value.as_string()) != nullptr;
     for (const Value& v : RequireIterable(args[0], "in")) {
       if (v.Equals(value)) return true;
     }
@@ -451,7 +464,8 @@ Value CallMethod(const Value& object, const std::string& name, std::vector<Value
     if (name == "strip") return Value(StripChars(s, Arg(args, kwargs, 0, "chars"), true, true));
     if (name == "lstrip") return Value(StripChars(s, Arg(args, kwargs, 0, "chars"), true, false));
     if (name == "rstrip") return Value(StripChars(s, Arg(args, kwargs, 0, "chars"), false, true));
-    if (name == "split") return Split(s, Arg(args, kwargs, 0, "sep"), Arg(args, kwargs, 1, "maxsplit"));
+    if (name == "split")
+      return Split(s, Arg(args, kwargs, 0, "sep"), Arg(args, kwargs, 1, "maxsplit"));
     if (name == "startswith" || name == "endswith") {
       const Value* affix = Arg(args, kwargs, 0, "prefix");
       if (affix == nullptr) throw JinjaError(absl::StrCat(name, " needs an argument"));
@@ -488,7 +502,8 @@ Value CallMethod(const Value& object, const std::string& name, std::vector<Value
     if (name == "items") return Items(object);
     if (name == "keys" || name == "values") {
       Array out;
-      for (const auto& [k, v] : object.as_object().items) out.push_back(name == "keys" ? Value(k) : v);
+      for (const auto& [k, v] : object.as_object().items)
+        out.push_back(name == "keys" ? Value(k) : v);
       return Value(std::move(out));
     }
     if (name == "get") {

@@ -22,44 +22,49 @@ class Interpreter {
   explicit Interpreter(const Value& globals) {
     Frame builtins;
     builtins.emplace_back("namespace", MakeCallable([](std::vector<Value>& args, KwArgs& kwargs) {
-      std::vector<std::pair<std::string, Value>> items;
-      if (!args.empty()) {
-        if (!args[0].is_object()) throw JinjaError("namespace() takes a dict or keyword arguments");
-        items = args[0].as_object().items;
-      }
-      for (auto& [k, v] : kwargs) items.emplace_back(k, v);
-      return MakeObject(std::move(items), /*is_namespace=*/true);
-    }));
+                            std::vector<std::pair<std::string, Value>> items;
+                            if (!args.empty()) {
+                              if (!args[0].is_object())
+                                throw JinjaError("namespace() takes a dict or keyword arguments");
+                              items = args[0].as_object().items;
+                            }
+                            for (auto& [k, v] : kwargs) items.emplace_back(k, v);
+                            return MakeObject(std::move(items), /*is_namespace=*/true);
+                          }));
     builtins.emplace_back("range", MakeCallable([](std::vector<Value>& args, KwArgs&) {
-      int64_t start = 0, stop = 0, step = 1;
-      for (const Value& a : args) {
-        if (!a.is_int()) throw JinjaError("range() takes integers");
-      }
-      if (args.size() == 1) {
-        stop = args[0].as_int();
-      } else if (args.size() >= 2) {
-        start = args[0].as_int();
-        stop = args[1].as_int();
-        if (args.size() == 3) step = args[2].as_int();
-      }
-      if (step == 0) throw JinjaError("range() step must not be zero");
-      Array out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
-      return Value(std::move(out));
-    }));
-    builtins.emplace_back("raise_exception", MakeCallable([](std::vector<Value>& args, KwArgs&) -> Value {
-      throw JinjaError(absl::StrCat("template raised an exception: ",
-                                    args.empty() ? std::string() : args[0].ToString()));
-    }));
+                            int64_t start = 0, stop = 0, step = 1;
+                            for (const Value& a : args) {
+                              if (!a.is_int()) throw JinjaError("range() takes integers");
+                            }
+                            if (args.size() == 1) {
+                              stop = args[0].as_int();
+                            } else if (args.size() >= 2) {
+                              start = args[0].as_int();
+                              stop = args[1].as_int();
+                              if (args.size() == 3) step = args[2].as_int();
+                            }
+                            if (step == 0) throw JinjaError("range() step must not be zero");
+                            Array out;
+                            for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+                              out.emplace_back(i);
+                            return Value(std::move(out));
+                          }));
+    builtins.emplace_back(
+        "raise_exception", MakeCallable([](std::vector<Value>& args, KwArgs&) -> Value {
+          throw JinjaError(absl::StrCat("template raised an exception: ",
+                                        args.empty() ? std::string() : args[0].ToString()));
+        }));
     builtins.emplace_back("strftime_now", MakeCallable([](std::vector<Value>& args, KwArgs&) {
-      if (args.empty() || !args[0].is_string()) throw JinjaError("strftime_now() takes a format");
-      const std::time_t now = std::time(nullptr);
-      std::tm tm_now;
-      localtime_r(&now, &tm_now);
-      char buf[256];
-      const size_t n = std::strftime(buf, sizeof(buf), args[0].as_string().c_str(), &tm_now);
-      return Value(std::string(buf, n));
-    }));
+                            if (args.empty() || !args[0].is_string())
+                              throw JinjaError("strftime_now() takes a format");
+                            const std::time_t now = std::time(nullptr);
+                            std::tm tm_now;
+                            localtime_r(&now, &tm_now);
+                            char buf[256];
+                            const size_t n = std::strftime(buf, sizeof(buf),
+                                                           args[0].as_string().c_str(), &tm_now);
+                            return Value(std::string(buf, n));
+                          }));
     if (globals.is_object()) {
       for (const auto& [k, v] : globals.as_object().items) builtins.emplace_back(k, v);
     }
@@ -141,9 +146,10 @@ class Interpreter {
       }
       case Node::Kind::kMacro: {
         const Node* macro = &node;
-        Assign(node.macro_name, MakeCallable([this, macro](std::vector<Value>& args, KwArgs& kwargs) {
-          return CallMacro(*macro, args, kwargs);
-        }));
+        Assign(node.macro_name,
+               MakeCallable([this, macro](std::vector<Value>& args, KwArgs& kwargs) {
+                 return CallMacro(*macro, args, kwargs);
+               }));
         return Flow::kNormal;
       }
       case Node::Kind::kBreak:
@@ -212,7 +218,8 @@ class Interpreter {
     } else if (!iterable.is_undefined() && !iterable.is_none()) {
       throw JinjaError(absl::StrCat("cannot iterate over ", iterable.TypeName(), At(node.line)));
     } else if (iterable.is_undefined()) {
-      throw JinjaError(absl::StrCat("'", iterable.undefined_name(), "' is undefined", At(node.line)));
+      throw JinjaError(
+          absl::StrCat("'", iterable.undefined_name(), "' is undefined", At(node.line)));
     }
     if (node.filter) {
       Array kept;
@@ -237,8 +244,10 @@ class Interpreter {
           {"first", Value(i == 0)},
           {"last", Value(i == n - 1)},
           {"length", Value(n)},
-          {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::MakeUndefined("previtem")},
-          {"nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::MakeUndefined("nextitem")},
+          {"previtem",
+           i > 0 ? items[static_cast<size_t>(i - 1)] : Value::MakeUndefined("previtem")},
+          {"nextitem",
+           i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::MakeUndefined("nextitem")},
       };
       Assign("loop", MakeObject(std::move(loop)));
       AssignTargets(node.targets, items[static_cast<size_t>(i)], node.line);
@@ -265,7 +274,8 @@ class Interpreter {
         std::vector<std::pair<std::string, Value>> items;
         for (size_t i = 0; i < e.keys.size(); ++i) {
           const Value key = Eval(*e.keys[i]);
-          if (!key.is_string()) throw JinjaError("unsupported construct: non-string dict key" + At(e.line));
+          if (!key.is_string())
+            throw JinjaError("unsupported construct: non-string dict key" + At(e.line));
           items.emplace_back(key.as_string(), Eval(*e.children[i]));
         }
         return MakeObject(std::move(items));
@@ -273,7 +283,9 @@ class Interpreter {
       case Expr::Kind::kUnary: {
         const Value v = Eval(*e.children[0]);
         if (e.name == "not") return Value(!v.Truthy());
-        if (!v.is_number()) throw JinjaError(absl::StrCat("bad operand type for unary ", e.name, ": ", v.TypeName(), At(e.line)));
+        if (!v.is_number())
+          throw JinjaError(
+              absl::StrCat("bad operand type for unary ", e.name, ": ", v.TypeName(), At(e.line)));
         if (e.name == "+") return v;
         return v.is_int() ? Value(-v.as_int()) : Value(-v.as_number());
       }
@@ -344,7 +356,8 @@ class Interpreter {
 
   Value GetItem(const Value& object, const Value& key, int line) {
     if (object.is_undefined()) {
-      throw JinjaError(absl::StrCat("'", object.undefined_name(), "' is undefined (subscript)", At(line)));
+      throw JinjaError(
+          absl::StrCat("'", object.undefined_name(), "' is undefined (subscript)", At(line)));
     }
     if (object.is_object() && key.is_string()) return GetAttr(object, key.as_string(), line);
     if ((object.is_array() || object.is_string()) && key.is_int()) {
@@ -414,9 +427,11 @@ class Interpreter {
       } else if (b.is_object() && a.is_string()) {
         found = b.as_object().Find(a.as_string()) != nullptr;
       } else if (b.is_undefined()) {
-        throw JinjaError(absl::StrCat("'", b.undefined_name(), "' is undefined (in 'in')", At(e.line)));
+        throw JinjaError(
+            absl::StrCat("'", b.undefined_name(), "' is undefined (in 'in')", At(e.line)));
       } else {
-        throw JinjaError(absl::StrCat("'in' is unsupported between ", a.TypeName(), " and ", b.TypeName(), At(e.line)));
+        throw JinjaError(absl::StrCat("'in' is unsupported between ", a.TypeName(), " and ",
+                                      b.TypeName(), At(e.line)));
       }
       return Value(op == "in" ? found : !found);
     }
@@ -427,7 +442,8 @@ class Interpreter {
       } else if (a.is_string() && b.is_string()) {
         cmp = a.as_string().compare(b.as_string());
       } else {
-        throw JinjaError(absl::StrCat("'", op, "' is unsupported between ", a.TypeName(), " and ", b.TypeName(), At(e.line)));
+        throw JinjaError(absl::StrCat("'", op, "' is unsupported between ", a.TypeName(), " and ",
+                                      b.TypeName(), At(e.line)));
       }
       if (op == "<") return Value(cmp < 0);
       if (op == ">") return Value(cmp > 0);
@@ -453,9 +469,12 @@ class Interpreter {
                                     " and ", b.TypeName(), At(e.line)));
     }
     const bool ints = a.is_int() && b.is_int();
-    if (op == "+") return ints ? Value(a.as_int() + b.as_int()) : Value(a.as_number() + b.as_number());
-    if (op == "-") return ints ? Value(a.as_int() - b.as_int()) : Value(a.as_number() - b.as_number());
-    if (op == "*") return ints ? Value(a.as_int() * b.as_int()) : Value(a.as_number() * b.as_number());
+    if (op == "+")
+      return ints ? Value(a.as_int() + b.as_int()) : Value(a.as_number() + b.as_number());
+    if (op == "-")
+      return ints ? Value(a.as_int() - b.as_int()) : Value(a.as_number() - b.as_number());
+    if (op == "*")
+      return ints ? Value(a.as_int() * b.as_int()) : Value(a.as_number() * b.as_number());
     if (op == "/") {
       if (b.as_number() == 0) throw JinjaError("division by zero" + At(e.line));
       return Value(a.as_number() / b.as_number());

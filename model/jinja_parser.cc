@@ -11,14 +11,27 @@ namespace kvserve::model::jinja {
 namespace {
 
 struct Token {
-  enum class Type { kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt,
-                    kFloat, kOp, kEof };
+  enum class Type {
+    kText,
+    kVarBegin,
+    kVarEnd,
+    kBlockBegin,
+    kBlockEnd,
+    kName,
+    kString,
+    kInt,
+    kFloat,
+    kOp,
+    kEof
+  };
   Type type;
   std::string text;
   int line;
 };
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 // trim_blocks / lstrip_blocks and the final newline, as @huggingface/jinja and Transformers do.
 std::string Preprocess(std::string_view source) {
@@ -29,8 +42,8 @@ std::string Preprocess(std::string_view source) {
   for (size_t i = 0; i < s.size();) {
     size_t j = i;
     while (j < s.size() && (s[j] == ' ' || s[j] == '\t')) ++j;
-    const bool strip = j + 1 < s.size() && s[j] == '{' &&
-                       (s[j + 1] == '#' || s[j + 1] == '%' || s[j + 1] == '-');
+    const bool strip =
+        j + 1 < s.size() && s[j] == '{' && (s[j + 1] == '#' || s[j + 1] == '%' || s[j + 1] == '-');
     size_t line_end = s.find('\n', i);
     line_end = line_end == std::string::npos ? s.size() : line_end + 1;
     lstripped.append(s, strip ? j : i, line_end - (strip ? j : i));
@@ -85,7 +98,8 @@ class Lexer {
         pos_ = close + 2;
         continue;
       }
-      tokens_.push_back({kind == '{' ? Token::Type::kVarBegin : Token::Type::kBlockBegin, "", line_});
+      tokens_.push_back(
+          {kind == '{' ? Token::Type::kVarBegin : Token::Type::kBlockBegin, "", line_});
       strip_next_text = LexTag(kind == '{' ? '}' : '%');
     }
     tokens_.push_back({Token::Type::kEof, "", line_});
@@ -115,7 +129,8 @@ class Lexer {
           (c == closer && pos_ + 1 < src_.size() && src_[pos_ + 1] == '}')) {
         const bool strip = c == '-';
         pos_ += strip ? 3 : 2;
-        tokens_.push_back({closer == '}' ? Token::Type::kVarEnd : Token::Type::kBlockEnd, "", line_});
+        tokens_.push_back(
+            {closer == '}' ? Token::Type::kVarEnd : Token::Type::kBlockEnd, "", line_});
         return strip;
       }
       if (c == '\'' || c == '"') {
@@ -175,14 +190,30 @@ class Lexer {
       }
       const char e = src_[pos_++];
       switch (e) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case 'r': out.push_back('\r'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case '\\': out.push_back('\\'); break;
-        case '\'': out.push_back('\''); break;
-        case '"': out.push_back('"'); break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '\'':
+          out.push_back('\'');
+          break;
+        case '"':
+          out.push_back('"');
+          break;
         default:
           out.push_back('\\');
           out.push_back(e);
@@ -225,11 +256,13 @@ class Parser {
     return Peek(ahead).type == Token::Type::kName && Peek(ahead).text == name;
   }
   void ExpectOp(std::string_view op) {
-    if (!IsOp(op)) throw Error(absl::StrCat("expected '", AsAbsl(op), "' but found '", Peek().text, "'"));
+    if (!IsOp(op))
+      throw Error(absl::StrCat("expected '", AsAbsl(op), "' but found '", Peek().text, "'"));
     ++pos_;
   }
   std::string ExpectName() {
-    if (Peek().type != Token::Type::kName) throw Error(absl::StrCat("expected a name but found '", Peek().text, "'"));
+    if (Peek().type != Token::Type::kName)
+      throw Error(absl::StrCat("expected a name but found '", Peek().text, "'"));
     return Next().text;
   }
   void ExpectBlockEnd() {
@@ -246,7 +279,7 @@ class Parser {
     while (true) {
       const Token& t = Peek();
       if (t.type == Token::Type::kEof) {
-        if (!ends.empty()) throw Error(absl::StrCat("missing '{% ", AsAbsl(ends.front()), " %}'"));
+        if (!ends.empty()) throw Error(absl::StrCat("missing '{% ", AsAbsl(ends.back()), " %}'"));
         return body;
       }
       if (t.type == Token::Type::kText) {
@@ -264,7 +297,8 @@ class Parser {
         node->kind = Node::Kind::kOutput;
         node->line = t.line;
         node->expr = ParseExpression(true);
-        if (Peek().type != Token::Type::kVarEnd) throw Error(absl::StrCat("expected '}}' but found '", Peek().text, "'"));
+        if (Peek().type != Token::Type::kVarEnd)
+          throw Error(absl::StrCat("expected '}}' but found '", Peek().text, "'"));
         ++pos_;
         body.push_back(std::move(node));
         continue;
@@ -280,7 +314,8 @@ class Parser {
         }
       }
       pos_ += 2;
-      if (NodePtr node = ParseStatement(keyword.text, keyword.line)) body.push_back(std::move(node));
+      if (NodePtr node = ParseStatement(keyword.text, keyword.line))
+        body.push_back(std::move(node));
     }
   }
 
@@ -463,8 +498,8 @@ class Parser {
       const int line = Peek().line;
       std::string op;
       if (Peek().type == Token::Type::kOp &&
-          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" ||
-           Peek().text == ">" || Peek().text == "<=" || Peek().text == ">=")) {
+          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" || Peek().text == ">" ||
+           Peek().text == "<=" || Peek().text == ">=")) {
         op = Next().text;
       } else if (IsName("in")) {
         ++pos_;

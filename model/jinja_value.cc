@@ -22,7 +22,8 @@ std::string FloatRepr(double d) {
 }
 
 std::string PythonQuote(const std::string& s) {
-  const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  const char quote =
+      s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
   std::string out(1, quote);
   for (char c : s) {
     switch (c) {
@@ -210,8 +211,9 @@ void Value::AppendJson(int indent, int depth, std::string* out) const {
     out->append(absl::StrCat(as_int()));
   } else if (is_float()) {
     const double d = std::get<double>(data_);
-    out->append(std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
-                                                      : FloatRepr(d));
+    out->append(std::isnan(d)   ? "NaN"
+                : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                                : FloatRepr(d));
   } else if (is_string()) {
     AppendJsonString(as_string(), out);
   } else if (is_array()) {

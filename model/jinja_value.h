@@ -67,7 +67,9 @@ class Value {
 
   bool as_bool() const { return std::get<bool>(data_); }
   int64_t as_int() const { return std::get<int64_t>(data_); }
-  double as_number() const { return is_int() ? static_cast<double>(as_int()) : std::get<double>(data_); }
+  double as_number() const {
+    return is_int() ? static_cast<double>(as_int()) : std::get<double>(data_);
+  }
   const std::string& as_string() const { return std::get<std::string>(data_); }
   Array& as_array() const { return *std::get<std::shared_ptr<Array>>(data_); }
   Object& as_object() const { return *std::get<std::shared_ptr<Object>>(data_); }

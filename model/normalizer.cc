@@ -43,7 +43,9 @@ class PrependNormalizer : public Normalizer {
 class StripNormalizer : public Normalizer {
  public:
   StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
-  void Normalize(std::string* text) const override { *text = StripWhitespace(*text, left_, right_); }
+  void Normalize(std::string* text) const override {
+    *text = StripWhitespace(*text, left_, right_);
+  }
 
  private:
   bool left_, right_;

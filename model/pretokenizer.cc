@@ -94,7 +94,9 @@ class RegexSplitPreTokenizer : public PreTokenizer {
  public:
   RegexSplitPreTokenizer(std::unique_ptr<UnicodeRegex> regex, std::string literal,
                          SplitBehavior behavior, bool invert)
-      : regex_(std::move(regex)), literal_(std::move(literal)), behavior_(behavior),
+      : regex_(std::move(regex)),
+        literal_(std::move(literal)),
+        behavior_(behavior),
         invert_(invert) {}
 
   void PreTokenize(std::vector<std::string>* pieces, bool) const override {
@@ -295,8 +297,8 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> CreatePreTokenizer(const nlohmann:
       } else if (s == "never") {
         scheme = PrependScheme::kNever;
       } else if (s != "always") {
-        return absl::InvalidArgumentError(absl::StrCat("unsupported Metaspace prepend_scheme '", s,
-                                                       "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("unsupported Metaspace prepend_scheme '", s, "'"));
       }
     } else if (!config.value("add_prefix_space", true)) {
       scheme = PrependScheme::kNever;

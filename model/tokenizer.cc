@@ -26,7 +26,8 @@ absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what) {
   if (json.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), " is not valid JSON"));
   }
-  if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), " is not an object"));
+  if (!json.is_object())
+    return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), " is not an object"));
   return json;
 }
 
@@ -185,7 +186,8 @@ absl::Status Tokenizer::LoadPostProcessor(const nlohmann::json& config) {
       continue;
     }
     if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id")) {
-      return absl::InvalidArgumentError("TemplateProcessing item is neither Sequence nor SpecialToken");
+      return absl::InvalidArgumentError(
+          "TemplateProcessing item is neither Sequence nor SpecialToken");
     }
     const std::string name = item["SpecialToken"]["id"].get<std::string>();
     auto entry = special_tokens.find(name);
@@ -250,7 +252,8 @@ absl::Status Tokenizer::LoadConfigJson(std::string_view text) {
   for (const char* end_of_turn : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"}) {
     if (source.find(end_of_turn) == std::string::npos) continue;
     if (auto id = TokenToId(end_of_turn);
-        id && std::find(eos_token_ids_.begin(), eos_token_ids_.end(), *id) == eos_token_ids_.end()) {
+        id &&
+        std::find(eos_token_ids_.begin(), eos_token_ids_.end(), *id) == eos_token_ids_.end()) {
       eos_token_ids_.push_back(*id);
     }
   }
@@ -297,7 +300,7 @@ void Tokenizer::EncodeSection(std::string_view text, bool at_input_start,
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
                                                        bool add_special_tokens) const {
-  if (Utf8Lossy(text).size() != text.size() || Utf8Lossy(text) != text) {
+  if (!IsValidUtf8(text)) {
     return absl::InvalidArgumentError("text to encode is not valid UTF-8");
   }
   std::vector<int32_t> ids;
@@ -351,16 +354,15 @@ std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_t
 
 std::string Tokenizer::CleanUpTokenization(std::string_view text) {
   static constexpr std::pair<std::string_view, std::string_view> kRules[] = {
-      {" .", "."},     {" ?", "?"},     {" !", "!"},     {" ,", ","},     {" ' ", "'"},
-      {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},   {" 've", "'ve"}, {" 're", "'re"}};
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   std::string out(text);
   for (const auto& [from, to] : kRules) {
     if (out.find(from) == std::string::npos) continue;
     std::string replaced;
     replaced.reserve(out.size());
     size_t pos = 0;
-    for (size_t found = out.find(from); found != std::string::npos;
-         found = out.find(from, pos)) {
+    for (size_t found = out.find(from); found != std::string::npos; found = out.find(from, pos)) {
       replaced.append(out, pos, found - pos);
       replaced.append(to);
       pos = found + from.size();

@@ -35,8 +35,8 @@ class Tokenizer {
   // JSON, a missing field or an unsupported component (e.g. "unsupported model type
   // 'Unigram'"). A chat template that does not parse is not an error here: it is reported by
   // ApplyChatTemplate.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view tokenizer_json,
-                                                             std::string_view tokenizer_config_json);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
+      std::string_view tokenizer_json, std::string_view tokenizer_config_json);
   // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json. NotFound when
   // tokenizer.json is missing.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
@@ -48,8 +48,7 @@ class Tokenizer {
   // Token ids of `text` (UTF-8); with `add_special_tokens` the post-processor's special tokens
   // (e.g. BOS) are added. Added-token strings inside `text` become their ids. InvalidArgument
   // when `text` is not valid UTF-8.
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
-                                              bool add_special_tokens) const;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens) const;
   // Text of `ids`; ids without a token decode to nothing. With `skip_special_tokens` special
   // added tokens are dropped. Applies clean_up_tokenization_spaces when the config asks.
   std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const;
@@ -91,9 +90,9 @@ class Tokenizer {
   void EncodeSection(std::string_view text, bool at_input_start, std::vector<int32_t>* ids) const;
 
   std::unique_ptr<BpeModel> model_;
-  std::unique_ptr<Normalizer> normalizer_;      // may be null
-  std::unique_ptr<PreTokenizer> pre_tokenizer_;  // may be null
-  std::unique_ptr<TokenDecoder> decoder_;        // may be null
+  std::unique_ptr<Normalizer> normalizer_;               // may be null
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;          // may be null
+  std::unique_ptr<TokenDecoder> decoder_;                // may be null
   std::unique_ptr<AddedTokenMatcher> raw_added_;         // non-normalized added tokens
   std::unique_ptr<AddedTokenMatcher> normalized_added_;  // normalized added tokens
   absl::flat_hash_map<int32_t, std::string> added_id_to_content_;

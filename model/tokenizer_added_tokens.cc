@@ -11,7 +11,8 @@ namespace {
 
 bool IsWordChar(char32_t cp) {
   if (cp == '_') return true;
-  if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
+  if (cp < 0x80)
+    return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
   return !IsUnicodeWhitespace(cp);
 }
 
@@ -69,8 +70,7 @@ std::vector<TextSection> AddedTokenMatcher::Split(std::string_view text) const {
     size_t match_begin = pos;
     size_t match_end = pos + found->content.size();
     if (found->lstrip) {
-      while (match_begin > plain_begin &&
-             IsUnicodeWhitespace(CodePointBefore(text, match_begin))) {
+      while (match_begin > plain_begin && IsUnicodeWhitespace(CodePointBefore(text, match_begin))) {
         size_t start = match_begin - 1;
         while (start > plain_begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) {
           --start;

@@ -114,7 +114,7 @@ class ByteFallbackDecoder : public TokenDecoder {
     size_t num_bytes = 0;
     auto flush = [&] {
       if (num_bytes == 0) return;
-      if (Utf8Lossy(bytes) == bytes) {
+      if (IsValidUtf8(bytes)) {
         out.push_back(bytes);
       } else {
         // Like Hugging Face: one replacement character per byte of an invalid run.

@@ -16,7 +16,8 @@ absl::StatusOr<std::string> GetString(const nlohmann::json& config, std::string_
                                       std::string_view context) {
   auto it = config.find(key);
   if (it == config.end() || !it->is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat(AsAbsl(context), " needs a string '", AsAbsl(key), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(AsAbsl(context), " needs a string '", AsAbsl(key), "'"));
   }
   return it->get<std::string>();
 }
@@ -56,7 +57,8 @@ absl::StatusOr<StringReplacer> StringReplacer::FromJson(const nlohmann::json& co
   if (auto s = pattern->find("String"); s != pattern->end() && s->is_string()) {
     replacer.literal_ = s->get<std::string>();
     if (replacer.literal_.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(AsAbsl(context), " has an empty String pattern"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(AsAbsl(context), " has an empty String pattern"));
     }
     return replacer;
   }

@@ -38,9 +38,9 @@ absl::StatusOr<std::unique_ptr<UnicodeRegex>> UnicodeRegex::Create(std::string_v
   if (rc != ONIG_NORMAL) {
     OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN];
     onig_error_code_to_str(message, rc, &error_info);
-    return absl::InvalidArgumentError(absl::StrCat("regex '", AsAbsl(pattern),
-                                                   "' does not compile: ",
-                                                   reinterpret_cast<const char*>(message)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("regex '", AsAbsl(pattern),
+                     "' does not compile: ", reinterpret_cast<const char*>(message)));
   }
   return std::unique_ptr<UnicodeRegex>(new UnicodeRegex(regex));
 }
@@ -61,7 +61,8 @@ void UnicodeRegex::FindAll(std::string_view text,
     const auto finish = static_cast<size_t>(region->end[0]);
     if (finish == begin) {
       if (begin >= text.size()) break;
-      pos = begin + static_cast<size_t>(Utf8SequenceLength(static_cast<unsigned char>(text[begin])));
+      pos =
+          begin + static_cast<size_t>(Utf8SequenceLength(static_cast<unsigned char>(text[begin])));
       continue;
     }
     matches->emplace_back(begin, finish);

@@ -12,7 +12,9 @@
 namespace kvserve::model {
 
 // This abseil build has its own string_view type; adapts std::string_view to it.
-inline absl::string_view AsAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+inline absl::string_view AsAbsl(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
 
 // Decodes the code point starting at text[*pos] and advances *pos past it. Invalid or
 // truncated sequences decode as one byte each, returning 0xFFFD.
@@ -27,6 +29,9 @@ int Utf8SequenceLength(unsigned char lead);
 // Replaces every invalid or truncated UTF-8 sequence by U+FFFD (the lossy conversion Rust's
 // String::from_utf8_lossy performs: one U+FFFD per maximal invalid subpart).
 std::string Utf8Lossy(std::string_view bytes);
+
+// True when `bytes` is well-formed UTF-8.
+bool IsValidUtf8(std::string_view bytes);
 
 // True for code points with the Unicode White_Space property.
 bool IsUnicodeWhitespace(char32_t cp);

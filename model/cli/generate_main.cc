@@ -15,6 +15,7 @@
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
 #include "cache/kv_cache.h"
+#include "cache/torch_compat.h"
 #include "model/cli/command_line.h"
 #include "model/embedded_model.h"
 #include "model/generator.h"
@@ -69,7 +70,7 @@ absl::Status Run(const CommandLine& cl) {
       cl.GetInt("threads", std::max(1u, std::thread::hardware_concurrency()));
   if (!threads.ok()) return threads.status();
   if (*threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
-  at::set_num_threads(static_cast<int>(*threads));
+  kvserve::compat::SetNumThreads(static_cast<int>(*threads));
 
   m::TransformerOptions options;
   absl::StatusOr<at::ScalarType> dtype = ParseDtype(cl.GetString("dtype", "float32"));

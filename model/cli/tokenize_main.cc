@@ -29,9 +29,11 @@ double MillisecondsSince(Clock::time_point start) {
 
 Json Handle(const kvserve::model::Tokenizer& tokenizer, const std::string& line) {
   const Json request = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (request.is_discarded() || !request.is_object()) return Json{{"error", "input is not a JSON object"}};
+  if (request.is_discarded() || !request.is_object())
+    return Json{{"error", "input is not a JSON object"}};
   if (auto text = request.find("text"); text != request.end() && text->is_string()) {
-    auto ids = tokenizer.Encode(text->get<std::string>(), request.value("add_special_tokens", true));
+    auto ids =
+        tokenizer.Encode(text->get<std::string>(), request.value("add_special_tokens", true));
     if (!ids.ok()) return Json{{"error", std::string(ids.status().message())}};
     return Json{{"ids", *ids}, {"decoded", tokenizer.Decode(*ids, /*skip_special_tokens=*/false)}};
   }

@@ -13,7 +13,8 @@ namespace {
 using ::testing::HasSubstr;
 
 // Renders `source` with `context` (a JSON object); fails the test on error.
-std::string Render(const std::string& source, const nlohmann::json& context = nlohmann::json::object()) {
+std::string Render(const std::string& source,
+                   const nlohmann::json& context = nlohmann::json::object()) {
   auto tmpl = ChatTemplate::Parse(source);
   EXPECT_TRUE(tmpl.ok()) << tmpl.status();
   if (!tmpl.ok()) return "<parse error>";
@@ -23,7 +24,8 @@ std::string Render(const std::string& source, const nlohmann::json& context = nl
 }
 
 // The error message of parsing or rendering `source`; fails the test if it succeeds.
-std::string Error(const std::string& source, const nlohmann::json& context = nlohmann::json::object()) {
+std::string Error(const std::string& source,
+                  const nlohmann::json& context = nlohmann::json::object()) {
   auto tmpl = ChatTemplate::Parse(source);
   if (!tmpl.ok()) {
     EXPECT_EQ(tmpl.status().code(), absl::StatusCode::kInvalidArgument);
@@ -74,13 +76,13 @@ TEST(ChatTemplateTest, LoopVariablesElseBreakContinueAndScoping) {
 }
 
 TEST(ChatTemplateTest, IfElifElseAndOperators) {
-  const std::string tmpl =
-      "{% if n > 2 %}big{% elif n == 2 %}two{% else %}small{% endif %}";
+  const std::string tmpl = "{% if n > 2 %}big{% elif n == 2 %}two{% else %}small{% endif %}";
   EXPECT_EQ(Render(tmpl, {{"n", 3}}), "big");
   EXPECT_EQ(Render(tmpl, {{"n", 2}}), "two");
   EXPECT_EQ(Render(tmpl, {{"n", 1}}), "small");
-  EXPECT_EQ(Render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 1 + 2 * 3 }}"),
-            "3 -4 1 1024 3.5 7");
+  EXPECT_EQ(
+      Render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 1 + 2 * 3 }}"),
+      "3 -4 1 1024 3.5 7");
   EXPECT_EQ(Render("{{ 'a' ~ 1 ~ none }} {{ 'x' * 3 }} {{ [1] + [2] }}"), "a1None xxx [1, 2]");
   EXPECT_EQ(Render("{{ 'b' in 'abc' }} {{ 2 in [1, 2] }} {{ 'k' not in {'k': 1} }}"),
             "True True False");
@@ -92,8 +94,9 @@ TEST(ChatTemplateTest, FiltersAndTests) {
   EXPECT_EQ(Render("{{ '  x  ' | trim }}|{{ 'Ab' | upper }}{{ 'Ab' | lower }}"), "x|ABab");
   EXPECT_EQ(Render("{{ [1, 2, 3] | length }} {{ 'héllo' | length }} {{ {'a': 1} | length }}"),
             "3 5 1");
-  EXPECT_EQ(Render("{{ missing | default('d') }} {{ '' | default('e', true) }} {{ 'x' | default('y') }}"),
-            "d e x");
+  EXPECT_EQ(
+      Render("{{ missing | default('d') }} {{ '' | default('e', true) }} {{ 'x' | default('y') }}"),
+      "d e x");
   EXPECT_EQ(Render("{{ ['a', 'b'] | join(', ') }} {{ [1, 2] | join }}"), "a, b 12");
   EXPECT_EQ(Render("{{ {'a': [1, 'x'], 'b': none, 'c': true} | tojson }}"),
             "{\"a\": [1, \"x\"], \"b\": null, \"c\": true}");
@@ -103,8 +106,10 @@ TEST(ChatTemplateTest, FiltersAndTests) {
   EXPECT_EQ(Render("{{ [3, 1, 2] | first }}{{ [3, 1, 2] | last }}{{ [1, 2] | reverse | join }}"),
             "3221");
   EXPECT_EQ(Render("{{ msgs | selectattr('role', 'equalto', 'user') | map(attribute='c') | join }}",
-                   {{"msgs", {{{"role", "user"}, {"c", "a"}}, {{"role", "bot"}, {"c", "b"}},
-                              {{"role", "user"}, {"c", "c"}}}}}),
+                   {{"msgs",
+                     {{{"role", "user"}, {"c", "a"}},
+                      {{"role", "bot"}, {"c", "b"}},
+                      {{"role", "user"}, {"c", "c"}}}}}),
             "ac");
   EXPECT_EQ(Render("{{ x is defined }}{{ y is defined }}{{ x is string }}{{ n is none }}"
                    "{{ f is false }}{{ 3 is number }}{{ {} is mapping }}{{ x is not none }}",
@@ -113,11 +118,14 @@ TEST(ChatTemplateTest, FiltersAndTests) {
 }
 
 TEST(ChatTemplateTest, SlicingAndStringMethods) {
-  EXPECT_EQ(Render("{{ [1, 2, 3, 4][::-1] }} {{ [1, 2, 3, 4][1:3] }} {{ 'héllo'[1:] }} {{ 'abc'[-1] }}"),
-            "[4, 3, 2, 1] [2, 3] éllo c");
-  EXPECT_EQ(Render("{{ 'a<b>c'.split('<b>')[-1] }} {{ ' x y '.split() }} {{ 'a,b,c'.split(',', 1) }}"),
-            "c ['x', 'y'] ['a', 'b,c']");
-  EXPECT_EQ(Render("[{{ '\\n\\nx\\n'.lstrip('\\n') }}] [{{ '  x  '.strip() }}] [{{ 'xxhixx'.rstrip('x') }}]"),
+  EXPECT_EQ(
+      Render("{{ [1, 2, 3, 4][::-1] }} {{ [1, 2, 3, 4][1:3] }} {{ 'héllo'[1:] }} {{ 'abc'[-1] }}"),
+      "[4, 3, 2, 1] [2, 3] éllo c");
+  EXPECT_EQ(
+      Render("{{ 'a<b>c'.split('<b>')[-1] }} {{ ' x y '.split() }} {{ 'a,b,c'.split(',', 1) }}"),
+      "c ['x', 'y'] ['a', 'b,c']");
+  EXPECT_EQ(Render("[{{ '\\n\\nx\\n'.lstrip('\\n') }}] [{{ '  x  '.strip() }}] [{{ "
+                   "'xxhixx'.rstrip('x') }}]"),
             "[x\n] [x] [xxhi]");
   // Python's lstrip with an argument strips only those characters.
   EXPECT_EQ(Render("[{{ '  x'.lstrip('\\n') }}]"), "[  x]");

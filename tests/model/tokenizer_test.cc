@@ -120,9 +120,9 @@ std::string SentencePieceJson() {
     vocab[std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">"] = 3 + b;
   }
   int next = 259;
-  for (const char* piece : {"\xE2\x96\x81", "h", "e", "l", "o", "w", "r", "d", "he", "ll",
-                            "\xE2\x96\x81h", "\xE2\x96\x81he", "llo", "\xE2\x96\x81hello",
-                            "\xE2\x96\x81w"}) {
+  for (const char* piece :
+       {"\xE2\x96\x81", "h", "e", "l", "o", "w", "r", "d", "he", "ll", "\xE2\x96\x81h",
+        "\xE2\x96\x81he", "llo", "\xE2\x96\x81hello", "\xE2\x96\x81w"}) {
     vocab[piece] = next++;
   }
   nlohmann::json tokenizer = {
@@ -138,8 +138,9 @@ std::string SentencePieceJson() {
       {"pre_tokenizer", nullptr},
       {"post_processor",
        {{"type", "TemplateProcessing"},
-        {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
       {"decoder",
        {{"type", "Sequence"},
@@ -149,10 +150,14 @@ std::string SentencePieceJson() {
           {{"type", "Fuse"}},
           {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
       {"model",
-       {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", true},
         {"vocab", vocab},
-        {"merges", {"\xE2\x96\x81 h", "\xE2\x96\x81h e", "l l", "ll o",
-                    "\xE2\x96\x81he llo", "\xE2\x96\x81 w", "h e"}}}}};
+        {"merges",
+         {"\xE2\x96\x81 h", "\xE2\x96\x81h e", "l l", "ll o", "\xE2\x96\x81he llo",
+          "\xE2\x96\x81 w", "h e"}}}}};
   return tokenizer.dump();
 }
 
@@ -185,7 +190,8 @@ TEST(TokenizerErrorsTest, NamesTheProblem) {
   };
   expect_error("{not json", "not valid JSON");
   expect_error("{}", "no 'model'");
-  expect_error(R"({"model": {"type": "Unigram", "vocab": []}})", "unsupported model type 'Unigram'");
+  expect_error(R"({"model": {"type": "Unigram", "vocab": []}})",
+               "unsupported model type 'Unigram'");
   expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})",
                "missing from the vocab");
   nlohmann::json tiny = nlohmann::json::parse(MakeTinyTokenizerJson(300));
@@ -194,8 +200,8 @@ TEST(TokenizerErrorsTest, NamesTheProblem) {
   tiny["normalizer"] = nullptr;
   tiny["pre_tokenizer"] = {{"type", "Punctuation"}};
   expect_error(tiny.dump(), "unsupported pre_tokenizer type 'Punctuation'");
-  tiny["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}},
-                           {"behavior", "Isolated"}};
+  tiny["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   expect_error(tiny.dump(), "does not compile");
   tiny["pre_tokenizer"] = nullptr;
   tiny["decoder"] = {{"type", "CTC"}};
@@ -212,7 +218,8 @@ TEST(TokenizerErrorsTest, BadChatTemplateIsReportedWhenRendering) {
   ASSERT_TRUE(t.ok()) << t.status();
   auto rendered = (*t)->ApplyChatTemplate({{"user", "x"}}, true);
   EXPECT_EQ(rendered.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(rendered.status().message()), HasSubstr("unsupported statement 'include'"));
+  EXPECT_THAT(std::string(rendered.status().message()),
+              HasSubstr("unsupported statement 'include'"));
 }
 
 TEST(TokenizerTest, CleanUpTokenizationMatchesTransformers) {

@@ -1,0 +1,166 @@
+// Tests for the tokenizer.json components: normalizers, pre-tokenizers (every Split behaviour,
+// Metaspace, Digits, ByteLevel), decoders and added-token matching.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "model/normalizer.h"
+#include "model/pretokenizer.h"
+#include "model/tokenizer_added_tokens.h"
+#include "model/tokenizer_decoder.h"
+#include "model/unicode_utils.h"
+
+namespace kvserve::model {
+namespace {
+
+using ::testing::ElementsAre;
+using Json = nlohmann::json;
+
+std::string Normalize(const Json& config, std::string text) {
+  auto n = CreateNormalizer(config);
+  EXPECT_TRUE(n.ok()) << n.status();
+  if (n.ok()) (*n)->Normalize(&text);
+  return text;
+}
+
+std::vector<std::string> PreTokenize(const Json& config, const std::string& text,
+                                     bool at_start = true) {
+  auto p = CreatePreTokenizer(config);
+  EXPECT_TRUE(p.ok()) << p.status();
+  std::vector<std::string> pieces = {text};
+  if (p.ok()) (*p)->PreTokenize(&pieces, at_start);
+  return pieces;
+}
+
+std::string DecodeTokens(const Json& config, std::vector<std::string> tokens) {
+  auto d = CreateTokenDecoder(config, nullptr);
+  EXPECT_TRUE(d.ok()) << d.status();
+  if (d.ok()) (*d)->DecodeChain(&tokens);
+  std::string out;
+  for (const auto& t : tokens) out += t;
+  return out;
+}
+
+TEST(NormalizerTest, UnicodeFormsLowercaseStripPrependReplaceSequence) {
+  EXPECT_EQ(Normalize({{"type", "NFC"}}, "cafe\xCC\x81"), "caf\xC3\xA9");
+  EXPECT_EQ(Normalize({{"type", "NFD"}}, "caf\xC3\xA9"), "cafe\xCC\x81");
+  EXPECT_EQ(Normalize({{"type", "NFKC"}}, "\xEF\xAC\x81 \xC2\xBD"),
+            "fi 1\xE2\x81\x84"
+            "2");
+  EXPECT_EQ(Normalize({{"type", "Lowercase"}}, "HeLLo \xC3\x89"), "hello \xC3\xA9");
+  EXPECT_EQ(Normalize({{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}}, " \t x "),
+            "x ");
+  EXPECT_EQ(Normalize({{"type", "Prepend"}, {"prepend", "_"}}, "ab"), "_ab");
+  EXPECT_EQ(Normalize({{"type", "Prepend"}, {"prepend", "_"}}, ""), "");
+  EXPECT_EQ(Normalize({{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", " "}},
+                      "a   b  c"),
+            "a b c");
+  EXPECT_EQ(Normalize({{"type", "Sequence"},
+                       {"normalizers",
+                        {{{"type", "Lowercase"}},
+                         {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "4"}}}}},
+                      "AbA"),
+            "4b4");
+}
+
+TEST(PreTokenizerTest, SplitBehaviours) {
+  auto split = [](const char* behavior, bool invert = false) {
+    return PreTokenize({{"type", "Split"},
+                        {"pattern", {{"String", "-"}}},
+                        {"behavior", behavior},
+                        {"invert", invert}},
+                       "a-b--c-");
+  };
+  EXPECT_THAT(split("Removed"), ElementsAre("a", "b", "c"));
+  EXPECT_THAT(split("Isolated"), ElementsAre("a", "-", "b", "-", "-", "c", "-"));
+  EXPECT_THAT(split("MergedWithPrevious"), ElementsAre("a-", "b-", "-", "c-"));
+  EXPECT_THAT(split("MergedWithNext"), ElementsAre("a", "-b", "-", "-c", "-"));
+  EXPECT_THAT(split("Contiguous"), ElementsAre("a", "-", "b", "--", "c", "-"));
+  EXPECT_THAT(split("Removed", /*invert=*/true), ElementsAre("-", "--", "-"));
+  EXPECT_THAT(PreTokenize({{"type", "Split"},
+                           {"pattern", {{"Regex", "\\s+(?!\\S)|\\s+"}}},
+                           {"behavior", "Isolated"}},
+                          "a   b"),
+              ElementsAre("a", "  ", " ", "b"));
+}
+
+TEST(PreTokenizerTest, MetaspaceDigitsWhitespaceAndByteLevel) {
+  const std::string m = "\xE2\x96\x81";
+  EXPECT_THAT(PreTokenize({{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "always"}},
+                          "hi there"),
+              ElementsAre(m + "hi", m + "there"));
+  EXPECT_THAT(PreTokenize({{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}},
+                          "hi", /*at_start=*/false),
+              ElementsAre("hi"));
+  EXPECT_THAT(PreTokenize({{"type", "Metaspace"},
+                           {"replacement", m},
+                           {"prepend_scheme", "never"},
+                           {"split", false}},
+                          "a b"),
+              ElementsAre("a" + m + "b"));
+  EXPECT_THAT(PreTokenize({{"type", "Digits"}, {"individual_digits", true}}, "a123"),
+              ElementsAre("a", "1", "2", "3"));
+  EXPECT_THAT(PreTokenize({{"type", "Digits"}, {"individual_digits", false}}, "a123b"),
+              ElementsAre("a", "123", "b"));
+  EXPECT_THAT(PreTokenize({{"type", "Whitespace"}}, "hi, you"), ElementsAre("hi", ",", "you"));
+  // GPT-2 regex, bytes mapped to printable characters (space -> Ġ).
+  EXPECT_THAT(PreTokenize({{"type", "ByteLevel"}, {"add_prefix_space", false}}, "I'm  ok!"),
+              ElementsAre("I", "'m", "\xC4\xA0", "\xC4\xA0ok", "!"));
+  EXPECT_THAT(PreTokenize({{"type", "ByteLevel"}, {"add_prefix_space", true}}, "ok"),
+              ElementsAre("\xC4\xA0ok"));
+}
+
+TEST(DecoderTest, EachDecoder) {
+  const std::string m = "\xE2\x96\x81";
+  EXPECT_EQ(
+      DecodeTokens({{"type", "ByteLevel"}}, {"\xC4\xA0hi", "\xC3\xA2", "\xC4\xA2", "\xC2\xAC"}),
+      " hi\xE2\x82\xAC");
+  EXPECT_EQ(DecodeTokens({{"type", "Metaspace"}, {"replacement", m}}, {m + "a", m + "b"}), "a b");
+  EXPECT_EQ(DecodeTokens({{"type", "ByteFallback"}}, {"<0xE2>", "<0x82>", "<0xAC>", "x"}),
+            "\xE2\x82\xAC"
+            "x");
+  EXPECT_EQ(DecodeTokens({{"type", "Sequence"},
+                          {"decoders",
+                           {{{"type", "Fuse"}},
+                            {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 1}}}}},
+                         {" a", "b "}),
+            "ab");
+  EXPECT_EQ(DecodeTokens({{"type", "Replace"}, {"pattern", {{"String", m}}}, {"content", " "}},
+                         {m + "x"}),
+            " x");
+}
+
+TEST(AddedTokensTest, LeftmostLongestWithStripAndSingleWord) {
+  AddedToken ab{.id = 1, .content = "<ab>"};
+  AddedToken abc{.id = 2, .content = "<ab>c"};
+  AddedToken l{.id = 3, .content = "[L]", .lstrip = true};
+  AddedToken r{.id = 4, .content = "[R]", .rstrip = true};
+  AddedToken w{.id = 5, .content = "cat", .single_word = true};
+  AddedTokenMatcher matcher({ab, abc, l, r, w});
+  auto describe = [&](const std::string& text) {
+    std::vector<std::string> out;
+    for (const TextSection& s : matcher.Split(text)) {
+      out.push_back(s.added_id >= 0 ? "#" + std::to_string(s.added_id) : std::string(s.text));
+    }
+    return out;
+  };
+  EXPECT_THAT(describe("x<ab>cy<ab>"), ElementsAre("x", "#2", "y", "#1"));
+  EXPECT_THAT(describe("a  [L]  b"), ElementsAre("a", "#3", "  b"));
+  EXPECT_THAT(describe("a  [R]  b"), ElementsAre("a  ", "#4", "b"));
+  EXPECT_THAT(describe("cat concat cats cat"), ElementsAre("#5", " concat cats ", "#5"));
+}
+
+TEST(UnicodeUtilsTest, LossyConversionAndValidation) {
+  EXPECT_TRUE(IsValidUtf8("h\xC3\xA9"));
+  EXPECT_FALSE(IsValidUtf8("\xC3"));
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));  // a surrogate
+  EXPECT_EQ(Utf8Lossy("a\xE2\x82"
+                      "b"),
+            "a\xEF\xBF\xBD"
+            "b");  // one U+FFFD per maximal subpart
+  EXPECT_EQ(Utf8Lossy("\xFF\xFE"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace kvserve::model
