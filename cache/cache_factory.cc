@@ -98,4 +98,25 @@ absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const CacheSpec& spec,
   return std::make_unique<KvCache>(std::move(made));
 }
 
+absl::StatusOr<std::unique_ptr<EncoderDecoderCache>> MakeEncoderDecoderCache(
+    const CacheSpec& spec, const std::vector<LayerSpec>& decoder_layers, int64_t encoder_length) {
+  if (!spec.use_cache()) return std::unique_ptr<EncoderDecoderCache>();
+  if (spec.implementation == CacheImplementation::kQuantized) {
+    return absl::InvalidArgumentError(
+        "cache_implementation 'quantized' is not supported for encoder-decoder models; "
+        "allowed: dynamic, static, offloaded, offloaded_static");
+  }
+  absl::StatusOr<std::unique_ptr<KvCache>> self_cache = MakeCache(spec, decoder_layers);
+  if (!self_cache.ok()) return self_cache.status();
+  CacheSpec cross_spec;  // dynamic
+  if (spec.is_static()) {
+    cross_spec = spec;
+    cross_spec.max_cache_len = encoder_length;
+  }
+  absl::StatusOr<std::unique_ptr<KvCache>> cross_cache =
+      MakeCache(cross_spec, std::vector<LayerSpec>(decoder_layers.size()));
+  if (!cross_cache.ok()) return cross_cache.status();
+  return EncoderDecoderCache::Create(std::move(*self_cache), std::move(*cross_cache));
+}
+
 }  // namespace kvserve::cache

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "cache/cache_spec.h"
+#include "cache/encoder_decoder_cache.h"
 #include "cache/kv_cache.h"
 #include "cache/layer_type.h"
 
@@ -22,6 +23,15 @@ namespace kvserve::cache {
 // the reference refuses), or a layer spec is invalid.
 absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const CacheSpec& spec,
                                                    const std::vector<LayerSpec>& layers);
+
+// The cache of an encoder-decoder model as the reference's generate() builds it: the
+// self-attention cache from `spec` and `decoder_layers`; the cross-attention cache (full
+// attention, one layer per decoder layer) dynamic for 'dynamic' and 'offloaded', and for
+// 'static'/'offloaded_static' of the same kind with max_cache_len = `encoder_length`. Returns
+// null for use_cache=false. InvalidArgument for 'quantized' (the reference refuses quantized
+// caches for encoder-decoder models) and for anything MakeCache refuses.
+absl::StatusOr<std::unique_ptr<EncoderDecoderCache>> MakeEncoderDecoderCache(
+    const CacheSpec& spec, const std::vector<LayerSpec>& decoder_layers, int64_t encoder_length);
 
 // The static cache length the reference's generate() uses: max(max_length - 1,
 // configured), where max_length = prompt + max_new_tokens (the last token gets no K/V).

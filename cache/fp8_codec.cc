@@ -61,7 +61,10 @@ at::Tensor ToFp8Storage(const at::Tensor& x) {
   // The native cast does not saturate (out-of-range values become NaN), so clamp first.
   // Stored as the uint8 bit patterns: not every op (index_select, repeat_interleave) takes
   // float8 tensors in every 2.x release.
-  return x.to(at::kFloat).clamp(-kE4m3Max, kE4m3Max).to(at::kFloat8_e4m3fn).view(at::kByte);
+  return x.to(at::kFloat)
+      .clamp(-kE4m3Max, kE4m3Max)
+      .to(c10::ScalarType::Float8_e4m3fn)
+      .view(at::kByte);
 #else
   return EncodeE4m3(x);
 #endif
@@ -69,7 +72,7 @@ at::Tensor ToFp8Storage(const at::Tensor& x) {
 
 at::Tensor FromFp8Storage(const at::Tensor& stored) {
 #if KVSERVE_TORCH_AT_LEAST(2, 1)
-  return stored.view(at::kFloat8_e4m3fn).to(at::kFloat);
+  return stored.view(c10::ScalarType::Float8_e4m3fn).to(at::kFloat);
 #else
   return DecodeE4m3(stored);
 #endif

@@ -227,6 +227,10 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const double eps = c.rms_norm_eps;
 
+  // Offloaded caches start fetching their first layer while the embeddings are gathered.
+  for (const SequenceInput& seq : batch.sequences) {
+    if (seq.cache != nullptr) seq.cache->PrepareForward();
+  }
   const auto [cos, sin] = rope_.CosSin(pos_t, longest);
   at::Tensor x = embed_.index_select(0, ids_t);  // [total, hidden]
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {

@@ -96,6 +96,24 @@ TEST(CacheFactoryTest, InvalidWindowIsRefused) {
           .ok());
 }
 
+TEST(CacheFactoryTest, EncoderDecoderCacheAsGenerate) {
+  const std::vector<LayerSpec> layers(2);
+  auto dyn = MakeEncoderDecoderCache(*CacheSpec::Parse("dynamic"), layers, 7);
+  ASSERT_TRUE(dyn.ok());
+  EXPECT_TRUE(Is<DynamicLayer>((*dyn)->cross_attention().layer(1)));
+  auto st = MakeEncoderDecoderCache(*CacheSpec::Parse("offloaded_static", {}, true, 32), layers, 7);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ((*st)->self_attention().layer(0).MaxLength(), 32);
+  EXPECT_EQ((*st)->cross_attention().layer(0).MaxLength(), 7);
+  EXPECT_TRUE((*st)->cross_attention().layer(0).offloaded());
+  auto quantized = MakeEncoderDecoderCache(*CacheSpec::Parse("quantized"), layers, 7);
+  EXPECT_EQ(quantized.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(quantized.status().message().find("encoder-decoder"), std::string::npos);
+  auto none = MakeEncoderDecoderCache(*CacheSpec::Parse("", {}, false), layers, 7);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, nullptr);
+}
+
 TEST(CacheFactoryTest, StaticCacheLengthAsGenerate) {
   EXPECT_EQ(StaticCacheLength(20, std::nullopt), 19);
   EXPECT_EQ(StaticCacheLength(20, 64), 64);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 
 #include "model/tiny_tokenizer.h"
 #include "model/tokenizer.h"
@@ -104,6 +105,34 @@ TEST(IncrementalDetokenizerTest, RealVocabulariesByteFallbackMetaspaceAndCleanup
     }
   }
   if (tested == 0) GTEST_SKIP() << "run tests/tokenizer_reference/setup.sh for real vocabularies";
+}
+
+// Random id sequences (invalid byte runs, lone specials, unknown ids) still concatenate to
+// Decode(all): the property must hold for whatever a sampler produces.
+TEST(IncrementalDetokenizerTest, RandomIdSequencesConcatenateToDecode) {
+  std::vector<std::unique_ptr<Tokenizer>> tokenizers;
+  auto tiny = Tokenizer::FromJson(MakeTinyTokenizerJson(400), MakeTinyTokenizerConfigJson());
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  tokenizers.push_back(*std::move(tiny));
+  for (const char* name : {"llama2", "llama3", "qwen3"}) {
+    if (auto t = RealTokenizer(name)) tokenizers.push_back(std::move(t));
+  }
+  std::mt19937 rng(1234);
+  for (const auto& t : tokenizers) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<int32_t> ids;
+      const int n = 1 + static_cast<int>(rng() % 24);
+      for (int i = 0; i < n; ++i) {
+        // Mostly low ids (bytes / byte-fallback tokens, specials), some anywhere in the vocab.
+        ids.push_back(rng() % 3 == 0 ? static_cast<int32_t>(rng() % (t->vocab_size() + 10))
+                                     : static_cast<int32_t>(rng() % 300));
+      }
+      for (bool skip : {true, false}) {
+        EXPECT_EQ(Join(Stream(*t, ids, skip)), t->Decode(ids, skip))
+            << "vocab " << t->vocab_size() << " trial " << trial;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "model/normalizer.h"
 #include "model/pretokenizer.h"
 #include "model/tokenizer_added_tokens.h"
@@ -77,7 +78,8 @@ TEST(PreTokenizerTest, SplitBehaviours) {
   EXPECT_THAT(split("MergedWithPrevious"), ElementsAre("a-", "b-", "-", "c-"));
   EXPECT_THAT(split("MergedWithNext"), ElementsAre("a", "-b", "-", "-c", "-"));
   EXPECT_THAT(split("Contiguous"), ElementsAre("a", "-", "b", "--", "c", "-"));
-  EXPECT_THAT(split("Removed", /*invert=*/true), ElementsAre("-", "--", "-"));
+  // Inverted: the matches are kept and everything else is removed; "--" is two matches.
+  EXPECT_THAT(split("Removed", /*invert=*/true), ElementsAre("-", "-", "-", "-"));
   EXPECT_THAT(PreTokenize({{"type", "Split"},
                            {"pattern", {{"Regex", "\\s+(?!\\S)|\\s+"}}},
                            {"behavior", "Isolated"}},
@@ -114,7 +116,7 @@ TEST(PreTokenizerTest, MetaspaceDigitsWhitespaceAndByteLevel) {
 TEST(DecoderTest, EachDecoder) {
   const std::string m = "\xE2\x96\x81";
   EXPECT_EQ(
-      DecodeTokens({{"type", "ByteLevel"}}, {"\xC4\xA0hi", "\xC3\xA2", "\xC4\xA2", "\xC2\xAC"}),
+      DecodeTokens({{"type", "ByteLevel"}}, {"\xC4\xA0hi", "\xC3\xA2", "\xC4\xA4", "\xC2\xAC"}),
       " hi\xE2\x82\xAC");
   EXPECT_EQ(DecodeTokens({{"type", "Metaspace"}, {"replacement", m}}, {m + "a", m + "b"}), "a b");
   EXPECT_EQ(DecodeTokens({{"type", "ByteFallback"}}, {"<0xE2>", "<0x82>", "<0xAC>", "x"}),
@@ -141,7 +143,7 @@ TEST(AddedTokensTest, LeftmostLongestWithStripAndSingleWord) {
   auto describe = [&](const std::string& text) {
     std::vector<std::string> out;
     for (const TextSection& s : matcher.Split(text)) {
-      out.push_back(s.added_id >= 0 ? "#" + std::to_string(s.added_id) : std::string(s.text));
+      out.push_back(s.added_id >= 0 ? absl::StrCat("#", s.added_id) : std::string(s.text));
     }
     return out;
   };
