@@ -3,6 +3,7 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <malloc.h>
 
 #if defined(KVSERVE_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -18,12 +19,24 @@ void EmptyDeviceCache() {
 }
 
 void SetNumThreads(int threads) {
-  at::set_num_threads(threads);
   using SetThreadsFn = void (*)(int);
-  if (auto* set_blas_threads =
-          reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+  auto* set_blas_threads =
+      reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (set_blas_threads != nullptr) {
+    // OpenBLAS keeps its own pool busy-waiting between calls; a second (OpenMP) pool of the
+    // same size then competes for the same cores, which measured prefill at half speed on 2
+    // cores. The GEMMs and GEMVs, where the time goes, run on OpenBLAS's threads; LibTorch's
+    // element-wise kernels run on the calling thread.
     set_blas_threads(threads);
+    at::set_num_threads(1);
+  } else {
+    at::set_num_threads(threads);
   }
+  // Large activations are freed and reallocated every step; keep them in the heap instead
+  // of returning them to the kernel, so that each step does not page-fault its buffers in.
+  // (32 MiB is glibc's largest allowed mmap threshold on 64-bit hosts.)
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
 
 void SynchronizeDevice(const c10::Device& device) {

@@ -29,9 +29,10 @@ using OutOfMemoryError = c10::OutOfMemoryError;
 // Releases cached, unused device blocks back to the driver; a no-op without CUDA.
 void EmptyDeviceCache();
 
-// Sets the CPU threads of LibTorch's intra-op pool and, when the BLAS in use is OpenBLAS
-// (Debian's libopenblas0-pthread), of its own thread pool too, which LibTorch 1.13 leaves
-// at every core; two pools of every core each oversubscribe the CPUs.
+// Sets how many CPU threads compute uses. With OpenBLAS (Debian's libopenblas0-pthread) its
+// pool gets `threads` and LibTorch's intra-op pool one, so two pools never compete for the
+// same cores; otherwise LibTorch's pool gets `threads`. Also keeps freed large buffers in
+// the heap (glibc), so that steps do not page-fault fresh activations in. Call once at start.
 void SetNumThreads(int threads);
 
 // Waits until all queued work on `device` has finished; a no-op on CPU.

@@ -22,6 +22,22 @@ at::Tensor VisibilityMask(int64_t n, int64_t q_start, const cache::LayerView& kv
   return visible;
 }
 
+const at::Tensor& MaskCache::Get(int64_t n, int64_t q_start, const cache::LayerView& kv,
+                                 const cache::LayerSpec& layer, const c10::Device& device) {
+  const std::array<int64_t, 7> key = {n,
+                                      q_start,
+                                      kv.kv_offset,
+                                      kv.num_valid,
+                                      kv.keys.size(2),
+                                      static_cast<int64_t>(layer.type),
+                                      layer.window};
+  for (const Entry& e : entries_) {
+    if (e.key == key) return e.mask;
+  }
+  entries_.push_back({key, VisibilityMask(n, q_start, kv, layer, device)});
+  return entries_.back().mask;
+}
+
 namespace {
 
 // True when every column is visible to every query, so no mask is needed: a single query
@@ -46,7 +62,7 @@ bool AllVisible(int64_t n, int64_t q_start, const cache::LayerView& kv,
 }  // namespace
 
 at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
-                  const cache::LayerSpec& layer, double scale) {
+                  const cache::LayerSpec& layer, double scale, MaskCache* masks) {
   const int64_t n = queries.size(0);
   const int64_t heads = queries.size(1);
   const int64_t head_dim = queries.size(2);
@@ -63,7 +79,9 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
   if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
   scores.mul_(scale);
   if (!AllVisible(n, q_start, kv, layer)) {
-    const at::Tensor visible = VisibilityMask(n, q_start, kv, layer, queries.device());
+    const at::Tensor visible = masks != nullptr
+                                   ? masks->Get(n, q_start, kv, layer, queries.device())
+                                   : VisibilityMask(n, q_start, kv, layer, queries.device());
     scores = scores.view({kv_heads, group, n, kv_len})
                  .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity())
                  .view({kv_heads, group * n, kv_len});
