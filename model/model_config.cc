@@ -11,21 +11,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/string_cat.h"
 
 namespace kvserve::model {
 namespace {
-
-// Debian's abseil has its own string_view, so absl::StrCat does not take std::string_view;
-// Cat() converts those arguments and forwards everything else unchanged.
-template <typename T>
-const T& Piece(const T& value) {
-  return value;
-}
-absl::string_view Piece(std::string_view value) { return {value.data(), value.size()}; }
-template <typename... Args>
-std::string Cat(const Args&... args) {
-  return absl::StrCat(Piece(args)...);
-}
 
 using Json = nlohmann::json;
 using cache::LayerType;
