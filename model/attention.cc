@@ -24,17 +24,40 @@ at::Tensor VisibilityMask(int64_t n, int64_t q_start, const cache::LayerView& kv
 
 const at::Tensor& MaskCache::Get(int64_t n, int64_t q_start, const cache::LayerView& kv,
                                  const cache::LayerSpec& layer, const c10::Device& device) {
-  const std::array<int64_t, 7> key = {n,
+  const std::array<int64_t, 8> key = {n,
                                       q_start,
                                       kv.kv_offset,
                                       kv.num_valid,
                                       kv.keys.size(2),
                                       static_cast<int64_t>(layer.type),
-                                      layer.window};
+                                      layer.window,
+                                      0};
   for (const Entry& e : entries_) {
     if (e.key == key) return e.mask;
   }
   entries_.push_back({key, VisibilityMask(n, q_start, kv, layer, device)});
+  return entries_.back().mask;
+}
+
+const at::Tensor& MaskCache::Bias(int64_t n, int64_t q_start, const cache::LayerView& kv,
+                                  const cache::LayerSpec& layer, const c10::Device& device,
+                                  int64_t group) {
+  std::array<int64_t, 8> key = {n,
+                                q_start,
+                                kv.kv_offset,
+                                kv.num_valid,
+                                kv.keys.size(2),
+                                static_cast<int64_t>(layer.type),
+                                layer.window,
+                                group};
+  for (const Entry& e : entries_) {
+    if (e.key == key) return e.mask;
+  }
+  const at::Tensor visible = Get(n, q_start, kv, layer, device);
+  at::Tensor bias =
+      at::zeros(visible.sizes(), at::TensorOptions().dtype(at::kFloat).device(device))
+          .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
+  entries_.push_back({key, group == 1 ? bias : bias.repeat({group, 1})});
   return entries_.back().mask;
 }
 
@@ -75,10 +98,18 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
   const at::Tensor k = kv.keys.select(0, 0);    // [kv_heads, L, d]
   const at::Tensor v = kv.values.select(0, 0);  // [kv_heads, L, d]
 
-  at::Tensor scores = at::bmm(q, k.transpose(1, 2));  // [kv_heads, group * n, L]
-  if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
-  scores.mul_(scale);
-  if (!AllVisible(n, q_start, kv, layer)) {
+  at::Tensor scores;  // [kv_heads, group * n, L], float32
+  const bool all_visible = AllVisible(n, q_start, kv, layer);
+  if (!all_visible && masks != nullptr && q.scalar_type() == at::kFloat) {
+    // One GEMM computes scale * q k^T + mask instead of a GEMM, a scale and a masked fill.
+    scores = at::baddbmm(masks->Bias(n, q_start, kv, layer, queries.device(), group), q,
+                         k.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
+  } else {
+    scores = at::bmm(q, k.transpose(1, 2));
+    if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
+    scores.mul_(scale);
+  }
+  if (!all_visible && !(masks != nullptr && q.scalar_type() == at::kFloat)) {
     const at::Tensor visible = masks != nullptr
                                    ? masks->Get(n, q_start, kv, layer, queries.device())
                                    : VisibilityMask(n, q_start, kv, layer, queries.device());

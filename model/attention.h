@@ -19,11 +19,15 @@ class MaskCache {
   // The mask VisibilityMask would build for these arguments, built at most once.
   const at::Tensor& Get(int64_t n, int64_t q_start, const cache::LayerView& kv,
                         const cache::LayerSpec& layer, const c10::Device& device);
+  // The same mask as an additive float32 bias (0 where visible, -inf elsewhere), repeated
+  // for `group` query heads: [group * n, kv_len], ready to be added to the scores.
+  const at::Tensor& Bias(int64_t n, int64_t q_start, const cache::LayerView& kv,
+                         const cache::LayerSpec& layer, const c10::Device& device, int64_t group);
 
  private:
   struct Entry {
-    std::array<int64_t, 7> key;
-    at::Tensor mask;  // [n, kv_len] bool
+    std::array<int64_t, 8> key;  // the mask's arguments, and the group (0 for a bool mask)
+    at::Tensor mask;             // [n, kv_len] bool, or the [group * n, kv_len] bias
   };
   std::vector<Entry> entries_;
 };
