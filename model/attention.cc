@@ -22,19 +22,34 @@ at::Tensor VisibilityMask(int64_t n, int64_t q_start, const cache::LayerView& kv
   return visible;
 }
 
+namespace {
+
+// What a mask depends on, plus the query group of a bias (0 for a bool mask).
+std::array<int64_t, 8> MaskKey(int64_t n, int64_t q_start, const cache::LayerView& kv,
+                               const cache::LayerSpec& layer, int64_t group) {
+  return {n,
+          q_start,
+          kv.kv_offset,
+          kv.num_valid,
+          kv.keys.size(2),
+          static_cast<int64_t>(layer.type),
+          layer.window,
+          group};
+}
+
+}  // namespace
+
+const at::Tensor* MaskCache::Find(const std::array<int64_t, 8>& key) const {
+  for (const Entry& e : entries_) {
+    if (e.key == key) return &e.mask;
+  }
+  return nullptr;
+}
+
 const at::Tensor& MaskCache::Get(int64_t n, int64_t q_start, const cache::LayerView& kv,
                                  const cache::LayerSpec& layer, const c10::Device& device) {
-  const std::array<int64_t, 8> key = {n,
-                                      q_start,
-                                      kv.kv_offset,
-                                      kv.num_valid,
-                                      kv.keys.size(2),
-                                      static_cast<int64_t>(layer.type),
-                                      layer.window,
-                                      0};
-  for (const Entry& e : entries_) {
-    if (e.key == key) return e.mask;
-  }
+  const std::array<int64_t, 8> key = MaskKey(n, q_start, kv, layer, 0);
+  if (const at::Tensor* mask = Find(key)) return *mask;
   entries_.push_back({key, VisibilityMask(n, q_start, kv, layer, device)});
   return entries_.back().mask;
 }
@@ -42,17 +57,8 @@ const at::Tensor& MaskCache::Get(int64_t n, int64_t q_start, const cache::LayerV
 const at::Tensor& MaskCache::Bias(int64_t n, int64_t q_start, const cache::LayerView& kv,
                                   const cache::LayerSpec& layer, const c10::Device& device,
                                   int64_t group) {
-  std::array<int64_t, 8> key = {n,
-                                q_start,
-                                kv.kv_offset,
-                                kv.num_valid,
-                                kv.keys.size(2),
-                                static_cast<int64_t>(layer.type),
-                                layer.window,
-                                group};
-  for (const Entry& e : entries_) {
-    if (e.key == key) return e.mask;
-  }
+  const std::array<int64_t, 8> key = MaskKey(n, q_start, kv, layer, group);
+  if (const at::Tensor* bias = Find(key)) return *bias;
   const at::Tensor visible = Get(n, q_start, kv, layer, device);
   at::Tensor bias =
       at::zeros(visible.sizes(), at::TensorOptions().dtype(at::kFloat).device(device))
@@ -100,7 +106,8 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
 
   at::Tensor scores;  // [kv_heads, group * n, L], float32
   const bool all_visible = AllVisible(n, q_start, kv, layer);
-  if (!all_visible && masks != nullptr && q.scalar_type() == at::kFloat) {
+  const bool fused_mask = !all_visible && masks != nullptr && q.scalar_type() == at::kFloat;
+  if (fused_mask) {
     // One GEMM computes scale * q k^T + mask instead of a GEMM, a scale and a masked fill.
     scores = at::baddbmm(masks->Bias(n, q_start, kv, layer, queries.device(), group), q,
                          k.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
@@ -109,7 +116,7 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
     if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
     scores.mul_(scale);
   }
-  if (!all_visible && !(masks != nullptr && q.scalar_type() == at::kFloat)) {
+  if (!all_visible && !fused_mask) {
     const at::Tensor visible = masks != nullptr
                                    ? masks->Get(n, q_start, kv, layer, queries.device())
                                    : VisibilityMask(n, q_start, kv, layer, queries.device());

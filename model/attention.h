@@ -25,6 +25,9 @@ class MaskCache {
                          const cache::LayerSpec& layer, const c10::Device& device, int64_t group);
 
  private:
+  // The entry built for `key`, or nullptr.
+  const at::Tensor* Find(const std::array<int64_t, 8>& key) const;
+
   struct Entry {
     std::array<int64_t, 8> key;  // the mask's arguments, and the group (0 for a bool mask)
     at::Tensor mask;             // [n, kv_len] bool, or the [group * n, kv_len] bias

@@ -1,6 +1,7 @@
 // Seeded tiny Hugging Face checkpoints (see tiny_model_maker.h).
 #include "model/tiny_model_maker.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>

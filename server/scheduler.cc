@@ -115,19 +115,23 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
                               .newly_admitted = false});
     --budget;
   }
-  // Then the next prompt chunks of admitted requests still prefilling, oldest first.
-  for (RequestId id : running_) {
-    if (budget == 0) break;
-    const Request& r = requests_.at(id);
-    if (r.num_computed >= r.num_prompt_tokens) continue;
+  // Schedules the next prompt chunk of `r` that fits in the remaining budget.
+  auto add_prefill_chunk = [&](RequestId id, const Request& r, bool newly_admitted) {
     const int64_t n = std::min(r.num_prompt_tokens - r.num_computed, budget);
     plan.sequences.push_back({.id = id,
                               .num_tokens = n,
                               .start_position = r.num_computed,
                               .is_prefill = true,
                               .samples = r.num_computed + n == r.num_prompt_tokens,
-                              .newly_admitted = false});
+                              .newly_admitted = newly_admitted});
     budget -= n;
+  };
+  // Then the next prompt chunks of admitted requests still prefilling, oldest first.
+  for (RequestId id : running_) {
+    if (budget == 0) break;
+    const Request& r = requests_.at(id);
+    if (r.num_computed >= r.num_prompt_tokens) continue;
+    add_prefill_chunk(id, r, /*newly_admitted=*/false);
   }
   // Then admissions, FCFS: the head of the queue blocks the rest until it is admitted.
   std::vector<RequestId> admitted;
@@ -153,14 +157,7 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
     r.running = true;
     running_.push_back(id);
     admitted.push_back(id);
-    const int64_t n = std::min(r.num_prompt_tokens - r.num_computed, budget);
-    plan.sequences.push_back({.id = id,
-                              .num_tokens = n,
-                              .start_position = r.num_computed,
-                              .is_prefill = true,
-                              .samples = r.num_computed + n == r.num_prompt_tokens,
-                              .newly_admitted = true});
-    budget -= n;
+    add_prefill_chunk(id, r, /*newly_admitted=*/true);
   }
 
   if (!plan.sequences.empty()) in_flight_ = plan;
