@@ -1,0 +1,431 @@
+// Engine: the continuous-batching loop on its own thread.
+#include "server/engine.h"
+
+#include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <exception>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "cache/cache_factory.h"
+#include "cache/kv_cache.h"
+#include "model/incremental_detokenizer.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+#include "server/metrics.h"
+#include "server/stop_string_matcher.h"
+
+namespace kvserve::server {
+namespace {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+// "resource_exhausted", "deadline_exceeded", ...: a failed request's outcome label.
+std::string OutcomeLabel(const absl::Status& status) {
+  return absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
+}
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+}  // namespace
+
+struct Engine::Live {
+  GenerationRequest request;
+  std::shared_ptr<RequestSink> sink;
+  std::unique_ptr<cache::KvCache> cache;  // null without a cache (use_cache=false)
+  std::unique_ptr<model::Sampler> sampler;
+  std::unique_ptr<model::IncrementalDetokenizer> detokenizer;  // null without a tokenizer
+  StopStringMatcher stop;
+  std::vector<int32_t> tokens;  // prompt, then every generated token
+  int64_t num_generated = 0;
+  bool admitted = false;
+  absl::Time admitted_at;
+  absl::Time first_token_at;
+  absl::Time last_token_at;
+};
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
+                                                       model::Model* model,
+                                                       const model::Tokenizer* tokenizer,
+                                                       ServerMetrics* metrics) {
+  if (model == nullptr || metrics == nullptr) {
+    return absl::InvalidArgumentError("Engine::Create: model and metrics are required");
+  }
+  if (options.idle_poll <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("idle_poll must be > 0");
+  }
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(options.scheduler);
+  if (!scheduler.ok()) return scheduler.status();
+  std::unique_ptr<Engine> engine(
+      new Engine(options, model, tokenizer, metrics, *std::move(scheduler)));
+  engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  return engine;
+}
+
+Engine::Engine(const EngineOptions& options, model::Model* model, const model::Tokenizer* tokenizer,
+               ServerMetrics* metrics, std::unique_ptr<Scheduler> scheduler)
+    : options_(options),
+      model_(model),
+      tokenizer_(tokenizer),
+      metrics_(metrics),
+      scheduler_(std::move(scheduler)) {}
+
+Engine::~Engine() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request,
+                                         std::shared_ptr<RequestSink> sink) {
+  absl::MutexLock lock(&mu_);
+  if (draining_) {
+    metrics_->CountRequest("unavailable");
+    return absl::UnavailableError("the server is shutting down");
+  }
+  if (num_queued_ >= options_.scheduler.max_queue) {
+    metrics_->CountRequest("resource_exhausted");
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the queue is full (", num_queued_, " requests wait; --max-queue ",
+                     options_.scheduler.max_queue, "); retry later"));
+  }
+  const RequestId id = next_id_++;
+  ++num_queued_;
+  ++num_live_;
+  inbox_.push_back({id, std::move(request), std::move(sink)});
+  return id;
+}
+
+void Engine::Cancel(RequestId id) {
+  absl::MutexLock lock(&mu_);
+  cancels_.push_back(id);
+}
+
+void Engine::Shutdown(absl::Duration grace) {
+  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time deadline = absl::Now() + grace;
+    draining_ = true;
+    drain_deadline_ = std::min(drain_deadline_, deadline);
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineStats Engine::Stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+bool Engine::WaitIdle(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return num_live_ == 0 && stats_.kv_device_bytes == 0 && stats_.kv_host_bytes == 0;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+void Engine::Loop() {
+  while (true) {
+    DrainInbox();
+    const absl::Time now = absl::Now();
+    ExpireDeadlines(now);
+    bool draining = false;
+    absl::Time drain_deadline;
+    {
+      absl::MutexLock lock(&mu_);
+      draining = draining_;
+      drain_deadline = drain_deadline_;
+    }
+    if (draining && now >= drain_deadline) CancelAllLive();
+    if (draining && live_.empty()) break;
+    const bool ran = Step();
+    PublishStats();
+    if (!ran) {
+      absl::MutexLock lock(&mu_);
+      auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return !inbox_.empty() || !cancels_.empty();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&has_work), options_.idle_poll);
+    }
+  }
+  PublishStats();
+}
+
+void Engine::DrainInbox() {
+  std::vector<Incoming> incoming;
+  std::vector<RequestId> cancels;
+  {
+    absl::MutexLock lock(&mu_);
+    incoming.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (Incoming& in : incoming) {
+    auto live = std::make_unique<Live>();
+    live->request = std::move(in.request);
+    live->sink = std::move(in.sink);
+    live->tokens = live->request.prompt_ids;
+    live->stop = StopStringMatcher(live->request.stop_strings);
+    const int64_t num_prompt = static_cast<int64_t>(live->tokens.size());
+    const int64_t max_new = live->request.max_new_tokens;
+    live_.emplace(in.id, std::move(live));
+    absl::Status added = scheduler_->Add(in.id, num_prompt, max_new);
+    if (!added.ok()) Fail(in.id, added);
+  }
+  for (RequestId id : cancels) {
+    if (!live_.contains(id)) continue;
+    scheduler_->Abort(id);
+    Fail(id, absl::CancelledError("the client cancelled the request"));
+  }
+}
+
+void Engine::ExpireDeadlines(absl::Time now) {
+  std::vector<RequestId> expired;
+  for (const auto& [id, live] : live_) {
+    if (live->request.deadline <= now) expired.push_back(id);
+  }
+  for (RequestId id : expired) {
+    scheduler_->Abort(id);
+    Fail(id, absl::DeadlineExceededError("the request's deadline passed before it finished"));
+  }
+}
+
+void Engine::CancelAllLive() {
+  std::vector<RequestId> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (RequestId id : ids) {
+    scheduler_->Abort(id);
+    Live& live = *live_.at(id);
+    std::string text;
+    if (live.detokenizer) text = live.stop.Feed(live.detokenizer->Finish());
+    text += live.stop.Flush();
+    if (!text.empty()) live.sink->OnOutput(text, {});
+    Finish(id, live, FinishReason::kCancelled);
+  }
+}
+
+bool Engine::Admit(RequestId id, Live& live, absl::Time now) {
+  live.admitted = true;
+  live.admitted_at = now;
+  {
+    absl::MutexLock lock(&mu_);
+    --num_queued_;
+  }
+  metrics_->ObserveQueueTime(absl::ToDoubleSeconds(now - live.request.arrival_time));
+  metrics_->AddPromptTokens(static_cast<int64_t>(live.request.prompt_ids.size()), 0);
+  absl::Status sampling = live.request.sampling.Validate();
+  if (!sampling.ok()) {
+    Fail(id, absl::InvalidArgumentError(absl::StrCat("sampling: ", sampling.message())));
+    return false;
+  }
+  absl::StatusOr<std::unique_ptr<cache::KvCache>> cache =
+      cache::MakeCache(live.request.cache_spec, model_->info().layer_specs);
+  if (!cache.ok()) {
+    Fail(id, absl::InvalidArgumentError(absl::StrCat("cache: ", cache.status().message())));
+    return false;
+  }
+  live.cache = *std::move(cache);
+  live.sampler = std::make_unique<model::Sampler>(live.request.sampling);
+  if (tokenizer_ != nullptr) {
+    live.detokenizer =
+        std::make_unique<model::IncrementalDetokenizer>(tokenizer_, /*skip_special_tokens=*/true);
+  }
+  return true;
+}
+
+bool Engine::Step() {
+  absl::StatusOr<StepPlan> plan = scheduler_->Schedule();
+  if (!plan.ok()) {
+    spdlog::error("scheduler: {}", std::string(plan.status().message()));
+    return false;
+  }
+  for (RequestId id : plan->rejected) {
+    Fail(id, absl::ResourceExhaustedError("the request's KV cache cannot fit in memory"));
+  }
+  if (plan->empty()) return false;
+
+  const absl::Time start = absl::Now();
+  const size_t n = plan->sequences.size();
+  constexpr size_t kNotRun = static_cast<size_t>(-1);
+  std::vector<size_t> batch_index(n, kNotRun);
+  std::vector<bool> ended(n, false);  // failed at admission
+  model::Batch batch;
+  for (size_t i = 0; i < n; ++i) {
+    const ScheduledSequence& s = plan->sequences[i];
+    Live& live = *live_.at(s.id);
+    if (s.newly_admitted && !Admit(s.id, live, start)) {
+      ended[i] = true;
+      continue;
+    }
+    model::SequenceInput input;
+    if (live.cache == nullptr) {
+      // Without a cache a sequence is recomputed whole whenever it samples.
+      if (!s.samples) continue;
+      input.token_ids = live.tokens;
+    } else {
+      input.token_ids =
+          absl::Span<const int32_t>(live.tokens).subspan(s.start_position, s.num_tokens);
+      input.cache = live.cache.get();
+    }
+    batch_index[i] = batch.sequences.size();
+    batch.sequences.push_back(input);
+  }
+
+  absl::StatusOr<model::ForwardOutput> output = model::ForwardOutput{};
+  if (!batch.sequences.empty()) {
+    try {
+      output = model_->Forward(batch);
+    } catch (const c10::Error& e) {
+      output = absl::InternalError(absl::StrCat("forward failed: ", e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      output = absl::InternalError(absl::StrCat("forward failed: ", e.what()));
+    }
+  }
+  const absl::Time now = absl::Now();
+  std::vector<SequenceResult> results;
+  results.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const ScheduledSequence& s = plan->sequences[i];
+    if (ended[i]) {
+      results.push_back({s.id, true});
+      continue;
+    }
+    if (!output.ok()) {
+      // One failed forward leaves every cache of the batch with a partial step: the batch's
+      // requests fail; others are untouched.
+      spdlog::error("request {}: {}", s.id, std::string(output.status().message()));
+      Fail(s.id, output.status());
+      results.push_back({s.id, true});
+      continue;
+    }
+    bool finished = false;
+    if (s.samples) {
+      Live& live = *live_.at(s.id);
+      const int32_t token = live.sampler->Sample(output->logits[batch_index[i]], live.tokens);
+      finished = AcceptToken(s.id, live, token, now);
+    }
+    results.push_back({s.id, finished});
+  }
+  absl::Status updated = scheduler_->Update(results);
+  if (!updated.ok()) spdlog::error("scheduler update: {}", std::string(updated.message()));
+  absl::MutexLock lock(&mu_);
+  ++stats_.num_steps;
+  return true;
+}
+
+bool Engine::AcceptToken(RequestId id, Live& live, int32_t token, absl::Time now) {
+  live.tokens.push_back(token);
+  ++live.num_generated;
+  if (live.num_generated == 1) {
+    live.first_token_at = now;
+    metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(now - live.request.arrival_time));
+  } else {
+    metrics_->ObserveInterTokenLatency(absl::ToDoubleSeconds(now - live.last_token_at));
+  }
+  live.last_token_at = now;
+  metrics_->AddGeneratedTokens(1);
+
+  std::string text = live.stop.Feed(live.detokenizer ? live.detokenizer->Add(token) : "");
+  const GenerationRequest& r = live.request;
+  const std::vector<int32_t>& eos = model_->info().eos_token_ids;
+  std::optional<FinishReason> reason;
+  if (live.stop.matched()) {
+    reason = FinishReason::kStop;
+  } else if (!r.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+    reason = FinishReason::kEos;
+  } else if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
+             r.stop_token_ids.end()) {
+    reason = FinishReason::kStop;
+  } else if (live.num_generated >= r.max_new_tokens) {
+    reason = FinishReason::kLength;
+  }
+  if (reason && !live.stop.matched()) {
+    // The end of the stream: release what the detokenizer and the stop matcher held back.
+    if (live.detokenizer) text += live.stop.Feed(live.detokenizer->Finish());
+    if (live.stop.matched()) reason = FinishReason::kStop;
+    text += live.stop.Flush();
+  }
+  const int32_t ids[1] = {token};
+  live.sink->OnOutput(text, ids);
+  if (!reason) return false;
+  Finish(id, live, *reason);
+  return true;
+}
+
+void Engine::Finish(RequestId id, Live& live, FinishReason reason) {
+  GenerationSummary summary;
+  summary.finish_reason = reason;
+  summary.prompt_tokens = static_cast<int64_t>(live.request.prompt_ids.size());
+  summary.cached_tokens = 0;
+  summary.completion_tokens = live.num_generated;
+  const absl::Time arrival = live.request.arrival_time;
+  summary.queue_ms = live.admitted ? Ms(live.admitted_at - arrival) : 0;
+  if (live.num_generated > 0) {
+    summary.ttft_ms = Ms(live.first_token_at - arrival);
+    summary.decode_ms = Ms(live.last_token_at - live.first_token_at);
+  }
+  summary.cache_implementation =
+      std::string(cache::CacheImplementationName(live.request.cache_spec.implementation));
+  summary.prefix = live.request.prefix;
+  live.sink->OnFinish(summary);
+  metrics_->CountRequest(FinishReasonName(reason));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!live.admitted) --num_queued_;
+    --num_live_;
+  }
+  live_.erase(id);
+}
+
+void Engine::Fail(RequestId id, const absl::Status& status) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Live& live = *it->second;
+  live.sink->OnError(status);
+  metrics_->CountRequest(OutcomeLabel(status));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!live.admitted) --num_queued_;
+    --num_live_;
+  }
+  live_.erase(it);
+}
+
+void Engine::PublishStats() {
+  std::map<std::pair<std::string, std::string>, int64_t> by_strategy;
+  const std::string device = model_->info().device.str();
+  cache::MemoryUsage total;
+  for (const auto& [id, live] : live_) {
+    if (live->cache == nullptr) continue;
+    const cache::MemoryUsage usage = live->cache->Memory();
+    total += usage;
+    const std::string strategy(
+        cache::CacheImplementationName(live->request.cache_spec.implementation));
+    by_strategy[{strategy, device}] += usage.device_bytes;
+    by_strategy[{strategy, "host"}] += usage.host_bytes;
+  }
+  metrics_->SetKvBytes(by_strategy);
+  metrics_->SetQueue(scheduler_->num_waiting(), scheduler_->num_running());
+  absl::MutexLock lock(&mu_);
+  stats_.num_waiting = num_queued_;
+  stats_.num_running = num_live_ - num_queued_;
+  stats_.kv_device_bytes = total.device_bytes;
+  stats_.kv_host_bytes = total.host_bytes;
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,56 @@
+// GenerationRequest: the validated, tokenized form of a Generate call that the engine runs,
+// and GenerationSummary, what the engine reports when it ends. No wire types here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "cache/cache_spec.h"
+#include "model/sampler.h"
+
+namespace kvserve::server {
+
+// Every default applied and every field checked (RequestParser builds it).
+struct GenerationRequest {
+  // The whole prompt (a prefix's tokens included), >= 1 token, each in [0, vocab).
+  std::vector<int32_t> prompt_ids;
+  // Name of the registered prefix the prompt starts with; empty: none.
+  std::string prefix;
+  // Tokens to generate at most, >= 1; prompt + max_new_tokens fits the model's context.
+  int64_t max_new_tokens = 16;
+  model::SamplingParams sampling;
+  // Non-empty strings; generation stops when the text contains one (it is cut off).
+  std::vector<std::string> stop_strings;
+  // Generation stops after one of these ids (kept in the output).
+  std::vector<int32_t> stop_token_ids;
+  // Generate past end-of-sequence tokens.
+  bool ignore_eos = false;
+  // The request's own cache; a static one has its max_cache_len resolved.
+  cache::CacheSpec cache_spec;
+  // Compute the whole prompt even when a cached prefix matches.
+  bool skip_prefix_reuse = false;
+  // When the request reached the server.
+  absl::Time arrival_time = absl::InfinitePast();
+  // The client's deadline; InfiniteFuture when none.
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+enum class FinishReason { kLength, kStop, kEos, kCancelled };
+
+// The request's final report (GenerateResponse minus the text and tokens, sent as deltas).
+struct GenerationSummary {
+  FinishReason finish_reason = FinishReason::kLength;
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  int64_t completion_tokens = 0;
+  double queue_ms = 0;
+  double ttft_ms = 0;
+  double decode_ms = 0;
+  std::string cache_implementation;  // "dynamic", ...; "none" without a cache
+  std::string prefix;                // the registered prefix copied; empty: none
+  bool offload_fallback = false;
+};
+
+}  // namespace kvserve::server

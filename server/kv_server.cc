@@ -1,0 +1,258 @@
+// KvServer: building, starting and stopping the whole server.
+#include "server/kv_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "cache/torch_compat.h"
+#include "model/embedded_model.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+#include "server/engine.h"
+#include "server/generation_service.h"
+#include "server/metrics.h"
+#include "server/metrics_http_server.h"
+#include "server/request_parser.h"
+
+namespace kvserve::server {
+namespace {
+
+absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--dtype '", name, "' is not one of float32, bfloat16, float16"));
+}
+
+std::string DtypeName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return "float32";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    default:
+      return std::string(c10::toString(dtype));
+  }
+}
+
+v1::ModelInfo ToProto(const model::ModelInfo& info, const std::string& name,
+                      const RequestLimits& limits) {
+  v1::ModelInfo out;
+  out.set_name(name);
+  out.set_model_type(info.model_type);
+  out.set_vocab_size(static_cast<int32_t>(info.vocab_size));
+  out.set_num_layers(static_cast<int32_t>(info.num_layers));
+  out.set_num_kv_heads(static_cast<int32_t>(info.num_kv_heads));
+  out.set_head_dim(static_cast<int32_t>(info.head_dim));
+  out.set_max_position_embeddings(static_cast<int32_t>(info.max_position_embeddings));
+  for (const cache::LayerSpec& layer : info.layer_specs) {
+    v1::LayerInfo* l = out.add_layers();
+    l->set_type(cache::LayerTypeName(layer.type));
+    l->set_window(layer.window);
+  }
+  for (int32_t id : info.eos_token_ids) out.add_eos_token_ids(id);
+  if (info.bos_token_id) out.set_bos_token_id(*info.bos_token_id);
+  out.set_dtype(DtypeName(info.dtype));
+  out.set_device(info.device.str());
+  out.set_max_new_tokens_limit(static_cast<int32_t>(limits.max_new_tokens_limit));
+  return out;
+}
+
+// Receives the warm-up generation's end.
+class WarmupSink final : public RequestSink {
+ public:
+  void OnOutput(std::string_view, absl::Span<const int32_t>) override {}
+  void OnFinish(const GenerationSummary&) override { done_.Notify(); }
+  void OnError(const absl::Status& status) override {
+    status_ = status;
+    done_.Notify();
+  }
+  // The warm-up's outcome, once it ended within `timeout`.
+  absl::Status Wait(absl::Duration timeout) {
+    if (!done_.WaitForNotificationWithTimeout(timeout)) {
+      return absl::DeadlineExceededError("the warm-up generation did not finish");
+    }
+    return status_;
+  }
+
+ private:
+  absl::Notification done_;
+  absl::Status status_;  // written before done_ is notified
+};
+
+}  // namespace
+
+LoadedModel::LoadedModel() = default;
+LoadedModel::~LoadedModel() = default;
+LoadedModel::LoadedModel(LoadedModel&&) = default;
+LoadedModel& LoadedModel::operator=(LoadedModel&&) = default;
+
+absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  compat::SetNumThreads(threads);
+  model::TransformerOptions transformer;
+  absl::StatusOr<at::ScalarType> dtype = ParseDtype(options.dtype);
+  if (!dtype.ok()) return dtype.status();
+  transformer.dtype = *dtype;
+  try {
+    transformer.device = c10::Device(options.device);
+  } catch (const c10::Error&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device '", options.device, "' is not a device (cpu, cuda, cuda:0)"));
+  }
+  absl::StatusOr<model::ModelSource> source =
+      options.model_dir.empty() ? model::EmbeddedDefaultModel()
+                                : model::ModelSource::FromDirectory(options.model_dir);
+  if (!source.ok()) return source.status();
+  LoadedModel loaded;
+  absl::StatusOr<std::unique_ptr<model::Transformer>> transformer_model =
+      model::Transformer::Load(*source, transformer);
+  if (!transformer_model.ok()) return transformer_model.status();
+  loaded.model = *std::move(transformer_model);
+  if (source->Has("tokenizer.json")) {
+    absl::StatusOr<std::string> json = source->ReadText("tokenizer.json");
+    if (!json.ok()) return json.status();
+    std::string config;
+    if (source->Has("tokenizer_config.json")) {
+      absl::StatusOr<std::string> text = source->ReadText("tokenizer_config.json");
+      if (!text.ok()) return text.status();
+      config = *std::move(text);
+    }
+    absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
+        model::Tokenizer::FromJson(*json, config);
+    if (!tokenizer.ok()) return tokenizer.status();
+    loaded.tokenizer = *std::move(tokenizer);
+  }
+  loaded.name =
+      options.model_dir.empty()
+          ? "embedded-tiny"
+          : std::filesystem::path(options.model_dir).lexically_normal().filename().string();
+  if (loaded.name.empty()) {
+    loaded.name = std::filesystem::path(options.model_dir)
+                      .lexically_normal()
+                      .parent_path()
+                      .filename()
+                      .string();
+  }
+  return loaded;
+}
+
+KvServer::KvServer(const ServerOptions& options)
+    : options_(options),
+      metrics_(std::make_unique<ServerMetrics>()),
+      generation_(std::make_unique<GenerationService>()) {}
+
+absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& options) {
+  absl::Status valid = options.Validate();
+  if (!valid.ok()) return valid;
+  std::unique_ptr<KvServer> server(new KvServer(options));
+  if (!options.metrics_listen.empty()) {
+    ServerMetrics* metrics = server->metrics_.get();
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Start(
+        options.metrics_listen, [metrics] { return metrics->TextFormat(); });
+    if (!http.ok()) return http.status();
+    server->metrics_server_ = *std::move(http);
+    server->metrics_port_ = server->metrics_server_->port();
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->generation_.get());
+  // Prompts may be long token-id lists or long chat transcripts.
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--listen ", options.listen, ": cannot bind the address"));
+  }
+  server->server_->GetHealthCheckService()->SetServingStatus(false);
+  return server;
+}
+
+KvServer::~KvServer() {
+  Shutdown(absl::ZeroDuration());
+  server_.reset();
+  absl::MutexLock lock(&mu_);
+  engine_.reset();
+}
+
+absl::Status KvServer::Serve(LoadedModel loaded) {
+  absl::MutexLock lock(&mu_);
+  if (serving_ || shut_down_) {
+    return absl::FailedPreconditionError("the server already serves a model or has shut down");
+  }
+  model_ = std::move(loaded);
+  parser_ = std::make_unique<RequestParser>(model_.model->info(), model_.tokenizer.get(),
+                                            options_.limits);
+  EngineOptions engine_options;
+  engine_options.scheduler = options_.scheduler;
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(engine_options, model_.model.get(), model_.tokenizer.get(), metrics_.get());
+  if (!engine.ok()) return engine.status();
+  engine_ = *std::move(engine);
+
+  // Warm-up: one short generation so that the first client does not pay for lazy
+  // initialisation (allocator pools, thread pools, kernels).
+  GenerationRequest warmup;
+  const model::ModelInfo& info = model_.model->info();
+  warmup.prompt_ids = {info.bos_token_id.value_or(0)};
+  warmup.max_new_tokens = std::min<int64_t>(2, info.max_position_embeddings - 1);
+  warmup.ignore_eos = true;
+  warmup.arrival_time = absl::Now();
+  if (warmup.max_new_tokens >= 1) {
+    auto sink = std::make_shared<WarmupSink>();
+    absl::StatusOr<RequestId> id = engine_->Submit(std::move(warmup), sink);
+    if (!id.ok()) return id.status();
+    absl::Status warm = sink->Wait(absl::Minutes(10));
+    if (!warm.ok()) return warm;
+  }
+  generation_->Attach({engine_.get(), parser_.get(), ToProto(info, model_.name, options_.limits)});
+  serving_ = true;
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  spdlog::info("serving {} ({} layers, vocab {}) on {}", model_.name, info.num_layers,
+               info.vocab_size, info.device.str());
+  return absl::OkStatus();
+}
+
+Engine* KvServer::engine() const {
+  absl::MutexLock lock(&mu_);
+  return engine_.get();
+}
+
+void KvServer::Shutdown(absl::Duration grace) {
+  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  Engine* engine = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    engine = engine_.get();
+  }
+  if (server_ == nullptr) return;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  // The engine ends every live request (they finish their gRPC calls) before gRPC stops, so
+  // clients get their output or CANCELLED with partial output, never a dropped connection.
+  if (engine != nullptr) engine->Shutdown(grace);
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  metrics_server_.reset();
+}
+
+}  // namespace kvserve::server

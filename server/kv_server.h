@@ -1,0 +1,93 @@
+// KvServer: the assembled kvserve process minus main(): gRPC server (Generation, health,
+// reflection), Prometheus endpoint, engine and model, with start-up and graceful shutdown.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/server_options.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+namespace kvserve::model {
+class Model;
+class Tokenizer;
+}  // namespace kvserve::model
+
+namespace kvserve::server {
+
+class Engine;
+class GenerationService;
+class MetricsHttpServer;
+class RequestParser;
+class ServerMetrics;
+
+// A model ready to serve.
+struct LoadedModel {
+  // Out of line: Model and Tokenizer are incomplete here.
+  LoadedModel();
+  ~LoadedModel();
+  LoadedModel(LoadedModel&&);
+  LoadedModel& operator=(LoadedModel&&);
+
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<model::Tokenizer> tokenizer;  // null when the folder has none
+  std::string name;                             // ModelInfo.name
+};
+
+// Loads --model (or the embedded tiny model) on --device in --dtype, with its tokenizer.
+// Errors name the file and the problem.
+absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options);
+
+// Lifecycle: Start (port bound, health NOT_SERVING) → Serve (model attached and warm, health
+// SERVING) → Shutdown. Thread-safe; Shutdown may come at any point.
+class KvServer {
+ public:
+  // Binds --listen (and --metrics-listen) and starts answering: health NOT_SERVING and
+  // Generation calls UNAVAILABLE until Serve. Unavailable when an address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<KvServer>> Start(const ServerOptions& options);
+  ~KvServer();
+
+  // Serves `model`: builds the engine, runs one short warm-up generation, then reports
+  // SERVING. FailedPrecondition when called twice or after Shutdown; the warm-up's error
+  // otherwise (the server then stays NOT_SERVING).
+  absl::Status Serve(LoadedModel model);
+
+  // Health NOT_SERVING, no new requests; in-flight ones get up to `grace` to finish, then end
+  // with finish_reason CANCELLED and their partial output; then the gRPC server stops.
+  // Idempotent; blocks until done.
+  void Shutdown(absl::Duration grace);
+
+  // The bound gRPC port, and the metrics port (0 when --metrics-listen is off).
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+  // Null before Serve.
+  Engine* engine() const;
+  ServerMetrics& metrics() const { return *metrics_; }
+
+ private:
+  explicit KvServer(const ServerOptions& options);
+
+  const ServerOptions options_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<GenerationService> generation_;
+  std::unique_ptr<MetricsHttpServer> metrics_server_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  int metrics_port_ = 0;
+
+  mutable absl::Mutex mu_;  // guards the model state below and the lifecycle flags
+  LoadedModel model_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RequestParser> parser_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Engine> engine_ ABSL_GUARDED_BY(mu_);
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex shutdown_mu_;  // serializes Shutdown
+};
+
+}  // namespace kvserve::server

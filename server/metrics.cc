@@ -1,0 +1,120 @@
+// ServerMetrics: Prometheus families and their updates.
+#include "server/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <vector>
+
+namespace kvserve::server {
+namespace {
+
+// Latency buckets in seconds, from sub-millisecond decode steps on a GPU to long CPU prefills.
+const std::vector<double>& LatencyBuckets() {
+  static const std::vector<double> buckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                              0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
+  return buckets;
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  requests_ = &prometheus::BuildCounter()
+                   .Name("kvserve_requests_total")
+                   .Help("Generation requests that ended, by outcome (finish reason or error code)")
+                   .Register(*registry_);
+  waiting_ = &prometheus::BuildGauge()
+                  .Name("kvserve_num_requests_waiting")
+                  .Help("Requests queued for admission")
+                  .Register(*registry_)
+                  .Add({});
+  running_ = &prometheus::BuildGauge()
+                  .Name("kvserve_num_requests_running")
+                  .Help("Requests in the running batch")
+                  .Register(*registry_)
+                  .Add({});
+  prompt_tokens_ = &prometheus::BuildCounter()
+                        .Name("kvserve_prompt_tokens_total")
+                        .Help("Prompt tokens of admitted requests")
+                        .Register(*registry_)
+                        .Add({});
+  cached_tokens_ = &prometheus::BuildCounter()
+                        .Name("kvserve_prompt_tokens_cached_total")
+                        .Help("Prompt tokens copied from a cached prefix instead of computed")
+                        .Register(*registry_)
+                        .Add({});
+  generated_tokens_ = &prometheus::BuildCounter()
+                           .Name("kvserve_generation_tokens_total")
+                           .Help("Tokens generated")
+                           .Register(*registry_)
+                           .Add({});
+  ttft_ = &prometheus::BuildHistogram()
+               .Name("kvserve_time_to_first_token_seconds")
+               .Help("From arrival to the first generated token")
+               .Register(*registry_)
+               .Add({}, LatencyBuckets());
+  itl_ = &prometheus::BuildHistogram()
+              .Name("kvserve_inter_token_latency_seconds")
+              .Help("Between consecutive generated tokens of a request")
+              .Register(*registry_)
+              .Add({}, LatencyBuckets());
+  queue_time_ = &prometheus::BuildHistogram()
+                     .Name("kvserve_request_queue_time_seconds")
+                     .Help("From arrival to admission into the running batch")
+                     .Register(*registry_)
+                     .Add({}, LatencyBuckets());
+  kv_bytes_ = &prometheus::BuildGauge()
+                   .Name("kvserve_kv_cache_bytes")
+                   .Help("Bytes held by the KV caches of live requests, by strategy and device")
+                   .Register(*registry_);
+}
+
+ServerMetrics::~ServerMetrics() = default;
+
+void ServerMetrics::CountRequest(const std::string& outcome) {
+  requests_->Add({{"outcome", outcome}}).Increment();
+}
+
+void ServerMetrics::SetQueue(int64_t num_waiting, int64_t num_running) {
+  waiting_->Set(static_cast<double>(num_waiting));
+  running_->Set(static_cast<double>(num_running));
+}
+
+void ServerMetrics::AddPromptTokens(int64_t num_prompt_tokens, int64_t num_cached_tokens) {
+  prompt_tokens_->Increment(static_cast<double>(num_prompt_tokens));
+  cached_tokens_->Increment(static_cast<double>(num_cached_tokens));
+}
+
+void ServerMetrics::AddGeneratedTokens(int64_t num_tokens) {
+  generated_tokens_->Increment(static_cast<double>(num_tokens));
+}
+
+void ServerMetrics::ObserveTimeToFirstToken(double seconds) { ttft_->Observe(seconds); }
+void ServerMetrics::ObserveInterTokenLatency(double seconds) { itl_->Observe(seconds); }
+void ServerMetrics::ObserveQueueTime(double seconds) { queue_time_->Observe(seconds); }
+
+void ServerMetrics::SetKvBytes(
+    const std::map<std::pair<std::string, std::string>, int64_t>& bytes) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, value] : bytes) {
+    auto it = kv_gauges_.find(key);
+    if (it == kv_gauges_.end()) {
+      prometheus::Gauge* gauge = &kv_bytes_->Add({{"strategy", key.first}, {"device", key.second}});
+      it = kv_gauges_.emplace(key, gauge).first;
+    }
+  }
+  for (const auto& [key, gauge] : kv_gauges_) {
+    auto value = bytes.find(key);
+    gauge->Set(value == bytes.end() ? 0.0 : static_cast<double>(value->second));
+  }
+}
+
+std::string ServerMetrics::TextFormat() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,73 @@
+// ServerMetrics: the server's Prometheus metrics (names follow what vLLM users know, with a
+// kvserve_ prefix), kept in one registry that --metrics-listen serves.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace kvserve::server {
+
+// Thread-safe: every method may be called from any thread.
+class ServerMetrics {
+ public:
+  ServerMetrics();
+  ~ServerMetrics();
+
+  // The registry (to add collectables of other modules).
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // kvserve_requests_total{outcome}: one per request that ended. Outcomes: "length", "stop",
+  // "eos", "cancelled" (finish reasons), and for failures the lower-case gRPC code name
+  // ("invalid_argument", "resource_exhausted", "deadline_exceeded", ...).
+  void CountRequest(const std::string& outcome);
+  // kvserve_num_requests_waiting / kvserve_num_requests_running.
+  void SetQueue(int64_t num_waiting, int64_t num_running);
+  // kvserve_prompt_tokens_total and kvserve_prompt_tokens_cached_total (of those, copied
+  // from a cached prefix).
+  void AddPromptTokens(int64_t num_prompt_tokens, int64_t num_cached_tokens);
+  // kvserve_generation_tokens_total.
+  void AddGeneratedTokens(int64_t num_tokens);
+  // kvserve_time_to_first_token_seconds, kvserve_inter_token_latency_seconds,
+  // kvserve_request_queue_time_seconds.
+  void ObserveTimeToFirstToken(double seconds);
+  void ObserveInterTokenLatency(double seconds);
+  void ObserveQueueTime(double seconds);
+  // kvserve_kv_cache_bytes{strategy, device}: bytes the live caches hold. Every (strategy,
+  // device) pair set once stays exported; pairs missing from `bytes` are set to 0.
+  void SetKvBytes(const std::map<std::pair<std::string, std::string>, int64_t>& bytes);
+
+  // The registry in Prometheus text format (what /metrics serves).
+  std::string TextFormat() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Gauge* waiting_;
+  prometheus::Gauge* running_;
+  prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* cached_tokens_;
+  prometheus::Counter* generated_tokens_;
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* itl_;
+  prometheus::Histogram* queue_time_;
+  prometheus::Family<prometheus::Gauge>* kv_bytes_;
+  absl::Mutex mu_;
+  std::map<std::pair<std::string, std::string>, prometheus::Gauge*> kv_gauges_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kvserve::server

@@ -1,0 +1,295 @@
+// RequestParser: kvserve.v1 requests to GenerationRequest, one named error per bad field.
+#include "server/request_parser.h"
+
+#include <cmath>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cache/cache_factory.h"
+#include "model/chat_template.h"
+#include "model/string_cat.h"
+#include "model/tokenizer.h"
+
+namespace kvserve::server {
+namespace {
+
+using model::Cat;
+
+absl::Status FieldError(const std::string& field, const std::string& reason) {
+  return absl::InvalidArgumentError(Cat(field, ": ", reason));
+}
+
+// A prefix name as PrefixCache accepts it: 1 to 128 characters of [A-Za-z0-9._-].
+bool IsValidPrefixName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::Status CheckIdsInVocab(const std::vector<int32_t>& ids, int64_t vocab_size,
+                             const std::string& field) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return FieldError(Cat(field, "[", i, "]"),
+                        Cat(ids[i], " is outside the vocabulary [0, ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+RequestParser::RequestParser(const model::ModelInfo& model_info, const model::Tokenizer* tokenizer,
+                             RequestLimits limits)
+    : model_info_(model_info), tokenizer_(tokenizer), limits_(limits) {}
+
+absl::StatusOr<std::vector<int32_t>> RequestParser::ChatIds(const v1::ChatMessages& messages,
+                                                            const std::string& field) const {
+  if (messages.messages().empty()) {
+    return FieldError(Cat(field, ".messages"), "at least one message is required");
+  }
+  std::vector<model::ChatMessage> chat;
+  chat.reserve(messages.messages_size());
+  for (int i = 0; i < messages.messages_size(); ++i) {
+    const v1::ChatMessage& m = messages.messages(i);
+    if (m.role().empty()) {
+      return FieldError(Cat(field, ".messages[", i, "].role"), "must not be empty");
+    }
+    chat.push_back({m.role(), m.content()});
+  }
+  if (tokenizer_ == nullptr) {
+    return FieldError(field, "the model has no tokenizer.json; send token_ids instead");
+  }
+  absl::StatusOr<std::string> text =
+      tokenizer_->ApplyChatTemplate(chat, /*add_generation_prompt=*/true);
+  if (!text.ok()) {
+    return FieldError(field,
+                      Cat("the chat template cannot render them: ", text.status().message()));
+  }
+  // The rendered template carries its own special tokens, as apply_chat_template(tokenize=True).
+  absl::StatusOr<std::vector<int32_t>> ids =
+      tokenizer_->Encode(*text, /*add_special_tokens=*/false);
+  if (!ids.ok()) return FieldError(field, std::string(ids.status().message()));
+  return ids;
+}
+
+absl::StatusOr<std::vector<int32_t>> RequestParser::InputIds(
+    const v1::GenerateRequest& request) const {
+  // With a prefix the input continues a sequence, so it gets no sequence-start tokens.
+  const bool add_special_tokens = request.prefix().empty();
+  switch (request.input_case()) {
+    case v1::GenerateRequest::kPrompt: {
+      if (tokenizer_ == nullptr) {
+        return FieldError("prompt", "the model has no tokenizer.json; send token_ids instead");
+      }
+      absl::StatusOr<std::vector<int32_t>> ids =
+          tokenizer_->Encode(request.prompt(), add_special_tokens);
+      if (!ids.ok()) return FieldError("prompt", std::string(ids.status().message()));
+      return ids;
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      std::vector<int32_t> ids(request.token_ids().ids().begin(), request.token_ids().ids().end());
+      absl::Status in_vocab = CheckIdsInVocab(ids, model_info_.vocab_size, "token_ids.ids");
+      if (!in_vocab.ok()) return in_vocab;
+      return ids;
+    }
+    case v1::GenerateRequest::kMessages:
+      return ChatIds(request.messages(), "messages");
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      break;
+  }
+  return FieldError("input", "one of prompt, token_ids or messages is required");
+}
+
+absl::Status RequestParser::ParseSampling(const v1::SamplingParams& s,
+                                          GenerationRequest* out) const {
+  if (s.has_max_new_tokens()) {
+    if (s.max_new_tokens() < 1) {
+      return FieldError("sampling.max_new_tokens",
+                        Cat("must be >= 1 (got ", s.max_new_tokens(), ")"));
+    }
+    if (s.max_new_tokens() > limits_.max_new_tokens_limit) {
+      return FieldError("sampling.max_new_tokens",
+                        Cat(s.max_new_tokens(), " is above the server's --max-new-tokens-limit of ",
+                            limits_.max_new_tokens_limit));
+    }
+    out->max_new_tokens = s.max_new_tokens();
+  } else {
+    out->max_new_tokens = std::min<int64_t>(16, limits_.max_new_tokens_limit);
+  }
+  model::SamplingParams& p = out->sampling;
+  p.do_sample = s.has_do_sample() && s.do_sample();
+  // A set value is checked even when greedy decoding ignores it: it is still malformed.
+  if (s.has_temperature()) {
+    if (!std::isfinite(s.temperature()) || s.temperature() <= 0) {
+      return FieldError("sampling.temperature", Cat("must be > 0 (got ", s.temperature(), ")"));
+    }
+    p.temperature = s.temperature();
+  }
+  if (s.has_top_k()) {
+    if (s.top_k() < 0) {
+      return FieldError("sampling.top_k",
+                        Cat("must be >= 0, 0 turning it off (got ", s.top_k(), ")"));
+    }
+    p.top_k = s.top_k();
+  }
+  if (s.has_top_p()) {
+    if (!(s.top_p() > 0 && s.top_p() <= 1)) {
+      return FieldError("sampling.top_p", Cat("must be in (0, 1] (got ", s.top_p(), ")"));
+    }
+    p.top_p = s.top_p();
+  }
+  if (s.has_min_p()) {
+    if (!(s.min_p() >= 0 && s.min_p() <= 1)) {
+      return FieldError("sampling.min_p", Cat("must be in [0, 1] (got ", s.min_p(), ")"));
+    }
+    p.min_p = s.min_p();
+  }
+  if (s.has_repetition_penalty()) {
+    if (!std::isfinite(s.repetition_penalty()) || s.repetition_penalty() <= 0) {
+      return FieldError("sampling.repetition_penalty",
+                        Cat("must be > 0 (got ", s.repetition_penalty(), ")"));
+    }
+    p.repetition_penalty = s.repetition_penalty();
+  }
+  if (s.has_seed()) p.seed = s.seed();
+  if (s.stop_size() > limits_.max_stop_strings) {
+    return FieldError("sampling.stop", Cat(s.stop_size(), " strings given; at most ",
+                                           limits_.max_stop_strings, " are allowed"));
+  }
+  for (int i = 0; i < s.stop_size(); ++i) {
+    const std::string& stop = s.stop(i);
+    if (stop.empty()) return FieldError(Cat("sampling.stop[", i, "]"), "must not be empty");
+    if (static_cast<int64_t>(stop.size()) > limits_.max_stop_string_bytes) {
+      return FieldError(Cat("sampling.stop[", i, "]"),
+                        Cat("is ", stop.size(), " bytes; at most ", limits_.max_stop_string_bytes));
+    }
+    out->stop_strings.push_back(stop);
+  }
+  out->stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
+  absl::Status ids_ok =
+      CheckIdsInVocab(out->stop_token_ids, model_info_.vocab_size, "sampling.stop_token_ids");
+  if (!ids_ok.ok()) return ids_ok;
+  out->ignore_eos = s.ignore_eos();
+  return absl::OkStatus();
+}
+
+absl::Status RequestParser::ParseCache(const v1::CacheOptions& c, GenerationRequest* out) const {
+  cache::QuantizationConfig quantization;
+  if (c.has_quantization()) {
+    const v1::QuantizationConfig& q = c.quantization();
+    if (!q.backend().empty()) quantization.backend = q.backend();
+    if (q.has_nbits()) quantization.nbits = q.nbits();
+    if (q.has_axis_key()) quantization.axis_key = q.axis_key();
+    if (q.has_axis_value()) quantization.axis_value = q.axis_value();
+    if (q.has_q_group_size()) quantization.q_group_size = q.q_group_size();
+    if (q.has_residual_length()) quantization.residual_length = q.residual_length();
+  }
+  const bool use_cache = !c.has_use_cache() || c.use_cache();
+  std::optional<int64_t> max_cache_len;
+  if (c.has_max_cache_len()) {
+    if (c.max_cache_len() > model_info_.max_position_embeddings) {
+      return FieldError("cache.max_cache_len",
+                        Cat(c.max_cache_len(), " is above the model's context of ",
+                            model_info_.max_position_embeddings, " tokens"));
+    }
+    max_cache_len = c.max_cache_len();
+  }
+  absl::StatusOr<cache::CacheSpec> spec =
+      cache::CacheSpec::Parse(c.cache_implementation(), quantization, use_cache, max_cache_len);
+  if (!spec.ok()) {
+    // CacheSpec names the parameter (cache_implementation, nbits, ...); give its full path.
+    const std::string field = c.has_quantization() && c.cache_implementation() == "quantized"
+                                  ? "cache.quantization"
+                                  : "cache";
+    return FieldError(field, std::string(spec.status().message()));
+  }
+  if (c.has_offload_only_non_sliding()) {
+    if (!spec->is_offloaded()) {
+      return FieldError("cache.offload_only_non_sliding",
+                        "applies only to the offloaded and offloaded_static caches");
+    }
+    spec->offload_only_non_sliding = c.offload_only_non_sliding();
+  }
+  if (spec->is_static()) {
+    spec->max_cache_len = cache::StaticCacheLength(
+        static_cast<int64_t>(out->prompt_ids.size()) + out->max_new_tokens, spec->max_cache_len);
+  }
+  out->cache_spec = *std::move(spec);
+  out->skip_prefix_reuse = c.skip_prefix_reuse();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest& request) const {
+  GenerationRequest out;
+  if (!request.prefix().empty()) {
+    if (!IsValidPrefixName(request.prefix())) {
+      return FieldError("prefix", "a name is 1 to 128 characters of [A-Za-z0-9._-]");
+    }
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = InputIds(request);
+  if (!ids.ok()) return ids.status();
+  if (ids->empty() && request.prefix().empty()) {
+    const std::string field =
+        request.input_case() == v1::GenerateRequest::kTokenIds
+            ? "token_ids.ids"
+            : (request.input_case() == v1::GenerateRequest::kPrompt ? "prompt" : "messages");
+    return FieldError(field, "the input has no tokens; at least one is required");
+  }
+  if (!request.prefix().empty()) {
+    // Named prefixes are served by the PrefixCache service; none is registered here.
+    return absl::NotFoundError(
+        Cat("prefix: no prefix named '", request.prefix(), "' is registered"));
+  }
+  out.prompt_ids = *std::move(ids);
+  absl::Status sampling = ParseSampling(request.sampling(), &out);
+  if (!sampling.ok()) return sampling;
+  const int64_t context = model_info_.max_position_embeddings;
+  const int64_t prompt = static_cast<int64_t>(out.prompt_ids.size());
+  if (prompt + out.max_new_tokens > context) {
+    return FieldError("sampling.max_new_tokens",
+                      Cat("the prompt's ", prompt, " tokens + max_new_tokens ", out.max_new_tokens,
+                          " exceed the model's context of ", context, " tokens"));
+  }
+  absl::Status cache = ParseCache(request.cache(), &out);
+  if (!cache.ok()) return cache;
+  return out;
+}
+
+absl::StatusOr<v1::TokenizeResponse> RequestParser::Tokenize(
+    const v1::TokenizeRequest& request) const {
+  std::vector<int32_t> ids;
+  switch (request.input_case()) {
+    case v1::TokenizeRequest::kText: {
+      if (tokenizer_ == nullptr) return FieldError("text", "the model has no tokenizer.json");
+      const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
+      absl::StatusOr<std::vector<int32_t>> encoded =
+          tokenizer_->Encode(request.text(), add_special);
+      if (!encoded.ok()) return FieldError("text", std::string(encoded.status().message()));
+      ids = *std::move(encoded);
+      break;
+    }
+    case v1::TokenizeRequest::kMessages: {
+      absl::StatusOr<std::vector<int32_t>> encoded = ChatIds(request.messages(), "messages");
+      if (!encoded.ok()) return encoded.status();
+      ids = *std::move(encoded);
+      break;
+    }
+    case v1::TokenizeRequest::INPUT_NOT_SET:
+      return FieldError("input", "one of text or messages is required");
+  }
+  v1::TokenizeResponse response;
+  for (int32_t id : ids) {
+    response.add_token_ids(id);
+    response.add_tokens(tokenizer_->IdToToken(id).value_or(""));
+  }
+  return response;
+}
+
+}  // namespace kvserve::server

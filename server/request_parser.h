@@ -1,0 +1,59 @@
+// RequestParser: wire requests (kvserve.v1) to validated, tokenized engine requests, with an
+// INVALID_ARGUMENT naming the field for anything malformed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kvserve/v1/generation.pb.h"
+#include "model/model.h"
+#include "server/generation_request.h"
+
+namespace kvserve::model {
+class Tokenizer;
+}  // namespace kvserve::model
+
+namespace kvserve::server {
+
+struct RequestLimits {
+  // --max-new-tokens-limit: the largest max_new_tokens a request may ask for.
+  int64_t max_new_tokens_limit = 4096;
+  // Stop strings per request at most, and bytes per stop string at most.
+  int max_stop_strings = 16;
+  int64_t max_stop_string_bytes = 1024;
+};
+
+// Immutable after construction; Parse and Tokenize may run on any number of threads at once
+// (the tokenizer is thread-safe). `model_info` and `tokenizer` (null when the model has no
+// tokenizer.json: then only token_ids inputs are accepted) must outlive the parser.
+class RequestParser {
+ public:
+  RequestParser(const model::ModelInfo& model_info, const model::Tokenizer* tokenizer,
+                RequestLimits limits);
+
+  // Applies the defaults of the proto's comments and checks every field. InvalidArgument
+  // whose message starts with the field's path ("sampling.top_p: ...", "input: ...") for the
+  // first malformed field; NotFound for an unknown prefix name.
+  absl::StatusOr<GenerationRequest> Parse(const v1::GenerateRequest& request) const;
+
+  // Token ids (and their strings) of a TokenizeRequest. InvalidArgument naming the field.
+  absl::StatusOr<v1::TokenizeResponse> Tokenize(const v1::TokenizeRequest& request) const;
+
+  const RequestLimits& limits() const { return limits_; }
+
+ private:
+  // The token ids of the request's input (prompt text, ids or chat messages).
+  absl::StatusOr<std::vector<int32_t>> InputIds(const v1::GenerateRequest& request) const;
+  // Ids of a chat rendered with the model's template; `field` names the input in errors.
+  absl::StatusOr<std::vector<int32_t>> ChatIds(const v1::ChatMessages& messages,
+                                               const std::string& field) const;
+  absl::Status ParseSampling(const v1::SamplingParams& sampling, GenerationRequest* out) const;
+  absl::Status ParseCache(const v1::CacheOptions& cache, GenerationRequest* out) const;
+
+  const model::ModelInfo& model_info_;
+  const model::Tokenizer* tokenizer_;
+  RequestLimits limits_;
+};
+
+}  // namespace kvserve::server

@@ -1,0 +1,99 @@
+// ServerOptions: the kvserve command line.
+#include "server/server_options.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "model/cli/command_line.h"
+
+namespace kvserve::server {
+namespace {
+
+std::vector<cli::FlagSpec> Flags() {
+  return {
+      {"model", "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)",
+       "the embedded tiny model"},
+      {"listen", "gRPC listen address (port 0: any free port)", "127.0.0.1:50051"},
+      {"metrics-listen", "Prometheus /metrics listen address", "off"},
+      {"device", "cpu | cuda | cuda:N", "cpu"},
+      {"dtype", "float32 | bfloat16 | float16", "float32"},
+      {"threads", "CPU threads for LibTorch (0: every core)", "0"},
+      {"max-batch-size", "sequences in the running batch at most", "32"},
+      {"max-batch-tokens", "tokens per step at most (long prefills are chunked to fit)", "2048"},
+      {"max-queue", "requests waiting for admission at most (beyond: RESOURCE_EXHAUSTED)", "256"},
+      {"max-new-tokens-limit", "the largest max_new_tokens a request may ask for", "4096"},
+      {"log-format", "text | json", "text"},
+      {"shutdown-grace-seconds", "time in-flight requests get to finish after SIGTERM", "30"},
+  };
+}
+
+}  // namespace
+
+absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** argv, bool* help,
+                                                             std::string* usage) {
+  absl::StatusOr<cli::CommandLine> cl = cli::CommandLine::Parse(argc, argv, Flags());
+  if (!cl.ok()) return cl.status();
+  *usage = cl->Usage("kvserve", "Serves a causal language model over gRPC (kvserve.v1).");
+  *help = cl->help_requested();
+  ServerOptions o;
+  if (*help) return o;
+  o.model_dir = cl->GetString("model", "");
+  o.listen = cl->GetString("listen", o.listen);
+  o.metrics_listen = cl->GetString("metrics-listen", "");
+  o.device = cl->GetString("device", o.device);
+  o.dtype = cl->GetString("dtype", o.dtype);
+  o.log_format = cl->GetString("log-format", o.log_format);
+  absl::StatusOr<int64_t> threads = cl->GetInt("threads", 0);
+  absl::StatusOr<int64_t> batch = cl->GetInt("max-batch-size", o.scheduler.max_batch_size);
+  absl::StatusOr<int64_t> tokens = cl->GetInt("max-batch-tokens", o.scheduler.max_batch_tokens);
+  absl::StatusOr<int64_t> queue = cl->GetInt("max-queue", o.scheduler.max_queue);
+  absl::StatusOr<int64_t> limit = cl->GetInt("max-new-tokens-limit", o.limits.max_new_tokens_limit);
+  absl::StatusOr<double> grace = cl->GetDouble("shutdown-grace-seconds", 30);
+  for (const absl::Status& s : {threads.status(), batch.status(), tokens.status(), queue.status(),
+                                limit.status(), grace.status()}) {
+    if (!s.ok()) return s;
+  }
+  // Range checks happen in Validate; clamp only what would overflow the narrower fields.
+  auto to_int = [](int64_t v) {
+    return static_cast<int>(std::clamp<int64_t>(v, -1, std::numeric_limits<int>::max()));
+  };
+  o.threads = to_int(*threads);
+  o.scheduler.max_batch_size = to_int(*batch);
+  o.scheduler.max_batch_tokens = *tokens;
+  o.scheduler.max_queue = to_int(*queue);
+  o.limits.max_new_tokens_limit = *limit;
+  if (*grace < 0) return absl::InvalidArgumentError("--shutdown-grace-seconds must be >= 0");
+  o.shutdown_grace = absl::Seconds(*grace);
+  absl::Status valid = o.Validate();
+  if (!valid.ok()) return valid;
+  return o;
+}
+
+absl::Status ServerOptions::Validate() const {
+  if (listen.empty()) return absl::InvalidArgumentError("--listen must not be empty");
+  if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype '", dtype, "' is not one of float32, bfloat16, float16"));
+  }
+  if (log_format != "text" && log_format != "json") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log-format '", log_format, "' is not one of text, json"));
+  }
+  if (threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  if (scheduler.max_batch_size < 1) {
+    return absl::InvalidArgumentError("--max-batch-size must be >= 1");
+  }
+  if (scheduler.max_batch_tokens < scheduler.max_batch_size) {
+    return absl::InvalidArgumentError(
+        "--max-batch-tokens must be >= --max-batch-size (every running decode needs a token)");
+  }
+  if (scheduler.max_queue < 1) return absl::InvalidArgumentError("--max-queue must be >= 1");
+  if (limits.max_new_tokens_limit < 1) {
+    return absl::InvalidArgumentError("--max-new-tokens-limit must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::server

@@ -1,0 +1,45 @@
+// ServerOptions: every kvserve flag, with its default, validated once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/request_parser.h"
+#include "server/scheduler.h"
+
+namespace kvserve::server {
+
+struct ServerOptions {
+  // --model: a Hugging Face model folder; empty: the embedded tiny model.
+  std::string model_dir;
+  // --listen: gRPC address; port 0 picks a free port (printed at start-up).
+  std::string listen = "127.0.0.1:50051";
+  // --metrics-listen: address of the Prometheus /metrics endpoint; empty: off.
+  std::string metrics_listen;
+  // --device: "cpu", "cuda" or "cuda:N".
+  std::string device = "cpu";
+  // --dtype: "float32", "bfloat16" or "float16".
+  std::string dtype = "float32";
+  // --threads: CPU threads for LibTorch; 0: every core.
+  int threads = 0;
+  // --max-batch-size, --max-batch-tokens, --max-queue.
+  SchedulerOptions scheduler;
+  // --max-new-tokens-limit and the stop-string limits.
+  RequestLimits limits;
+  // --log-format: "text" or "json".
+  std::string log_format = "text";
+  // --shutdown-grace-seconds: how long in-flight requests may run after SIGTERM.
+  absl::Duration shutdown_grace = absl::Seconds(30);
+
+  // Parses the command line. InvalidArgument naming the flag for an unknown flag or a bad
+  // value; `*help` is set (and the options are defaults) for --help, with the usage text in
+  // `*usage`.
+  static absl::StatusOr<ServerOptions> FromCommandLine(int argc, char** argv, bool* help,
+                                                       std::string* usage);
+  // Checks every field (ranges, known names). InvalidArgument naming the flag.
+  absl::Status Validate() const;
+};
+
+}  // namespace kvserve::server

@@ -1,0 +1,13 @@
+// ToGrpcStatus: the one place where an absl::Status becomes the grpc::Status a client sees.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+
+namespace kvserve::server {
+
+// Same code (absl's codes are gRPC's, number for number) and message. OK maps to OK.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace kvserve::server
