@@ -183,7 +183,13 @@ void Engine::DrainInbox() {
     const int64_t num_prompt = static_cast<int64_t>(live->tokens.size());
     const int64_t max_new = live->request.max_new_tokens;
     live_.emplace(in.id, std::move(live));
-    absl::Status added = scheduler_->Add(in.id, num_prompt, max_new);
+    // A quantized cache's contents depend on how its updates are split, so its prompt runs
+    // in one update, as in the reference, whatever else is running.
+    const PrefillMode prefill =
+        live_.at(in.id)->request.cache_spec.implementation == cache::CacheImplementation::kQuantized
+            ? PrefillMode::kWhole
+            : PrefillMode::kChunked;
+    absl::Status added = scheduler_->Add(in.id, num_prompt, max_new, 0, prefill);
     if (!added.ok()) Fail(in.id, added);
   }
   for (RequestId id : cancels) {

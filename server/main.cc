@@ -1,6 +1,7 @@
 // kvserve: the server binary. Binds first (health NOT_SERVING), loads and warms the model,
 // serves until SIGTERM or SIGINT, then shuts down gracefully.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
@@ -16,9 +17,36 @@
 namespace {
 
 using kvserve::server::KvServer;
+
+// The write end of the pipe the signal handler reports on. Any thread may take the signal
+// (libraries start threads before main can block signals); the handler only writes one byte.
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int signal_number) {
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  [[maybe_unused]] ssize_t written = ::write(g_signal_pipe[1], &byte, 1);
+}
+
+// Routes SIGTERM and SIGINT to the pipe. False when the pipe or handler cannot be set up.
+bool InstallSignalHandlers() {
+  if (::pipe(g_signal_pipe) != 0) return false;
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  return ::sigaction(SIGTERM, &action, nullptr) == 0 && ::sigaction(SIGINT, &action, nullptr) == 0;
+}
+
+// Blocks until a handled signal arrives; returns its number.
+int WaitForSignal() {
+  unsigned char byte = 0;
+  while (::read(g_signal_pipe[0], &byte, 1) != 1) {
+  }
+  return byte;
+}
 using kvserve::server::ServerOptions;
 
-int Run(const ServerOptions& options, const sigset_t& signals) {
+int Run(const ServerOptions& options) {
   absl::StatusOr<std::unique_ptr<KvServer>> server = KvServer::Start(options);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
@@ -34,7 +62,7 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   }
 
   // Load and warm the model while health says NOT_SERVING; a signal during loading is noticed
-  // once loading ends.
+  // once loading ends (the pipe keeps it).
   absl::StatusOr<kvserve::server::LoadedModel> model = kvserve::server::LoadModel(options);
   if (!model.ok()) {
     spdlog::error("cannot load the model: {}", std::string(model.status().message()));
@@ -45,8 +73,7 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
     spdlog::error("cannot serve: {}", std::string(serving.message()));
     return 1;
   }
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForSignal();
   spdlog::info("signal {}: shutting down (grace {})", signal_number,
                absl::FormatDuration(options.shutdown_grace));
   (*server)->Shutdown(options.shutdown_grace);
@@ -69,11 +96,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   kvserve::server::ConfigureLogging(options->log_format);
-  // Every thread started from here on inherits the blocked signals; main waits for them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return Run(*options, signals);
+  if (!InstallSignalHandlers()) {
+    std::cerr << "kvserve: cannot install the SIGTERM/SIGINT handlers\n";
+    return 1;
+  }
+  return Run(*options);
 }

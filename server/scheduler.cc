@@ -38,7 +38,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<AdmissionP
     : options_(options), policy_(std::move(policy)) {}
 
 absl::Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max_new_tokens,
-                            int64_t num_cached_tokens) {
+                            int64_t num_cached_tokens, PrefillMode prefill) {
   if (num_prompt_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("request ", id, ": num_prompt_tokens must be >= 1, got ", num_prompt_tokens));
@@ -64,6 +64,7 @@ absl::Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max
   request.max_new_tokens = max_new_tokens;
   request.num_cached_tokens = num_cached_tokens;
   request.num_computed = num_cached_tokens;
+  request.prefill = prefill;
   requests_.emplace(id, request);
   waiting_.push_back(id);
   return absl::OkStatus();
@@ -115,9 +116,11 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
                               .newly_admitted = false});
     --budget;
   }
-  // Schedules the next prompt chunk of `r` that fits in the remaining budget.
+  // Schedules the next prompt chunk of `r` that fits in the remaining budget (all of the
+  // prompt for PrefillMode::kWhole, which is admitted only when it fits or runs alone).
   auto add_prefill_chunk = [&](RequestId id, const Request& r, bool newly_admitted) {
-    const int64_t n = std::min(r.num_prompt_tokens - r.num_computed, budget);
+    const int64_t remaining = r.num_prompt_tokens - r.num_computed;
+    const int64_t n = r.prefill == PrefillMode::kWhole ? remaining : std::min(remaining, budget);
     plan.sequences.push_back({.id = id,
                               .num_tokens = n,
                               .start_position = r.num_computed,
@@ -139,6 +142,12 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
          static_cast<int>(running_.size()) < options_.max_batch_size) {
     const RequestId id = waiting_.front();
     Request& r = requests_.at(id);
+    // A whole-prompt request waits (blocking those behind it) for a step with room, or for a
+    // step of its own when its prompt exceeds the budget.
+    if (r.prefill == PrefillMode::kWhole && r.num_prompt_tokens - r.num_computed > budget &&
+        !plan.sequences.empty()) {
+      break;
+    }
     AdmissionPolicy::Decision decision = policy_->Admit({.id = id,
                                                          .num_prompt_tokens = r.num_prompt_tokens,
                                                          .num_cached_tokens = r.num_cached_tokens,

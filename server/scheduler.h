@@ -32,6 +32,17 @@ struct SchedulerOptions {
   int max_queue = 256;
 };
 
+// How a request's prompt may be split over steps.
+enum class PrefillMode {
+  // In chunks that fit each step's token budget beside the running decodes (the default).
+  kChunked,
+  // In one step, as the reference's generate() does: for caches whose contents depend on how
+  // updates are split (quantized caches quantize per update and show a prefill's own keys
+  // unquantized). The request waits at the head of the queue until a step has room for its
+  // whole prompt; a prompt longer than max_batch_tokens runs in a step of its own.
+  kWhole,
+};
+
 // What the engine is asked about a waiting request before it is admitted.
 struct AdmissionQuery {
   RequestId id = 0;
@@ -128,7 +139,7 @@ class Scheduler {
   // gives logits), AlreadyExists for an id the scheduler holds, ResourceExhausted when
   // max_queue requests already wait. Nothing changes on failure.
   absl::Status Add(RequestId id, int64_t num_prompt_tokens, int64_t max_new_tokens,
-                   int64_t num_cached_tokens = 0);
+                   int64_t num_cached_tokens = 0, PrefillMode prefill = PrefillMode::kChunked);
 
   // Forgets a waiting or running request (client cancel, deadline), freeing its place at
   // once. If it is in the plan in flight, its result is ignored. Returns false when the id
@@ -167,6 +178,7 @@ class Scheduler {
     // Tokens sampled so far.
     int64_t num_generated = 0;
     bool running = false;
+    PrefillMode prefill = PrefillMode::kChunked;
   };
 
   Scheduler(const SchedulerOptions& options, std::unique_ptr<AdmissionPolicy> policy);

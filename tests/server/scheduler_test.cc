@@ -196,6 +196,36 @@ TEST(SchedulerTest, DecodesGoFirstAndPrefillsTakeTheRestOfTheBudget) {
   EXPECT_EQ(Step(*s), "1:D1@6s 2:D1@21s 3:D1@5s");
 }
 
+TEST(SchedulerTest, WholePromptRequestWaitsForRoomThenPrefillsInOneStep) {
+  auto s = MakeScheduler({.max_batch_size = 4, .max_batch_tokens = 8});
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->Add(1, 2, 10).ok());
+  EXPECT_EQ(Step(*s), "1:P2@0s+");
+  ASSERT_TRUE(Finish(*s, {1}).ok());
+  // 7 prompt tokens fit beside 1's decode: one chunk, not split.
+  ASSERT_TRUE(s->Add(2, 7, 3, 0, PrefillMode::kWhole).ok());
+  // 8 do not fit beside the decodes; 2 waits and blocks 4 behind it (FCFS).
+  ASSERT_TRUE(s->Add(3, 8, 3, 0, PrefillMode::kWhole).ok());
+  ASSERT_TRUE(s->Add(4, 1, 3).ok());
+  EXPECT_EQ(Step(*s), "1:D1@2s 2:P7@0s+");
+  ASSERT_TRUE(Finish(*s, {1, 2}).ok());
+  EXPECT_EQ(Step(*s), "1:D1@3s 2:D1@7s");
+  EXPECT_EQ(s->num_waiting(), 2);
+  ASSERT_TRUE(Finish(*s, {1, 2}, /*finished=*/{1, 2}).ok());
+  // Alone, a whole prompt may take the full budget.
+  EXPECT_EQ(Step(*s), "3:P8@0s+");
+}
+
+TEST(SchedulerTest, WholePromptLongerThanTheBudgetRunsInAStepOfItsOwn) {
+  auto s = MakeScheduler({.max_batch_size = 4, .max_batch_tokens = 8});
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->Add(1, 20, 3, 0, PrefillMode::kWhole).ok());
+  ASSERT_TRUE(s->Add(2, 3, 3).ok());
+  EXPECT_EQ(Step(*s), "1:P20@0s+");
+  ASSERT_TRUE(Finish(*s, {1}).ok());
+  EXPECT_EQ(Step(*s), "1:D1@20s 2:P3@0s+");
+}
+
 TEST(SchedulerTest, HeadOfQueueBlocksLaterRequestsUntilAdmitted) {
   auto s = MakeScheduler({.max_batch_size = 4, .max_batch_tokens = 8});
   ASSERT_NE(s, nullptr);

@@ -1,0 +1,96 @@
+// The synchronous kvserve client (see client.h).
+#include "client/client.h"
+
+#include <chrono>
+#include <utility>
+
+#include <grpcpp/grpcpp.h>
+
+namespace kvserve::client {
+namespace {
+
+// A context with the call's deadline, if any.
+void ApplyOptions(const CallOptions& options, grpc::ClientContext& context) {
+  if (options.timeout.has_value()) {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         absl::ToChronoMicroseconds(*options.timeout));
+  }
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel)
+    : channel_(std::move(channel)),
+      generation_(v1::Generation::NewStub(channel_)),
+      health_(grpc::health::v1::Health::NewStub(channel_)) {}
+
+std::unique_ptr<Client> Client::Connect(const std::string& target) {
+  return std::make_unique<Client>(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+}
+
+absl::StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest& request,
+                                                      const CallOptions& options) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::GenerateResponse response;
+  grpc::Status status = generation_->Generate(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::Status Client::GenerateStream(
+    const v1::GenerateRequest& request,
+    absl::FunctionRef<bool(const v1::GenerateStreamResponse&)> on_message,
+    const CallOptions& options) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateStreamResponse>> reader =
+      generation_->GenerateStream(&context, request);
+  v1::GenerateStreamResponse message;
+  while (reader->Read(&message)) {
+    if (!on_message(message)) {
+      context.TryCancel();
+      // Finish() needs every message read first; after the cancel these are few or none.
+      while (reader->Read(&message)) {
+      }
+      break;
+    }
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
+absl::StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& request,
+                                                      const CallOptions& options) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::TokenizeResponse response;
+  grpc::Status status = generation_->Tokenize(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::ModelInfo> Client::GetModelInfo(const CallOptions& options) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::ModelInfo response;
+  grpc::Status status = generation_->GetModelInfo(&context, v1::GetModelInfoRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::CheckHealth(
+    const CallOptions& options) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = health_->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response.status();
+}
+
+}  // namespace kvserve::client

@@ -1,0 +1,66 @@
+// Client: a small synchronous C++ client of a kvserve server (kvserve.v1.Generation and
+// grpc.health.v1.Health), with gRPC errors turned into absl::Status.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpc_health/v1/health.grpc.pb.h"
+#include "kvserve/v1/generation.grpc.pb.h"
+
+namespace kvserve::client {
+
+// Options of one call.
+struct CallOptions {
+  // The call's deadline, counted from when it starts; nullopt (default): none.
+  std::optional<absl::Duration> timeout;
+};
+
+// The same code and message as `status` (gRPC and absl share the canonical codes).
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// One connection to a kvserve server. Every method blocks until the call ends, may be called
+// from any number of threads at once, and returns the server's error (or UNAVAILABLE when the
+// server cannot be reached, DEADLINE_EXCEEDED when the timeout passes) as an absl::Status.
+class Client {
+ public:
+  // Uses `channel` (shared with whoever else holds it).
+  explicit Client(std::shared_ptr<grpc::Channel> channel);
+
+  // A client on an insecure channel to `target` ("host:port"); connects on the first call.
+  static std::unique_ptr<Client> Connect(const std::string& target);
+
+  // Generation.Generate: the whole completion.
+  absl::StatusOr<v1::GenerateResponse> Generate(const v1::GenerateRequest& request,
+                                                const CallOptions& options = {}) const;
+
+  // Generation.GenerateStream: calls `on_message` with each message as it arrives, on the
+  // calling thread. When `on_message` returns false the call is cancelled and the result is
+  // CANCELLED (or OK when the server had already finished). OK once the stream is complete.
+  absl::Status GenerateStream(const v1::GenerateRequest& request,
+                              absl::FunctionRef<bool(const v1::GenerateStreamResponse&)> on_message,
+                              const CallOptions& options = {}) const;
+
+  // Generation.Tokenize.
+  absl::StatusOr<v1::TokenizeResponse> Tokenize(const v1::TokenizeRequest& request,
+                                                const CallOptions& options = {}) const;
+
+  // Generation.GetModelInfo.
+  absl::StatusOr<v1::ModelInfo> GetModelInfo(const CallOptions& options = {}) const;
+
+  // grpc.health.v1.Health.Check of the server as a whole (empty service name).
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
+      const CallOptions& options = {}) const;
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Generation::Stub> generation_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+}  // namespace kvserve::client

@@ -1,0 +1,44 @@
+// ParsedFlags: kvctl's flag parsing on top of cli::CommandLine, adding repeatable flags
+// (--stop a --stop b) and typed getters that check a value's range and name the flag.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/cli/command_line.h"
+
+namespace kvserve::client {
+
+struct ParsedFlags {
+  cli::CommandLine flags;
+  // Every value of each repeatable flag, in the order given; a flag never given is absent.
+  std::map<std::string, std::vector<std::string>> repeated;
+
+  // The flag's value as an int32, nullopt when not given; InvalidArgument naming the flag when
+  // it is not an integer or does not fit.
+  absl::StatusOr<std::optional<int32_t>> GetInt32(const std::string& name) const;
+  // Same for int64.
+  absl::StatusOr<std::optional<int64_t>> GetInt64(const std::string& name) const;
+  // Same for a non-negative integer up to 2^64 - 1.
+  absl::StatusOr<std::optional<uint64_t>> GetUint64(const std::string& name) const;
+  // Same for a float.
+  absl::StatusOr<std::optional<float>> GetFloat(const std::string& name) const;
+  // A value flag spelled "true" or "false"; nullopt when not given.
+  absl::StatusOr<std::optional<bool>> GetBoolValue(const std::string& name) const;
+  // A switch (--name, --name=true, --name=false); nullopt when not given.
+  std::optional<bool> GetSwitch(const std::string& name) const;
+};
+
+// Parses `args` (flags only, no program name) against `specs`. Flags named in `repeatable`
+// may be given several times (`--stop a --stop=b`) and land in ParsedFlags::repeated; they
+// must also be in `specs` so that --help lists them. Errors (unknown flag, missing value,
+// positional argument) are InvalidArgument naming the flag.
+absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
+                                       std::vector<cli::FlagSpec> specs,
+                                       const std::vector<std::string>& repeatable = {});
+
+}  // namespace kvserve::client

@@ -1,0 +1,300 @@
+// kvctl bench (see kvctl_bench.h).
+#include "client/kvctl_bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "nlohmann/json.hpp"
+
+namespace kvserve::client {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double MillisBetween(SteadyClock::time_point from, SteadyClock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+// SplitMix64: a fixed, well-mixed sequence from any seed.
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// What one streamed request measured.
+struct Sample {
+  absl::Status status;
+  std::optional<double> ttft_ms;
+  std::vector<double> itl_ms;  // one per token after the first message's
+  int64_t tokens = 0;
+};
+
+Sample RunOne(const Client& client, const v1::GenerateRequest& request, const CallOptions& call) {
+  Sample sample;
+  const SteadyClock::time_point sent = SteadyClock::now();
+  SteadyClock::time_point last = sent;
+  sample.status = client.GenerateStream(
+      request,
+      [&](const v1::GenerateStreamResponse& message) {
+        const int n = message.token_ids_size();
+        if (n == 0) return true;
+        const SteadyClock::time_point now = SteadyClock::now();
+        if (!sample.ttft_ms.has_value()) {
+          sample.ttft_ms = MillisBetween(sent, now);
+        } else {
+          // A message carrying several tokens spreads its gap evenly over them.
+          sample.itl_ms.insert(sample.itl_ms.end(), n, MillisBetween(last, now) / n);
+        }
+        last = now;
+        sample.tokens += n;
+        return true;
+      },
+      call);
+  return sample;
+}
+
+// Runs requests [first_index, first_index + count), `concurrency` at a time.
+std::vector<Sample> RunPhase(const Client& client, const BenchOptions& options,
+                             const v1::ModelInfo& info, const std::vector<int32_t>& avoid,
+                             int64_t first_index, int count, const std::string& phase,
+                             const BenchProgress& progress) {
+  std::vector<Sample> samples(count);
+  if (count == 0) return samples;
+  std::atomic<int> next{0};
+  struct Finished {
+    absl::Mutex mu;
+    int count ABSL_GUARDED_BY(mu) = 0;
+  } finished;
+  auto worker = [&] {
+    for (int i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
+      const v1::GenerateRequest request = BenchRequest(
+          options,
+          SyntheticPrompt(first_index + i, options.prompt_tokens, info.vocab_size(), avoid));
+      samples[i] = RunOne(client, request, options.call);
+      absl::MutexLock lock(&finished.mu);
+      ++finished.count;
+    }
+  };
+  std::vector<std::thread> threads;
+  const int num_threads = std::min(options.concurrency, count);
+  threads.reserve(num_threads);
+  for (int t = 0; t < num_threads; ++t) threads.emplace_back(worker);
+  {
+    auto all_finished = [&finished, count]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return finished.count == count;  // Await calls it with the mutex held
+    };
+    absl::MutexLock lock(&finished.mu);
+    while (!finished.mu.AwaitWithTimeout(absl::Condition(&all_finished), absl::Milliseconds(100))) {
+      if (progress) progress(phase, finished.count, count);
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  if (progress) progress(phase, count, count);
+  return samples;
+}
+
+nlohmann::json OptionalJson(const std::optional<double>& value) {
+  return value.has_value() ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+nlohmann::json SummaryJson(const LatencySummary& s) {
+  return {{"p50", OptionalJson(s.p50)},
+          {"p99", OptionalJson(s.p99)},
+          {"mean", OptionalJson(s.mean)},
+          {"count", s.count}};
+}
+
+std::string FormatMs(const std::optional<double>& value) {
+  return value.has_value() ? absl::StrFormat("%.2f", *value) : "n/a";
+}
+
+}  // namespace
+
+std::vector<cli::FlagSpec> BenchFlagSpecs() {
+  return {
+      {"concurrency", "requests in flight at once", "1"},
+      {"requests", "measured requests", "16"},
+      {"prompt-tokens", "synthetic prompt length in tokens", "32"},
+      {"max-new-tokens", "tokens generated per request (EOS ignored)", "32"},
+      {"warmup", "unmeasured requests sent first", "1"},
+      {"prefix", "registered prefix every request starts with", ""},
+      {"cache-implementation", "cache strategy of every request", "server: dynamic"},
+      {"no-prefix-reuse", "compute every prompt in full (no cached-prefix copies)", "", true},
+  };
+}
+
+absl::StatusOr<BenchOptions> ParseBenchOptions(const ParsedFlags& flags) {
+  BenchOptions options;
+  struct IntFlag {
+    const char* name;
+    int* out;
+    int min;
+  };
+  for (const IntFlag& f :
+       {IntFlag{"concurrency", &options.concurrency, 1}, IntFlag{"requests", &options.requests, 1},
+        IntFlag{"prompt-tokens", &options.prompt_tokens, 1},
+        IntFlag{"max-new-tokens", &options.max_new_tokens, 1},
+        IntFlag{"warmup", &options.warmup, 0}}) {
+    absl::StatusOr<std::optional<int32_t>> value = flags.GetInt32(f.name);
+    if (!value.ok()) return value.status();
+    if (!value->has_value()) continue;
+    if (**value < f.min) {
+      return absl::InvalidArgumentError(absl::StrCat("--", f.name, " must be >= ", f.min));
+    }
+    *f.out = **value;
+  }
+  options.prefix = flags.flags.GetString("prefix");
+  options.cache_implementation = flags.flags.GetString("cache-implementation");
+  options.skip_prefix_reuse = flags.GetSwitch("no-prefix-reuse").value_or(false);
+  return options;
+}
+
+absl::Status CheckBenchFitsModel(const BenchOptions& options, const v1::ModelInfo& info) {
+  const int64_t total = int64_t{options.prompt_tokens} + options.max_new_tokens;
+  if (info.max_position_embeddings() > 0 && total > info.max_position_embeddings()) {
+    return absl::InvalidArgumentError(absl::StrCat("--prompt-tokens + --max-new-tokens = ", total,
+                                                   " exceeds the model's context of ",
+                                                   info.max_position_embeddings()));
+  }
+  if (info.max_new_tokens_limit() > 0 && options.max_new_tokens > info.max_new_tokens_limit()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-new-tokens exceeds the server's limit of ", info.max_new_tokens_limit()));
+  }
+  const int64_t special = info.eos_token_ids_size() + (info.has_bos_token_id() ? 1 : 0);
+  if (info.vocab_size() <= special) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model's vocabulary (", info.vocab_size(), ") has no ordinary token"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int32_t> SyntheticPrompt(int64_t request_index, int length, int32_t vocab_size,
+                                     const std::vector<int32_t>& avoid_ids) {
+  std::vector<int32_t> avoid;
+  for (int32_t id : avoid_ids) {
+    if (id >= 0 && id < vocab_size) avoid.push_back(id);
+  }
+  std::sort(avoid.begin(), avoid.end());
+  avoid.erase(std::unique(avoid.begin(), avoid.end()), avoid.end());
+  const uint64_t usable = static_cast<uint64_t>(vocab_size) - avoid.size();
+  // The r-th id in [0, vocab_size) that is not avoided.
+  auto usable_id = [&](uint64_t r) {
+    int64_t id = static_cast<int64_t>(r);
+    for (int32_t a : avoid) {
+      if (a <= id) ++id;
+    }
+    return static_cast<int32_t>(id);
+  };
+  std::vector<int32_t> ids;
+  ids.reserve(length);
+  uint64_t state = static_cast<uint64_t>(request_index);
+  for (int i = 0; i < length; ++i) {
+    // The first id alone tells requests apart (up to `usable` of them), so that no two
+    // share a cached prefix.
+    const uint64_t r =
+        i == 0 ? static_cast<uint64_t>(request_index) % usable : SplitMix64(state) % usable;
+    ids.push_back(usable_id(r));
+  }
+  return ids;
+}
+
+v1::GenerateRequest BenchRequest(const BenchOptions& options, const std::vector<int32_t>& prompt) {
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  if (!options.prefix.empty()) request.set_prefix(options.prefix);
+  request.mutable_sampling()->set_max_new_tokens(options.max_new_tokens);
+  request.mutable_sampling()->set_ignore_eos(true);
+  if (!options.cache_implementation.empty()) {
+    request.mutable_cache()->set_cache_implementation(options.cache_implementation);
+  }
+  if (options.skip_prefix_reuse) request.mutable_cache()->set_skip_prefix_reuse(true);
+  return request;
+}
+
+BenchReport RunBench(const Client& client, const BenchOptions& options, const v1::ModelInfo& info,
+                     const BenchProgress& progress) {
+  std::vector<int32_t> avoid(info.eos_token_ids().begin(), info.eos_token_ids().end());
+  if (info.has_bos_token_id()) avoid.push_back(info.bos_token_id());
+  // Warm-up prompts come after the measured ones, so that none is cached for a measured one.
+  RunPhase(client, options, info, avoid, options.requests, options.warmup, "warmup", progress);
+  const SteadyClock::time_point start = SteadyClock::now();
+  std::vector<Sample> samples =
+      RunPhase(client, options, info, avoid, 0, options.requests, "bench", progress);
+  BenchReport report;
+  report.options = options;
+  report.wall_s = MillisBetween(start, SteadyClock::now()) / 1000.0;
+  std::vector<double> ttft_ms;
+  std::vector<double> itl_ms;
+  for (const Sample& s : samples) {
+    report.output_tokens += s.tokens;
+    if (s.status.ok()) {
+      ++report.succeeded;
+    } else {
+      if (report.errors++ == 0) {
+        report.first_error =
+            absl::StrCat(absl::StatusCodeToString(s.status.code()), ": ", s.status.message());
+      }
+    }
+    if (s.ttft_ms.has_value()) ttft_ms.push_back(*s.ttft_ms);
+    itl_ms.insert(itl_ms.end(), s.itl_ms.begin(), s.itl_ms.end());
+  }
+  if (report.wall_s > 0) {
+    report.output_tokens_per_s = report.output_tokens / report.wall_s;
+    report.requests_per_s = report.succeeded / report.wall_s;
+  }
+  report.ttft_ms = Summarize(ttft_ms);
+  report.itl_ms = Summarize(itl_ms);
+  return report;
+}
+
+std::string BenchReportText(const BenchReport& r) {
+  const BenchOptions& o = r.options;
+  std::string out =
+      absl::StrFormat("requests: %d (concurrency %d, prompt %d tokens, %d new tokens, warmup %d)\n",
+                      o.requests, o.concurrency, o.prompt_tokens, o.max_new_tokens, o.warmup);
+  absl::StrAppend(&out, "succeeded: ", r.succeeded, "  errors: ", r.errors, "\n");
+  if (!r.first_error.empty()) absl::StrAppend(&out, "first error: ", r.first_error, "\n");
+  absl::StrAppend(&out, "TTFT ms: p50 ", FormatMs(r.ttft_ms.p50), "  p99 ", FormatMs(r.ttft_ms.p99),
+                  "  mean ", FormatMs(r.ttft_ms.mean), "\n");
+  absl::StrAppend(&out, "ITL ms:  p50 ", FormatMs(r.itl_ms.p50), "  p99 ", FormatMs(r.itl_ms.p99),
+                  "  mean ", FormatMs(r.itl_ms.mean), "\n");
+  absl::StrAppend(
+      &out, absl::StrFormat("output tokens: %d in %.3f s: %.1f tokens/s, %.2f requests/s\n",
+                            r.output_tokens, r.wall_s, r.output_tokens_per_s, r.requests_per_s));
+  return out;
+}
+
+std::string BenchReportJson(const BenchReport& r) {
+  const BenchOptions& o = r.options;
+  nlohmann::json json = {
+      {"concurrency", o.concurrency},
+      {"requests", o.requests},
+      {"prompt_tokens", o.prompt_tokens},
+      {"max_new_tokens", o.max_new_tokens},
+      {"warmup", o.warmup},
+      {"prefix", o.prefix},
+      {"cache_implementation", o.cache_implementation},
+      {"skip_prefix_reuse", o.skip_prefix_reuse},
+      {"succeeded", r.succeeded},
+      {"errors", r.errors},
+      {"first_error", r.first_error},
+      {"output_tokens", r.output_tokens},
+      {"wall_s", r.wall_s},
+      {"output_tokens_per_s", r.output_tokens_per_s},
+      {"requests_per_s", r.requests_per_s},
+      {"ttft_ms", SummaryJson(r.ttft_ms)},
+      {"itl_ms", SummaryJson(r.itl_ms)},
+  };
+  return json.dump();
+}
+
+}  // namespace kvserve::client

@@ -1,0 +1,292 @@
+// kvctl: the command-line client of a kvserve server (generate, stream, tokenize, info,
+// health, bench). Exit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad flags.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/client.h"
+#include "client/flags.h"
+#include "client/kvctl_bench.h"
+#include "client/output.h"
+#include "client/request_flags.h"
+
+namespace kvserve::client {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitRpcError = 1;
+constexpr int kExitBadFlags = 2;
+
+// What every command takes: where to connect, the per-call deadline, the output format.
+struct Globals {
+  std::string target;
+  CallOptions call;
+  bool json = false;
+};
+
+std::vector<cli::FlagSpec> GlobalFlagSpecs() {
+  return {
+      {"target", "server address HOST:PORT", "127.0.0.1:50051"},
+      {"timeout-ms", "deadline of each call in milliseconds", "none"},
+      {"output", "text or json (proto3 JSON mapping)", "text"},
+  };
+}
+
+bool IsGlobalValueFlag(const std::string& name) {
+  for (const cli::FlagSpec& spec : GlobalFlagSpecs()) {
+    if (spec.name == name) return true;
+  }
+  return false;
+}
+
+using RunFn = int (*)(const Globals&, const ParsedFlags&);
+
+struct Command {
+  std::string name;
+  std::string summary;
+  std::vector<cli::FlagSpec> specs;
+  std::vector<std::string> repeatable;
+  RunFn run;
+};
+
+int RpcError(const absl::Status& status) {
+  std::cerr << "kvctl: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+            << std::endl;
+  return kExitRpcError;
+}
+
+int BadFlags(const std::string& command, const absl::Status& status) {
+  std::cerr << "kvctl " << command << ": " << status.message() << " (see kvctl " << command
+            << " --help)" << std::endl;
+  return kExitBadFlags;
+}
+
+int RunGenerate(const Globals& globals, const ParsedFlags& flags) {
+  absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest(flags);
+  if (!request.ok()) return BadFlags("generate", request.status());
+  absl::StatusOr<v1::GenerateResponse> response =
+      Client::Connect(globals.target)->Generate(*request, globals.call);
+  if (!response.ok()) return RpcError(response.status());
+  if (globals.json) {
+    std::cout << ToJson(*response) << std::endl;
+    return kExitOk;
+  }
+  std::cout << response->text() << std::endl;
+  std::cerr << GenerationSummary(response->finish_reason(), response->usage(), response->timings(),
+                                 response->cache_report())
+            << std::endl;
+  return kExitOk;
+}
+
+int RunStream(const Globals& globals, const ParsedFlags& flags) {
+  absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest(flags);
+  if (!request.ok()) return BadFlags("stream", request.status());
+  std::optional<v1::GenerateStreamResponse> last;
+  const absl::Status status = Client::Connect(globals.target)
+                                  ->GenerateStream(
+                                      *request,
+                                      [&](const v1::GenerateStreamResponse& message) {
+                                        if (globals.json) {
+                                          std::cout << ToJson(message) << std::endl;
+                                        } else {
+                                          std::cout << message.text() << std::flush;
+                                        }
+                                        if (message.has_usage()) last = message;
+                                        return true;
+                                      },
+                                      globals.call);
+  if (!globals.json) std::cout << std::endl;
+  if (!status.ok()) return RpcError(status);
+  if (!globals.json && last.has_value()) {
+    std::cerr << GenerationSummary(last->finish_reason(), last->usage(), last->timings(),
+                                   last->cache_report())
+              << std::endl;
+  }
+  return kExitOk;
+}
+
+int RunTokenize(const Globals& globals, const ParsedFlags& flags) {
+  absl::StatusOr<v1::TokenizeRequest> request = BuildTokenizeRequest(flags);
+  if (!request.ok()) return BadFlags("tokenize", request.status());
+  absl::StatusOr<v1::TokenizeResponse> response =
+      Client::Connect(globals.target)->Tokenize(*request, globals.call);
+  if (!response.ok()) return RpcError(response.status());
+  std::cout << (globals.json ? ToJson(*response) : TokenIdsText(*response)) << std::endl;
+  return kExitOk;
+}
+
+int RunInfo(const Globals& globals, const ParsedFlags& flags) {
+  absl::StatusOr<v1::ModelInfo> info = Client::Connect(globals.target)->GetModelInfo(globals.call);
+  if (!info.ok()) return RpcError(info.status());
+  if (globals.json) {
+    std::cout << ToJson(*info) << std::endl;
+  } else {
+    std::cout << ModelInfoText(*info);
+  }
+  return kExitOk;
+}
+
+int RunHealth(const Globals& globals, const ParsedFlags& flags) {
+  using grpc::health::v1::HealthCheckResponse;
+  absl::StatusOr<HealthCheckResponse::ServingStatus> status =
+      Client::Connect(globals.target)->CheckHealth(globals.call);
+  if (!status.ok()) return RpcError(status.status());
+  if (globals.json) {
+    HealthCheckResponse response;
+    response.set_status(*status);
+    std::cout << ToJson(response) << std::endl;
+  } else {
+    std::cout << HealthCheckResponse::ServingStatus_Name(*status) << std::endl;
+  }
+  return *status == HealthCheckResponse::SERVING ? kExitOk : kExitRpcError;
+}
+
+// Draws "[#####.....] phase 12/100" over itself on a terminal's stderr; silent otherwise.
+void DrawProgress(const std::string& phase, int finished, int total) {
+  static const bool is_tty = isatty(STDERR_FILENO) == 1;
+  if (!is_tty) return;
+  constexpr int kWidth = 30;
+  const int filled = total > 0 ? finished * kWidth / total : kWidth;
+  std::cerr << absl::StrFormat("\r[%s%s] %s %d/%d", std::string(filled, '#'),
+                               std::string(kWidth - filled, '.'), phase, finished, total);
+  if (finished == total) std::cerr << "\n";
+  std::cerr << std::flush;
+}
+
+int RunBenchCommand(const Globals& globals, const ParsedFlags& flags) {
+  absl::StatusOr<BenchOptions> options = ParseBenchOptions(flags);
+  if (!options.ok()) return BadFlags("bench", options.status());
+  options->call = globals.call;
+  std::unique_ptr<Client> client = Client::Connect(globals.target);
+  absl::StatusOr<v1::ModelInfo> info = client->GetModelInfo(globals.call);
+  if (!info.ok()) return RpcError(info.status());
+  if (absl::Status fits = CheckBenchFitsModel(*options, *info); !fits.ok()) {
+    return BadFlags("bench", fits);
+  }
+  const BenchReport report = RunBench(*client, *options, *info, DrawProgress);
+  std::cout << (globals.json ? BenchReportJson(report) + "\n" : BenchReportText(report))
+            << std::flush;
+  return kExitOk;
+}
+
+std::vector<Command> Commands() {
+  std::vector<Command> commands = {
+      {"generate", "Generates a completion (Generation.Generate) and prints its text.",
+       GenerateFlagSpecs(), GenerateRepeatableFlags(), RunGenerate},
+      {"stream", "Streams a completion (Generation.GenerateStream), printing text as it comes.",
+       GenerateFlagSpecs(), GenerateRepeatableFlags(), RunStream},
+      {"tokenize",
+       "Prints the token ids of a text or of chat messages.",
+       TokenizeFlagSpecs(),
+       {},
+       RunTokenize},
+      {"info", "Prints the served model and the server's limits.", {}, {}, RunInfo},
+      {"health", "Prints SERVING or NOT_SERVING; exits 0 only when SERVING.", {}, {}, RunHealth},
+      {"bench",
+       "Sends --requests streaming requests of synthetic prompts, --concurrency at a time, and "
+       "prints TTFT, inter-token latency and tokens/s.",
+       BenchFlagSpecs(),
+       {},
+       RunBenchCommand},
+  };
+  for (Command& command : commands) {
+    std::vector<cli::FlagSpec> specs = GlobalFlagSpecs();
+    specs.insert(specs.end(), command.specs.begin(), command.specs.end());
+    command.specs = std::move(specs);
+  }
+  return commands;
+}
+
+std::string TopUsage(const std::vector<Command>& commands) {
+  std::string out =
+      "usage: kvctl [--target HOST:PORT] [--timeout-ms MS] [--output text|json] <command> "
+      "[flags]\n\ncommands:\n";
+  for (const Command& command : commands) {
+    absl::StrAppend(&out, absl::StrFormat("  %-9s %s\n", command.name, command.summary));
+  }
+  absl::StrAppend(&out, "\nglobal flags (before or after the command):\n");
+  for (const cli::FlagSpec& spec : GlobalFlagSpecs()) {
+    absl::StrAppend(&out, absl::StrFormat("  --%-11s %s (default: %s)\n", spec.name, spec.help,
+                                          spec.default_text));
+  }
+  absl::StrAppend(&out,
+                  "\nexit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad flags.\n"
+                  "'kvctl <command> --help' lists a command's flags.\n");
+  return out;
+}
+
+absl::StatusOr<Globals> ParseGlobals(const ParsedFlags& flags) {
+  Globals globals;
+  globals.target = flags.flags.GetString("target", "127.0.0.1:50051");
+  const std::string output = flags.flags.GetString("output", "text");
+  if (output != "text" && output != "json") {
+    return absl::InvalidArgumentError("--output must be text or json");
+  }
+  globals.json = output == "json";
+  absl::StatusOr<std::optional<int64_t>> timeout_ms = flags.GetInt64("timeout-ms");
+  if (!timeout_ms.ok()) return timeout_ms.status();
+  if (timeout_ms->has_value()) {
+    if (**timeout_ms <= 0) return absl::InvalidArgumentError("--timeout-ms must be > 0");
+    globals.call.timeout = absl::Milliseconds(**timeout_ms);
+  }
+  return globals;
+}
+
+int Main(int argc, char** argv) {
+  const std::vector<Command> commands = Commands();
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // The command is the first argument that is neither a flag nor a global flag's value; only
+  // global flags may come before it.
+  std::optional<size_t> command_at;
+  bool help = false;
+  for (size_t i = 0; i < args.size() && !command_at.has_value(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      help = true;
+    } else if (arg.rfind("--", 0) == 0) {
+      const std::string name = arg.substr(2, arg.find('=') - 2);
+      if (!IsGlobalValueFlag(name)) {
+        std::cerr << "kvctl: " << arg << " must come after the command (see kvctl --help)\n";
+        return kExitBadFlags;
+      }
+      if (arg.find('=') == std::string::npos) ++i;  // its value
+    } else {
+      command_at = i;
+    }
+  }
+  if (!command_at.has_value()) {
+    (help ? std::cout : std::cerr) << TopUsage(commands);
+    return help ? kExitOk : kExitBadFlags;
+  }
+  const std::string name = args[*command_at];
+  const Command* command = nullptr;
+  for (const Command& c : commands) {
+    if (c.name == name) command = &c;
+  }
+  if (command == nullptr) {
+    std::cerr << "kvctl: unknown command '" << name << "' (see kvctl --help)\n";
+    return kExitBadFlags;
+  }
+  args.erase(args.begin() + *command_at);
+  absl::StatusOr<ParsedFlags> flags = ParseFlags(args, command->specs, command->repeatable);
+  if (!flags.ok()) return BadFlags(name, flags.status());
+  if (help || flags->flags.help_requested()) {
+    std::cout << flags->flags.Usage("kvctl " + name, command->summary);
+    return kExitOk;
+  }
+  absl::StatusOr<Globals> globals = ParseGlobals(*flags);
+  if (!globals.ok()) return BadFlags(name, globals.status());
+  return command->run(*globals, *flags);
+}
+
+}  // namespace
+}  // namespace kvserve::client
+
+int main(int argc, char** argv) { return kvserve::client::Main(argc, argv); }

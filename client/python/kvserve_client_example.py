@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""Example kvserve client in Python: health check, a unary Generate and a GenerateStream.
+
+Uses Debian's python3-grpcio and python3-protobuf and the stubs generated at build time:
+  PYTHONPATH=build/proto/python /usr/bin/python3 client/python/kvserve_client_example.py \
+      --target 127.0.0.1:50051
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
+    generation_pb2,
+    generation_pb2_grpc,
+    grpc,
+    health_pb2,
+    health_pb2_grpc,
+)
+
+
+def summary(message) -> str:
+    """One line of a final message's finish reason, usage and timings."""
+    usage, timings = message.usage, message.timings
+    return (
+        f"finish_reason={generation_pb2.FinishReason.Name(message.finish_reason)} "
+        f"prompt_tokens={usage.prompt_tokens} cached_tokens={usage.cached_tokens} "
+        f"completion_tokens={usage.completion_tokens} ttft_ms={timings.ttft_ms:.2f} "
+        f"decode_ms={timings.decode_ms:.2f} cache={message.cache_report.cache_implementation}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="127.0.0.1:50051", help="kvserve address HOST:PORT")
+    parser.add_argument("--prompt", default="Hello, my name is", help="text to continue")
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
+    args = parser.parse_args()
+
+    with grpc.insecure_channel(args.target) as channel:
+        try:
+            health = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=args.timeout)
+            print("health:", health_pb2.HealthCheckResponse.ServingStatus.Name(health.status))
+
+            stub = generation_pb2_grpc.GenerationStub(channel)
+            request = generation_pb2.GenerateRequest(
+                prompt=args.prompt,
+                sampling=generation_pb2.SamplingParams(max_new_tokens=args.max_new_tokens))
+
+            response = stub.Generate(request, timeout=args.timeout)
+            print(f"generate: {response.text!r}")
+            print(f"  token_ids: {list(response.token_ids)}")
+            print(f"  {summary(response)}")
+
+            print("stream: ", end="", flush=True)
+            last = None
+            for message in stub.GenerateStream(request, timeout=args.timeout):
+                print(message.text, end="", flush=True)
+                last = message
+            print()
+            if last is not None:
+                print(f"  {summary(last)}")
+        except grpc.RpcError as error:
+            print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

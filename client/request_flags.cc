@@ -1,0 +1,283 @@
+// kvctl's request flags and their mapping onto kvserve.v1 requests (see request_flags.h).
+#include "client/request_flags.h"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace kvserve::client {
+namespace {
+
+using Json = nlohmann::json;
+
+// Sets `*out` via `set` when the flag was given; passes a parse error on.
+template <typename T, typename Set>
+absl::Status SetIfGiven(const absl::StatusOr<std::optional<T>>& value, Set set) {
+  if (!value.ok()) return value.status();
+  if (value->has_value()) set(**value);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Json> ParseJson(const std::string& text, const std::string& flag) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": not valid JSON (", e.what(), ")"));
+  }
+}
+
+// The integer under `key` of `object`, within [lo, hi]; InvalidArgument naming the key.
+absl::StatusOr<int64_t> JsonInteger(const Json& object, const std::string& key, int64_t lo,
+                                    int64_t hi) {
+  const Json& value = object.at(key);
+  const std::string where = absl::StrCat("--cache-config: \"", key, "\"");
+  if (!value.is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " must be an integer"));
+  }
+  if (value.is_number_unsigned() &&
+      value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is out of range"));
+  }
+  const int64_t v = value.get<int64_t>();
+  if (v < lo || v > hi) return absl::InvalidArgumentError(absl::StrCat(where, " is out of range"));
+  return v;
+}
+
+// Sets the request's input oneof from --prompt, --token-ids or --messages (exactly one).
+absl::Status SetInput(const ParsedFlags& parsed, v1::GenerateRequest& request) {
+  const cli::CommandLine& flags = parsed.flags;
+  const int given = flags.Has("prompt") + flags.Has("token-ids") + flags.Has("messages");
+  if (given != 1) {
+    return absl::InvalidArgumentError(given == 0
+                                          ? "one of --prompt, --token-ids, --messages is required"
+                                          : "give only one of --prompt, --token-ids, --messages");
+  }
+  if (flags.Has("prompt")) {
+    request.set_prompt(flags.GetString("prompt"));
+  } else if (flags.Has("token-ids")) {
+    absl::StatusOr<std::vector<int32_t>> ids = flags.GetIntList("token-ids");
+    if (!ids.ok()) return ids.status();
+    request.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  } else {
+    absl::StatusOr<v1::ChatMessages> messages =
+        ParseChatMessages(flags.GetString("messages"), "--messages");
+    if (!messages.ok()) return messages.status();
+    *request.mutable_messages() = *std::move(messages);
+  }
+  return absl::OkStatus();
+}
+
+bool AnyGiven(const ParsedFlags& parsed, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    if (parsed.flags.Has(name) || parsed.repeated.contains(name)) return true;
+  }
+  return false;
+}
+
+absl::Status SetSampling(const ParsedFlags& p, v1::SamplingParams& s) {
+  absl::Status status;
+  status.Update(
+      SetIfGiven(p.GetInt32("max-new-tokens"), [&](int32_t v) { s.set_max_new_tokens(v); }));
+  if (std::optional<bool> v = p.GetSwitch("do-sample")) s.set_do_sample(*v);
+  status.Update(SetIfGiven(p.GetFloat("temperature"), [&](float v) { s.set_temperature(v); }));
+  status.Update(SetIfGiven(p.GetInt32("top-k"), [&](int32_t v) { s.set_top_k(v); }));
+  status.Update(SetIfGiven(p.GetFloat("top-p"), [&](float v) { s.set_top_p(v); }));
+  status.Update(SetIfGiven(p.GetFloat("min-p"), [&](float v) { s.set_min_p(v); }));
+  status.Update(
+      SetIfGiven(p.GetFloat("repetition-penalty"), [&](float v) { s.set_repetition_penalty(v); }));
+  status.Update(SetIfGiven(p.GetUint64("seed"), [&](uint64_t v) { s.set_seed(v); }));
+  if (auto it = p.repeated.find("stop"); it != p.repeated.end()) {
+    for (const std::string& stop : it->second) s.add_stop(stop);
+  }
+  if (p.flags.Has("stop-token-ids")) {
+    absl::StatusOr<std::vector<int32_t>> ids = p.flags.GetIntList("stop-token-ids");
+    if (!ids.ok()) {
+      status.Update(ids.status());
+    } else {
+      s.mutable_stop_token_ids()->Add(ids->begin(), ids->end());
+    }
+  }
+  if (p.GetSwitch("ignore-eos").value_or(false)) s.set_ignore_eos(true);
+  return status;
+}
+
+absl::Status SetCache(const ParsedFlags& p, v1::CacheOptions& c) {
+  absl::Status status;
+  if (std::optional<bool> no_cache = p.GetSwitch("no-cache")) c.set_use_cache(!*no_cache);
+  if (p.flags.Has("cache-implementation")) {
+    c.set_cache_implementation(p.flags.GetString("cache-implementation"));
+  }
+  if (p.flags.Has("cache-config")) {
+    absl::StatusOr<v1::QuantizationConfig> config =
+        ParseCacheConfig(p.flags.GetString("cache-config"));
+    if (!config.ok()) {
+      status.Update(config.status());
+    } else {
+      *c.mutable_quantization() = *std::move(config);
+    }
+  }
+  status.Update(
+      SetIfGiven(p.GetInt64("max-cache-len"), [&](int64_t v) { c.set_max_cache_len(v); }));
+  status.Update(SetIfGiven(p.GetBoolValue("offload-only-non-sliding"),
+                           [&](bool v) { c.set_offload_only_non_sliding(v); }));
+  if (p.GetSwitch("no-prefix-reuse").value_or(false)) c.set_skip_prefix_reuse(true);
+  return status;
+}
+
+}  // namespace
+
+std::vector<cli::FlagSpec> GenerateFlagSpecs() {
+  return {
+      {"prompt", "input text (tokenized with the model's special tokens)", ""},
+      {"token-ids", "input token ids, comma-separated: 1,450,29", ""},
+      {"messages", "input conversation, JSON: [{\"role\":\"user\",\"content\":\"Hi\"}]", ""},
+      {"prefix", "name of a registered prefix that comes before the input", ""},
+      {"max-new-tokens", "tokens to generate at most", "server: 16"},
+      {"do-sample", "sample instead of greedy decoding", "", true},
+      {"temperature", "sampling temperature, > 0", "server: 1.0"},
+      {"top-k", "keep the k most likely tokens (0: off)", "server: 50"},
+      {"top-p", "nucleus sampling threshold, in (0, 1]", "server: 1.0"},
+      {"min-p", "drop tokens below min-p times the most likely one", "server: 0"},
+      {"repetition-penalty", "penalty for tokens already seen, > 0", "server: 1.0"},
+      {"seed", "the request's random seed", "server: 0"},
+      {"stop", "stop string; repeat the flag for several: --stop a --stop b", ""},
+      {"stop-token-ids", "token ids that end generation, comma-separated", ""},
+      {"ignore-eos", "keep generating past end-of-sequence tokens", "", true},
+      {"no-cache", "no KV cache: recompute the whole sequence every step", "", true},
+      {"cache-implementation", "dynamic, static, offloaded, offloaded_static or quantized",
+       "server: dynamic"},
+      {"cache-config",
+       "quantized cache config, JSON with keys backend, nbits, axis_key, axis_value, "
+       "q_group_size, residual_length",
+       ""},
+      {"max-cache-len", "static caches: slots per layer", ""},
+      {"offload-only-non-sliding", "offloaded caches: true or false", ""},
+      {"no-prefix-reuse", "compute the whole prompt even when a cached prefix matches", "", true},
+  };
+}
+
+std::vector<std::string> GenerateRepeatableFlags() { return {"stop"}; }
+
+absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flags) {
+  v1::GenerateRequest request;
+  if (absl::Status s = SetInput(flags, request); !s.ok()) return s;
+  if (flags.flags.Has("prefix")) request.set_prefix(flags.flags.GetString("prefix"));
+  if (AnyGiven(flags, {"max-new-tokens", "do-sample", "temperature", "top-k", "top-p", "min-p",
+                       "repetition-penalty", "seed", "stop", "stop-token-ids", "ignore-eos"})) {
+    if (absl::Status s = SetSampling(flags, *request.mutable_sampling()); !s.ok()) return s;
+  }
+  if (AnyGiven(flags, {"no-cache", "cache-implementation", "cache-config", "max-cache-len",
+                       "offload-only-non-sliding", "no-prefix-reuse"})) {
+    if (absl::Status s = SetCache(flags, *request.mutable_cache()); !s.ok()) return s;
+  }
+  return request;
+}
+
+absl::StatusOr<v1::ChatMessages> ParseChatMessages(const std::string& json,
+                                                   const std::string& flag) {
+  absl::StatusOr<Json> parsed = ParseJson(json, flag);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": expected a JSON array of {\"role\", \"content\"} objects"));
+  }
+  v1::ChatMessages messages;
+  for (size_t i = 0; i < parsed->size(); ++i) {
+    const Json& item = (*parsed)[i];
+    const std::string where = absl::StrCat(flag, ": message ", i);
+    if (!item.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+    }
+    v1::ChatMessage* message = messages.add_messages();
+    for (const auto& [key, value] : item.items()) {
+      if (key != "role" && key != "content") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": unknown key \"", key, "\" (expected role, content)"));
+      }
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": \"", key, "\" must be a string"));
+      }
+      if (key == "role") {
+        message->set_role(value.get<std::string>());
+      } else {
+        message->set_content(value.get<std::string>());
+      }
+    }
+  }
+  return messages;
+}
+
+absl::StatusOr<v1::QuantizationConfig> ParseCacheConfig(const std::string& json) {
+  absl::StatusOr<Json> parsed = ParseJson(json, "--cache-config");
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->is_object()) {
+    return absl::InvalidArgumentError("--cache-config: expected a JSON object");
+  }
+  constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+  v1::QuantizationConfig config;
+  for (const auto& [key, value] : parsed->items()) {
+    if (key == "backend") {
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError("--cache-config: \"backend\" must be a string");
+      }
+      config.set_backend(value.get<std::string>());
+      continue;
+    }
+    const bool is_int32 = key == "nbits" || key == "axis_key" || key == "axis_value";
+    const bool is_int64 = key == "q_group_size" || key == "residual_length";
+    if (!is_int32 && !is_int64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cache-config: unknown key \"", key,
+          "\" (expected backend, nbits, axis_key, axis_value, q_group_size, residual_length)"));
+    }
+    absl::StatusOr<int64_t> v = is_int32 ? JsonInteger(*parsed, key, kInt32Min, kInt32Max)
+                                         : JsonInteger(*parsed, key, kInt64Min, kInt64Max);
+    if (!v.ok()) return v.status();
+    if (key == "nbits") config.set_nbits(static_cast<int32_t>(*v));
+    if (key == "axis_key") config.set_axis_key(static_cast<int32_t>(*v));
+    if (key == "axis_value") config.set_axis_value(static_cast<int32_t>(*v));
+    if (key == "q_group_size") config.set_q_group_size(*v);
+    if (key == "residual_length") config.set_residual_length(*v);
+  }
+  return config;
+}
+
+std::vector<cli::FlagSpec> TokenizeFlagSpecs() {
+  return {
+      {"text", "text to tokenize", ""},
+      {"messages", "conversation to render and tokenize, JSON (as for generate)", ""},
+      {"no-special-tokens", "--text only: do not add BOS and other leading special tokens", "",
+       true},
+  };
+}
+
+absl::StatusOr<v1::TokenizeRequest> BuildTokenizeRequest(const ParsedFlags& flags) {
+  const bool has_text = flags.flags.Has("text");
+  const bool has_messages = flags.flags.Has("messages");
+  if (has_text == has_messages) {
+    return absl::InvalidArgumentError(has_text ? "give only one of --text, --messages"
+                                               : "one of --text, --messages is required");
+  }
+  v1::TokenizeRequest request;
+  if (has_text) {
+    request.set_text(flags.flags.GetString("text"));
+  } else {
+    absl::StatusOr<v1::ChatMessages> messages =
+        ParseChatMessages(flags.flags.GetString("messages"), "--messages");
+    if (!messages.ok()) return messages.status();
+    *request.mutable_messages() = *std::move(messages);
+  }
+  if (std::optional<bool> no_special = flags.GetSwitch("no-special-tokens")) {
+    request.set_add_special_tokens(!*no_special);
+  }
+  return request;
+}
+
+}  // namespace kvserve::client

@@ -1,0 +1,43 @@
+// kvctl's request flags: the flags of `generate`, `stream` and `tokenize`, and their mapping
+// onto kvserve.v1 requests (a proto optional field is set only when its flag is given).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/flags.h"
+#include "kvserve/v1/generation.pb.h"
+#include "model/cli/command_line.h"
+
+namespace kvserve::client {
+
+// The flags of `kvctl generate` and `kvctl stream`, one per GenerateRequest field.
+std::vector<cli::FlagSpec> GenerateFlagSpecs();
+// Those of them that may be given several times (--stop).
+std::vector<std::string> GenerateRepeatableFlags();
+
+// Builds the request from flags parsed with GenerateFlagSpecs(). Exactly one of --prompt,
+// --token-ids, --messages is required. `sampling` and `cache` stay unset when none of their
+// flags is given, and so does each optional field. A malformed value is InvalidArgument
+// naming the flag; values are otherwise left for the server to validate.
+absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flags);
+
+// Parses a JSON array of {"role": ..., "content": ...} objects; InvalidArgument naming
+// `flag` (e.g. "--messages") and what is wrong.
+absl::StatusOr<v1::ChatMessages> ParseChatMessages(const std::string& json,
+                                                   const std::string& flag);
+
+// Parses --cache-config: a JSON object with any of the keys backend (string), nbits, axis_key,
+// axis_value, q_group_size, residual_length (integers); only keys present are set. An unknown
+// key, a wrong type or malformed JSON is InvalidArgument naming --cache-config.
+absl::StatusOr<v1::QuantizationConfig> ParseCacheConfig(const std::string& json);
+
+// The flags of `kvctl tokenize`.
+std::vector<cli::FlagSpec> TokenizeFlagSpecs();
+
+// Builds the request from flags parsed with TokenizeFlagSpecs(): exactly one of --text and
+// --messages; --no-special-tokens sets add_special_tokens=false (unset otherwise).
+absl::StatusOr<v1::TokenizeRequest> BuildTokenizeRequest(const ParsedFlags& flags);
+
+}  // namespace kvserve::client

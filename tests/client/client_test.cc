@@ -1,0 +1,143 @@
+// Tests of the C++ client against an in-process fake server: every call, stream cancel and
+// deadline, and gRPC-to-absl status conversion.
+#include "client/client.h"
+
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "fake_generation_service.h"
+
+namespace kvserve::client {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::FakeServer;
+using ::testing::HasSubstr;
+
+TEST(FromGrpcStatusTest, SameCodeAndMessage) {
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
+  const absl::Status status =
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "queue full"));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(status.message(), "queue full");
+  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "")).code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  FakeServer server_;
+  std::unique_ptr<Client> client_ = Client::Connect(server_.target());
+};
+
+TEST_F(ClientTest, Generate) {
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(5);
+  request.mutable_token_ids()->add_ids(6);
+  request.mutable_sampling()->set_max_new_tokens(2);
+  absl::StatusOr<v1::GenerateResponse> response = client_->Generate(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->text(), "t0t1");
+  EXPECT_THAT(response->token_ids(), ElementsAre(10, 11));
+  EXPECT_EQ(response->usage().prompt_tokens(), 2);
+}
+
+TEST_F(ClientTest, GenerateErrorKeepsCodeAndMessage) {
+  absl::StatusOr<v1::GenerateResponse> response = client_->Generate(v1::GenerateRequest());
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(response.status().message(), HasSubstr("input"));
+}
+
+TEST_F(ClientTest, GenerateStreamDeliversEveryMessageInOrder) {
+  v1::GenerateRequest request;
+  request.set_prompt("abc");
+  request.mutable_sampling()->set_max_new_tokens(4);
+  std::vector<v1::GenerateStreamResponse> messages;
+  const absl::Status status = client_->GenerateStream(request, [&](const auto& message) {
+    messages.push_back(message);
+    return true;
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(messages.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_THAT(messages[i].token_ids(), ElementsAre(10 + i));
+  EXPECT_EQ(messages[3].finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(messages[3].usage().prompt_tokens(), 3);
+  EXPECT_FALSE(messages[2].has_usage());
+}
+
+TEST_F(ClientTest, CallbackReturningFalseCancels) {
+  v1::GenerateRequest request;
+  request.set_prompt("hang");  // one message, then nothing until cancelled
+  int received = 0;
+  const absl::Status status = client_->GenerateStream(request, [&](const auto&) {
+    ++received;
+    return false;
+  });
+  EXPECT_EQ(received, 1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(ClientTest, DeadlineEndsAStreamThatStalls) {
+  v1::GenerateRequest request;
+  request.set_prompt("hang");
+  int received = 0;
+  const absl::Status status = client_->GenerateStream(
+      request,
+      [&](const auto&) {
+        ++received;
+        return true;
+      },
+      CallOptions{.timeout = absl::Milliseconds(50)});
+  EXPECT_EQ(received, 1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(ClientTest, StreamErrorBeforeAnyMessage) {
+  v1::GenerateRequest request;
+  request.set_prompt("x");
+  request.mutable_cache()->set_cache_implementation("unknown");
+  int received = 0;
+  const absl::Status status = client_->GenerateStream(request, [&](const auto&) {
+    ++received;
+    return true;
+  });
+  EXPECT_EQ(received, 0);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("cache.cache_implementation"));
+}
+
+TEST_F(ClientTest, TokenizeModelInfoAndHealth) {
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text("AB");
+  absl::StatusOr<v1::TokenizeResponse> ids = client_->Tokenize(tokenize);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(ids->token_ids(), ElementsAre(1, 65, 66));
+
+  absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->vocab_size(), 100);
+
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> health =
+      client_->CheckHealth(CallOptions{.timeout = absl::Seconds(10)});
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST(ClientUnreachableTest, NoServerIsAnError) {
+  std::string target;
+  {
+    FakeServer gone;
+    target = gone.target();
+  }
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> health =
+      Client::Connect(target)->CheckHealth(CallOptions{.timeout = absl::Seconds(10)});
+  ASSERT_FALSE(health.ok());
+  EXPECT_THAT(health.status().code(), ::testing::AnyOf(absl::StatusCode::kUnavailable,
+                                                       absl::StatusCode::kDeadlineExceeded));
+}
+
+}  // namespace
+}  // namespace kvserve::client

@@ -1,0 +1,194 @@
+// The in-process fake kvserve server of the client tests (see fake_generation_service.h).
+#include "fake_generation_service.h"
+
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace kvserve::client::testing {
+namespace {
+
+int32_t MaxNewTokens(const v1::GenerateRequest& request) {
+  return request.sampling().has_max_new_tokens() ? request.sampling().max_new_tokens() : 3;
+}
+
+int32_t PromptTokens(const v1::GenerateRequest& request) {
+  return request.has_token_ids() ? request.token_ids().ids_size()
+                                 : static_cast<int32_t>(request.prompt().size());
+}
+
+// Writes its messages one at a time; with `hang`, only the first, then waits for the cancel.
+class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
+ public:
+  explicit StreamReactor(const v1::GenerateRequest& request) : hang_(request.prompt() == "hang") {
+    if (request.cache().cache_implementation() == "unknown") {
+      FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "cache.cache_implementation: unknown strategy"));
+      return;
+    }
+    const int32_t n = hang_ ? 1 : MaxNewTokens(request);
+    for (int32_t i = 0; i < n; ++i) {
+      v1::GenerateStreamResponse& message = messages_.emplace_back();
+      message.set_text(absl::StrCat("t", i));
+      message.add_token_ids(10 + i);
+    }
+    if (!hang_) {
+      v1::GenerateStreamResponse& last = messages_.back();
+      last.set_finish_reason(v1::FINISH_REASON_LENGTH);
+      last.mutable_usage()->set_prompt_tokens(PromptTokens(request));
+      last.mutable_usage()->set_completion_tokens(n);
+      last.mutable_cache_report()->set_cache_implementation("dynamic");
+    }
+    absl::MutexLock lock(&mu_);
+    WriteNextLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
+      write_in_flight_ = false;
+      if (!ok || cancelled_) {
+        finish = grpc::Status::CANCELLED;
+      } else if (!hang_ && !WriteNextLocked()) {
+        finish = grpc::Status::OK;
+      }
+    }
+    if (finish.has_value()) FinishOnce(*finish);
+  }
+
+  void OnCancel() override {
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      finish = !write_in_flight_;
+    }
+    if (finish) FinishOnce(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Starts the next write; false when every message is written.
+  bool WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (next_ >= messages_.size()) return false;
+    write_in_flight_ = true;
+    StartWrite(&messages_[next_++]);
+    return true;
+  }
+
+  void FinishOnce(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(status);
+  }
+
+  const bool hang_;
+  std::vector<v1::GenerateStreamResponse> messages_;
+  absl::Mutex mu_;
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+v1::ModelInfo FakeModelInfo() {
+  v1::ModelInfo info;
+  info.set_name("fake");
+  info.set_model_type("llama");
+  info.set_vocab_size(100);
+  info.set_num_layers(2);
+  info.set_num_kv_heads(2);
+  info.set_head_dim(8);
+  info.set_max_position_embeddings(64);
+  for (int i = 0; i < 2; ++i) info.add_layers()->set_type("full_attention");
+  info.add_eos_token_ids(2);
+  info.set_bos_token_id(1);
+  info.set_dtype("float32");
+  info.set_device("cpu");
+  info.set_max_new_tokens_limit(32);
+  return info;
+}
+
+grpc::ServerUnaryReactor* FakeGenerationService::Generate(grpc::CallbackServerContext* context,
+                                                          const v1::GenerateRequest* request,
+                                                          v1::GenerateResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (request->input_case() == v1::GenerateRequest::INPUT_NOT_SET) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "input: one of prompt, token_ids, messages is required"));
+    return reactor;
+  }
+  const int32_t n = MaxNewTokens(*request);
+  for (int32_t i = 0; i < n; ++i) {
+    response->add_token_ids(10 + i);
+    response->mutable_text()->append(absl::StrCat("t", i));
+  }
+  response->set_finish_reason(v1::FINISH_REASON_LENGTH);
+  response->mutable_usage()->set_prompt_tokens(PromptTokens(*request));
+  response->mutable_usage()->set_completion_tokens(n);
+  response->mutable_cache_report()->set_cache_implementation("dynamic");
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::GenerateStreamResponse>* FakeGenerationService::GenerateStream(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return new StreamReactor(*request);
+}
+
+grpc::ServerUnaryReactor* FakeGenerationService::Tokenize(grpc::CallbackServerContext* context,
+                                                          const v1::TokenizeRequest* request,
+                                                          v1::TokenizeResponse* response) {
+  if (!request->has_add_special_tokens() || request->add_special_tokens()) {
+    response->add_token_ids(1);
+  }
+  for (unsigned char c : request->text()) response->add_token_ids(c);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* FakeGenerationService::GetModelInfo(
+    grpc::CallbackServerContext* context, const v1::GetModelInfoRequest* request,
+    v1::ModelInfo* response) {
+  *response = FakeModelInfo();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* FakeHealthService::Check(
+    grpc::CallbackServerContext* context, const grpc::health::v1::HealthCheckRequest* request,
+    grpc::health::v1::HealthCheckResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!request->service().empty()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service"));
+    return reactor;
+  }
+  response->set_status(status_);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+FakeServer::FakeServer() {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&generation_);
+  builder.RegisterService(&health_);
+  server_ = builder.BuildAndStart();
+  target_ = absl::StrCat("127.0.0.1:", port);
+}
+
+FakeServer::~FakeServer() { server_->Shutdown(); }
+
+}  // namespace kvserve::client::testing

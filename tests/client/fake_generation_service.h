@@ -1,0 +1,71 @@
+// FakeServer: an in-process kvserve look-alike on 127.0.0.1:0 with fixed, predictable answers,
+// for testing the client library and kvctl bench without the engine.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "grpc_health/v1/health.grpc.pb.h"
+#include "kvserve/v1/generation.grpc.pb.h"
+
+namespace kvserve::client::testing {
+
+// The fake's model: vocab_size 100, bos 1, eos {2}, context 64 tokens, max_new_tokens_limit 32.
+v1::ModelInfo FakeModelInfo();
+
+// Generation:
+// - Generate: no input is INVALID_ARGUMENT "input: ..."; otherwise max_new_tokens (unset: 3)
+//   tokens 10, 11, ..., text "t0t1...", finish LENGTH, usage.prompt_tokens = the number of
+//   token ids (or prompt bytes).
+// - GenerateStream: the same tokens, one message each, the last one also carrying finish
+//   reason and usage. Prompt "hang": one message, then nothing until the client cancels.
+//   cache_implementation "unknown": INVALID_ARGUMENT naming cache.cache_implementation.
+// - Tokenize: one id per byte of text (the byte's value), BOS first unless
+//   add_special_tokens=false.
+// - GetModelInfo: FakeModelInfo().
+class FakeGenerationService final : public v1::Generation::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const v1::GenerateRequest* request,
+                                     v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+};
+
+// Health.Check answers `status` for the empty service name, NOT_FOUND for any other.
+class FakeHealthService final : public grpc::health::v1::Health::CallbackService {
+ public:
+  explicit FakeHealthService(grpc::health::v1::HealthCheckResponse::ServingStatus status)
+      : status_(status) {}
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
+                                  const grpc::health::v1::HealthCheckRequest* request,
+                                  grpc::health::v1::HealthCheckResponse* response) override;
+
+ private:
+  grpc::health::v1::HealthCheckResponse::ServingStatus status_;
+};
+
+// Both fakes served on 127.0.0.1 at a free port until destroyed.
+class FakeServer {
+ public:
+  FakeServer();
+  ~FakeServer();
+  // "127.0.0.1:PORT".
+  std::string target() const { return target_; }
+
+ private:
+  FakeGenerationService generation_;
+  FakeHealthService health_{grpc::health::v1::HealthCheckResponse::SERVING};
+  std::unique_ptr<grpc::Server> server_;
+  std::string target_;
+};
+
+}  // namespace kvserve::client::testing

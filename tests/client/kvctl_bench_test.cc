@@ -1,0 +1,173 @@
+// Tests of kvctl bench: synthetic prompts, its requests and flags, and whole runs against an
+// in-process fake server with exact counts.
+#include "client/kvctl_bench.h"
+
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fake_generation_service.h"
+#include "nlohmann/json.hpp"
+
+namespace kvserve::client {
+namespace {
+
+using ::testing::Each;
+using testing::FakeModelInfo;
+using testing::FakeServer;
+using ::testing::Ge;
+using ::testing::HasSubstr;
+using ::testing::Lt;
+using ::testing::Not;
+
+TEST(SyntheticPromptTest, DeterministicInRangeAndDifferentPerRequest) {
+  const std::vector<int32_t> avoid = {1, 2};
+  std::set<std::vector<int32_t>> prompts;
+  std::set<int32_t> first_ids;
+  for (int64_t i = 0; i < 50; ++i) {
+    const std::vector<int32_t> prompt = SyntheticPrompt(i, 16, 100, avoid);
+    EXPECT_EQ(prompt, SyntheticPrompt(i, 16, 100, avoid));
+    ASSERT_EQ(prompt.size(), 16u);
+    EXPECT_THAT(prompt, Each(Ge(0)));
+    EXPECT_THAT(prompt, Each(Lt(100)));
+    EXPECT_THAT(prompt, Each(Not(1)));
+    EXPECT_THAT(prompt, Each(Not(2)));
+    prompts.insert(prompt);
+    first_ids.insert(prompt[0]);
+  }
+  EXPECT_EQ(prompts.size(), 50u);
+  EXPECT_EQ(first_ids.size(), 50u);  // no two share even their first token
+}
+
+TEST(SyntheticPromptTest, OnlyOneUsableId) {
+  EXPECT_EQ(SyntheticPrompt(7, 4, 3, {0, 2}), std::vector<int32_t>({1, 1, 1, 1}));
+  EXPECT_EQ(SyntheticPrompt(7, 3, 4, {0, 1, 2, 9}), std::vector<int32_t>({3, 3, 3}));
+}
+
+TEST(BenchRequestTest, TokenIdsIgnoreEosAndOptionalFields) {
+  BenchOptions options;
+  options.max_new_tokens = 9;
+  v1::GenerateRequest plain = BenchRequest(options, {4, 5});
+  EXPECT_THAT(plain.token_ids().ids(), ::testing::ElementsAre(4, 5));
+  EXPECT_EQ(plain.sampling().max_new_tokens(), 9);
+  EXPECT_TRUE(plain.sampling().ignore_eos());
+  EXPECT_FALSE(plain.sampling().has_do_sample());
+  EXPECT_TRUE(plain.prefix().empty());
+  EXPECT_FALSE(plain.has_cache());
+
+  options.prefix = "sys";
+  options.cache_implementation = "static";
+  options.skip_prefix_reuse = true;
+  v1::GenerateRequest full = BenchRequest(options, {4});
+  EXPECT_EQ(full.prefix(), "sys");
+  EXPECT_EQ(full.cache().cache_implementation(), "static");
+  EXPECT_TRUE(full.cache().skip_prefix_reuse());
+}
+
+absl::StatusOr<BenchOptions> ParseBench(const std::vector<std::string>& args) {
+  absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, BenchFlagSpecs());
+  if (!parsed.ok()) return parsed.status();
+  return ParseBenchOptions(*parsed);
+}
+
+TEST(ParseBenchOptionsTest, DefaultsAndEveryFlag) {
+  absl::StatusOr<BenchOptions> defaults = ParseBench({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->concurrency, 1);
+  EXPECT_EQ(defaults->requests, 16);
+  EXPECT_EQ(defaults->warmup, 1);
+
+  absl::StatusOr<BenchOptions> options =
+      ParseBench({"--concurrency", "4", "--requests", "40", "--prompt-tokens", "128",
+                  "--max-new-tokens", "64", "--warmup", "0", "--prefix", "sys",
+                  "--cache-implementation", "quantized", "--no-prefix-reuse"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->concurrency, 4);
+  EXPECT_EQ(options->requests, 40);
+  EXPECT_EQ(options->prompt_tokens, 128);
+  EXPECT_EQ(options->max_new_tokens, 64);
+  EXPECT_EQ(options->warmup, 0);
+  EXPECT_EQ(options->prefix, "sys");
+  EXPECT_EQ(options->cache_implementation, "quantized");
+  EXPECT_TRUE(options->skip_prefix_reuse);
+}
+
+TEST(ParseBenchOptionsTest, BadValuesNameTheFlag) {
+  EXPECT_THAT(ParseBench({"--concurrency", "0"}).status().message(), HasSubstr("--concurrency"));
+  EXPECT_THAT(ParseBench({"--requests", "x"}).status().message(), HasSubstr("--requests"));
+  EXPECT_THAT(ParseBench({"--warmup", "-1"}).status().message(), HasSubstr("--warmup"));
+  EXPECT_THAT(ParseBench({"--prompt-tokens", "0"}).status().message(),
+              HasSubstr("--prompt-tokens"));
+}
+
+TEST(CheckBenchFitsModelTest, ContextAndLimit) {
+  const v1::ModelInfo info = FakeModelInfo();  // context 64, limit 32
+  BenchOptions options;
+  options.prompt_tokens = 32;
+  options.max_new_tokens = 32;
+  EXPECT_TRUE(CheckBenchFitsModel(options, info).ok());
+  options.prompt_tokens = 33;
+  EXPECT_THAT(CheckBenchFitsModel(options, info).message(), HasSubstr("context of 64"));
+  options.prompt_tokens = 8;
+  options.max_new_tokens = 33;
+  EXPECT_THAT(CheckBenchFitsModel(options, info).message(), HasSubstr("limit of 32"));
+}
+
+TEST(RunBenchTest, CountsEveryTokenAgainstAFakeServer) {
+  FakeServer server;
+  std::unique_ptr<Client> client = Client::Connect(server.target());
+  BenchOptions options;
+  options.concurrency = 2;
+  options.requests = 5;
+  options.prompt_tokens = 6;
+  options.max_new_tokens = 4;
+  options.warmup = 1;
+  std::vector<std::pair<std::string, int>> ends;
+  const BenchReport report =
+      RunBench(*client, options, FakeModelInfo(), [&](const std::string& phase, int done, int n) {
+        if (done == n) ends.emplace_back(phase, n);
+      });
+  EXPECT_EQ(report.succeeded, 5);
+  EXPECT_EQ(report.errors, 0);
+  EXPECT_EQ(report.first_error, "");
+  EXPECT_EQ(report.output_tokens, 20);
+  EXPECT_EQ(report.ttft_ms.count, 5u);
+  EXPECT_EQ(report.itl_ms.count, 15u);  // the fake sends one token per message
+  EXPECT_GT(report.wall_s, 0);
+  EXPECT_GT(report.output_tokens_per_s, 0);
+  EXPECT_THAT(ends, ::testing::ElementsAre(std::pair<std::string, int>("warmup", 1),
+                                           std::pair<std::string, int>("bench", 5)));
+
+  const nlohmann::json json = nlohmann::json::parse(BenchReportJson(report));
+  EXPECT_EQ(json["requests"], 5);
+  EXPECT_EQ(json["concurrency"], 2);
+  EXPECT_EQ(json["errors"], 0);
+  EXPECT_EQ(json["output_tokens"], 20);
+  EXPECT_EQ(json["ttft_ms"]["count"], 5);
+  EXPECT_TRUE(json["ttft_ms"]["p50"].is_number());
+  EXPECT_TRUE(json["itl_ms"]["p99"].is_number());
+  EXPECT_THAT(BenchReportText(report), HasSubstr("succeeded: 5  errors: 0"));
+}
+
+TEST(RunBenchTest, FailedRequestsAreCountedNotFatal) {
+  FakeServer server;
+  std::unique_ptr<Client> client = Client::Connect(server.target());
+  BenchOptions options;
+  options.concurrency = 3;
+  options.requests = 4;
+  options.warmup = 0;
+  options.cache_implementation = "unknown";  // the fake refuses it
+  const BenchReport report = RunBench(*client, options, FakeModelInfo(), nullptr);
+  EXPECT_EQ(report.succeeded, 0);
+  EXPECT_EQ(report.errors, 4);
+  EXPECT_THAT(report.first_error, HasSubstr("INVALID_ARGUMENT: cache.cache_implementation"));
+  EXPECT_EQ(report.output_tokens, 0);
+  EXPECT_FALSE(report.ttft_ms.p50.has_value());
+  const nlohmann::json json = nlohmann::json::parse(BenchReportJson(report));
+  EXPECT_TRUE(json["ttft_ms"]["p50"].is_null());
+  EXPECT_EQ(json["requests_per_s"], 0.0);
+}
+
+}  // namespace
+}  // namespace kvserve::client

@@ -1,0 +1,90 @@
+// Tests of kvctl's output formats: proto3 JSON, the summary line, model info and token ids.
+#include "client/output.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "nlohmann/json.hpp"
+
+namespace kvserve::client {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ToJsonTest, Proto3JsonOnOneLineWithDefaults) {
+  v1::GenerateResponse response;
+  response.set_text("Hi\n");
+  response.add_token_ids(5);
+  response.add_token_ids(6);
+  response.set_finish_reason(v1::FINISH_REASON_LENGTH);
+  response.mutable_usage()->set_prompt_tokens(3);
+  const std::string json = ToJson(response);
+  EXPECT_EQ(json.find('\n'), std::string::npos) << json;
+  const nlohmann::json parsed = nlohmann::json::parse(json);
+  EXPECT_EQ(parsed["text"], "Hi\n");
+  EXPECT_EQ(parsed["tokenIds"], nlohmann::json({5, 6}));
+  EXPECT_EQ(parsed["finishReason"], "FINISH_REASON_LENGTH");
+  EXPECT_EQ(parsed["usage"]["promptTokens"], 3);
+  EXPECT_EQ(parsed["usage"]["cachedTokens"], 0);  // a default, printed all the same
+  EXPECT_FALSE(parsed.contains("timings"));       // an unset message stays out
+}
+
+TEST(FinishReasonNameTest, EveryReason) {
+  EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_UNSPECIFIED), "unspecified");
+  EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_LENGTH), "length");
+  EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_STOP), "stop");
+  EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_EOS), "eos");
+  EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_CANCELLED), "cancelled");
+}
+
+TEST(GenerationSummaryTest, OneLine) {
+  v1::Usage usage;
+  usage.set_prompt_tokens(5);
+  usage.set_cached_tokens(2);
+  usage.set_completion_tokens(8);
+  v1::Timings timings;
+  timings.set_queue_ms(0.125);
+  timings.set_ttft_ms(3.5);
+  timings.set_decode_ms(21);
+  v1::CacheReport cache;
+  cache.set_cache_implementation("offloaded");
+  cache.set_prefix("sys");
+  cache.set_offload_fallback(true);
+  EXPECT_EQ(GenerationSummary(v1::FINISH_REASON_EOS, usage, timings, cache),
+            "finish_reason=eos prompt_tokens=5 cached_tokens=2 completion_tokens=8 "
+            "queue_ms=0.12 ttft_ms=3.50 decode_ms=21.00 cache=offloaded prefix=sys "
+            "offload_fallback=true");
+  EXPECT_EQ(GenerationSummary(v1::FINISH_REASON_LENGTH, {}, {}, {}),
+            "finish_reason=length prompt_tokens=0 cached_tokens=0 completion_tokens=0 "
+            "queue_ms=0.00 ttft_ms=0.00 decode_ms=0.00 cache=-");
+}
+
+TEST(ModelInfoTextTest, KeyValueLinesWithLayerRuns) {
+  v1::ModelInfo info;
+  info.set_name("embedded-tiny");
+  info.set_vocab_size(512);
+  for (int i = 0; i < 3; ++i) info.add_layers()->set_type("full_attention");
+  v1::LayerInfo* sliding = info.add_layers();
+  sliding->set_type("sliding_attention");
+  sliding->set_window(4);
+  info.add_eos_token_ids(2);
+  info.add_eos_token_ids(3);
+  const std::string text = ModelInfoText(info);
+  EXPECT_THAT(text, HasSubstr("name: embedded-tiny\n"));
+  EXPECT_THAT(text, HasSubstr("vocab_size: 512\n"));
+  EXPECT_THAT(text, HasSubstr("layers: full_attention x3, sliding_attention(4) x1\n"));
+  EXPECT_THAT(text, HasSubstr("eos_token_ids: 2,3\n"));
+  EXPECT_THAT(text, HasSubstr("bos_token_id: none\n"));
+  info.set_bos_token_id(0);
+  EXPECT_THAT(ModelInfoText(info), HasSubstr("bos_token_id: 0\n"));
+}
+
+TEST(TokenIdsTextTest, CommaSeparated) {
+  v1::TokenizeResponse response;
+  EXPECT_EQ(TokenIdsText(response), "");
+  for (int id : {1, 450, 29}) response.add_token_ids(id);
+  EXPECT_EQ(TokenIdsText(response), "1,450,29");
+}
+
+}  // namespace
+}  // namespace kvserve::client

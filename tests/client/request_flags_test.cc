@@ -1,0 +1,273 @@
+// Tests of the mapping of kvctl's generate/stream/tokenize flags onto kvserve.v1 requests.
+#include "client/request_flags.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace kvserve::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+absl::StatusOr<v1::GenerateRequest> Build(const std::vector<std::string>& args) {
+  absl::StatusOr<ParsedFlags> parsed =
+      ParseFlags(args, GenerateFlagSpecs(), GenerateRepeatableFlags());
+  if (!parsed.ok()) return parsed.status();
+  return BuildGenerateRequest(*parsed);
+}
+
+absl::StatusOr<v1::TokenizeRequest> BuildTokenize(const std::vector<std::string>& args) {
+  absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, TokenizeFlagSpecs());
+  if (!parsed.ok()) return parsed.status();
+  return BuildTokenizeRequest(*parsed);
+}
+
+TEST(BuildGenerateRequestTest, PromptAloneLeavesEverythingElseUnset) {
+  absl::StatusOr<v1::GenerateRequest> request = Build({"--prompt", "Hello"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->prompt(), "Hello");
+  EXPECT_TRUE(request->prefix().empty());
+  EXPECT_FALSE(request->has_sampling());
+  EXPECT_FALSE(request->has_cache());
+}
+
+TEST(BuildGenerateRequestTest, OneSamplingFlagSetsOnlyItsField) {
+  absl::StatusOr<v1::GenerateRequest> request = Build({"--prompt", "x", "--temperature", "0"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  const v1::SamplingParams& s = request->sampling();
+  ASSERT_TRUE(request->has_sampling());
+  EXPECT_TRUE(s.has_temperature());
+  EXPECT_EQ(s.temperature(), 0.0f);
+  EXPECT_FALSE(s.has_max_new_tokens());
+  EXPECT_FALSE(s.has_do_sample());
+  EXPECT_FALSE(s.has_top_k());
+  EXPECT_FALSE(s.has_top_p());
+  EXPECT_FALSE(s.has_min_p());
+  EXPECT_FALSE(s.has_repetition_penalty());
+  EXPECT_FALSE(s.has_seed());
+  EXPECT_EQ(s.stop_size(), 0);
+  EXPECT_EQ(s.stop_token_ids_size(), 0);
+  EXPECT_FALSE(s.ignore_eos());
+  EXPECT_FALSE(request->has_cache());
+}
+
+TEST(BuildGenerateRequestTest, EverySamplingFlag) {
+  absl::StatusOr<v1::GenerateRequest> request = Build({"--token-ids",
+                                                       "1,450,29",
+                                                       "--prefix",
+                                                       "sys",
+                                                       "--max-new-tokens",
+                                                       "8",
+                                                       "--do-sample",
+                                                       "--temperature",
+                                                       "0.7",
+                                                       "--top-k",
+                                                       "0",
+                                                       "--top-p",
+                                                       "0.9",
+                                                       "--min-p",
+                                                       "0.05",
+                                                       "--repetition-penalty",
+                                                       "1.1",
+                                                       "--seed",
+                                                       "42",
+                                                       "--stop",
+                                                       "\n\n",
+                                                       "--stop=END",
+                                                       "--stop-token-ids",
+                                                       "2,7",
+                                                       "--ignore-eos"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_THAT(request->token_ids().ids(), ElementsAre(1, 450, 29));
+  EXPECT_EQ(request->prefix(), "sys");
+  const v1::SamplingParams& s = request->sampling();
+  EXPECT_EQ(s.max_new_tokens(), 8);
+  EXPECT_TRUE(s.has_do_sample() && s.do_sample());
+  EXPECT_FLOAT_EQ(s.temperature(), 0.7f);
+  EXPECT_TRUE(s.has_top_k());
+  EXPECT_EQ(s.top_k(), 0);
+  EXPECT_FLOAT_EQ(s.top_p(), 0.9f);
+  EXPECT_FLOAT_EQ(s.min_p(), 0.05f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.1f);
+  EXPECT_EQ(s.seed(), 42u);
+  EXPECT_THAT(s.stop(), ElementsAre("\n\n", "END"));
+  EXPECT_THAT(s.stop_token_ids(), ElementsAre(2, 7));
+  EXPECT_TRUE(s.ignore_eos());
+  EXPECT_FALSE(request->has_cache());
+}
+
+TEST(BuildGenerateRequestTest, DoSampleFalseIsSetNotUnset) {
+  absl::StatusOr<v1::GenerateRequest> request = Build({"--prompt", "x", "--do-sample=false"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_TRUE(request->sampling().has_do_sample());
+  EXPECT_FALSE(request->sampling().do_sample());
+}
+
+TEST(BuildGenerateRequestTest, EveryCacheFlag) {
+  absl::StatusOr<v1::GenerateRequest> request = Build(
+      {"--prompt", "x", "--no-cache", "--cache-implementation", "quantized", "--cache-config",
+       R"({"backend": "hqq", "nbits": 2, "axis_key": 1, "axis_value": 0,
+             "q_group_size": 32, "residual_length": 0})",
+       "--max-cache-len", "4096", "--offload-only-non-sliding", "false", "--no-prefix-reuse"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_FALSE(request->has_sampling());
+  const v1::CacheOptions& c = request->cache();
+  EXPECT_TRUE(c.has_use_cache());
+  EXPECT_FALSE(c.use_cache());
+  EXPECT_EQ(c.cache_implementation(), "quantized");
+  const v1::QuantizationConfig& q = c.quantization();
+  EXPECT_EQ(q.backend(), "hqq");
+  EXPECT_EQ(q.nbits(), 2);
+  EXPECT_EQ(q.axis_key(), 1);
+  EXPECT_TRUE(q.has_axis_value());
+  EXPECT_EQ(q.axis_value(), 0);
+  EXPECT_EQ(q.q_group_size(), 32);
+  EXPECT_TRUE(q.has_residual_length());
+  EXPECT_EQ(q.residual_length(), 0);
+  EXPECT_EQ(c.max_cache_len(), 4096);
+  EXPECT_TRUE(c.has_offload_only_non_sliding());
+  EXPECT_FALSE(c.offload_only_non_sliding());
+  EXPECT_TRUE(c.skip_prefix_reuse());
+}
+
+TEST(BuildGenerateRequestTest, OneCacheFlagSetsOnlyItsField) {
+  absl::StatusOr<v1::GenerateRequest> request =
+      Build({"--prompt", "x", "--cache-implementation", "static"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  const v1::CacheOptions& c = request->cache();
+  EXPECT_EQ(c.cache_implementation(), "static");
+  EXPECT_FALSE(c.has_use_cache());
+  EXPECT_FALSE(c.has_quantization());
+  EXPECT_FALSE(c.has_max_cache_len());
+  EXPECT_FALSE(c.has_offload_only_non_sliding());
+  EXPECT_FALSE(c.skip_prefix_reuse());
+}
+
+TEST(BuildGenerateRequestTest, MessagesJson) {
+  absl::StatusOr<v1::GenerateRequest> request =
+      Build({"--messages",
+             R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  ASSERT_EQ(request->messages().messages_size(), 2);
+  EXPECT_EQ(request->messages().messages(0).role(), "system");
+  EXPECT_EQ(request->messages().messages(0).content(), "Be brief.");
+  EXPECT_EQ(request->messages().messages(1).role(), "user");
+  EXPECT_EQ(request->messages().messages(1).content(), "Hi");
+}
+
+TEST(BuildGenerateRequestTest, EmptyPromptIsAnInput) {
+  absl::StatusOr<v1::GenerateRequest> request = Build({"--prompt", "", "--prefix", "sys"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->input_case(), v1::GenerateRequest::kPrompt);
+}
+
+TEST(BuildGenerateRequestTest, InputIsRequiredAndUnique) {
+  EXPECT_THAT(Build({"--max-new-tokens", "4"}).status().message(), HasSubstr("--prompt"));
+  EXPECT_THAT(Build({"--prompt", "a", "--token-ids", "1"}).status().message(),
+              HasSubstr("only one of"));
+}
+
+// Each malformed value is InvalidArgument naming its flag.
+TEST(BuildGenerateRequestTest, MalformedValuesNameTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--token-ids", "1,x"}, "--token-ids"},
+      {{"--max-new-tokens", "many"}, "--max-new-tokens"},
+      {{"--max-new-tokens", "99999999999"}, "--max-new-tokens"},
+      {{"--temperature", "hot"}, "--temperature"},
+      {{"--top-k", "1.5"}, "--top-k"},
+      {{"--top-p", ""}, "--top-p"},
+      {{"--min-p", "x"}, "--min-p"},
+      {{"--repetition-penalty", "x"}, "--repetition-penalty"},
+      {{"--seed", "-3"}, "--seed"},
+      {{"--stop-token-ids", "2,,a"}, "--stop-token-ids"},
+      {{"--max-cache-len", "1e3"}, "--max-cache-len"},
+      {{"--offload-only-non-sliding", "yes"}, "--offload-only-non-sliding"},
+      {{"--cache-config", "{"}, "--cache-config"},
+      {{"--messages", "{}"}, "--messages"},
+      {{"--do-sample=maybe"}, "--do-sample"},
+  };
+  for (const auto& [flags, name] : cases) {
+    std::vector<std::string> args = flags;
+    if (name != "--token-ids" && name != "--messages") {
+      args.insert(args.begin(), {"--prompt", "x"});
+    }
+    absl::StatusOr<v1::GenerateRequest> request = Build(args);
+    ASSERT_FALSE(request.ok()) << name;
+    EXPECT_EQ(request.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(request.status().message(), HasSubstr(name));
+  }
+}
+
+TEST(ParseCacheConfigTest, OnlyGivenKeysAreSet) {
+  absl::StatusOr<v1::QuantizationConfig> config = ParseCacheConfig(R"({"nbits": 4})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->nbits(), 4);
+  EXPECT_TRUE(config->backend().empty());
+  EXPECT_FALSE(config->has_axis_key());
+  EXPECT_FALSE(config->has_axis_value());
+  EXPECT_FALSE(config->has_q_group_size());
+  EXPECT_FALSE(config->has_residual_length());
+}
+
+TEST(ParseCacheConfigTest, EmptyObjectSetsNothing) {
+  absl::StatusOr<v1::QuantizationConfig> config = ParseCacheConfig("{}");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->ByteSizeLong(), 0u);
+}
+
+TEST(ParseCacheConfigTest, RefusalsNameTheProblem) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"nbit": 4})", "\"nbit\""},
+      {R"({"nbits": "4"})", "\"nbits\""},
+      {R"({"nbits": 4.5})", "\"nbits\""},
+      {R"({"nbits": 4294967296})", "\"nbits\""},
+      {R"({"backend": 1})", "\"backend\""},
+      {R"({"q_group_size": true})", "\"q_group_size\""},
+      {R"([1, 2])", "object"},
+      {"not json", "JSON"},
+  };
+  for (const auto& [json, needle] : cases) {
+    absl::StatusOr<v1::QuantizationConfig> config = ParseCacheConfig(json);
+    ASSERT_FALSE(config.ok()) << json;
+    EXPECT_THAT(config.status().message(), HasSubstr("--cache-config")) << json;
+    EXPECT_THAT(config.status().message(), HasSubstr(needle)) << json;
+  }
+}
+
+TEST(ParseChatMessagesTest, RefusalsNameTheMessage) {
+  EXPECT_THAT(
+      ParseChatMessages(R"([{"role": "user", "content": 3}])", "--messages").status().message(),
+      HasSubstr("message 0: \"content\" must be a string"));
+  EXPECT_THAT(
+      ParseChatMessages(R"([{"role": "user"}, {"speaker": "x"}])", "--messages").status().message(),
+      HasSubstr("message 1: unknown key \"speaker\""));
+  EXPECT_THAT(ParseChatMessages(R"(["hi"])", "--messages").status().message(),
+              HasSubstr("--messages: message 0 is not an object"));
+}
+
+TEST(BuildTokenizeRequestTest, TextWithAndWithoutSpecialTokens) {
+  absl::StatusOr<v1::TokenizeRequest> plain = BuildTokenize({"--text", "Hello"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->text(), "Hello");
+  EXPECT_FALSE(plain->has_add_special_tokens());
+
+  absl::StatusOr<v1::TokenizeRequest> bare =
+      BuildTokenize({"--text", "Hello", "--no-special-tokens"});
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_TRUE(bare->has_add_special_tokens());
+  EXPECT_FALSE(bare->add_special_tokens());
+}
+
+TEST(BuildTokenizeRequestTest, MessagesAndInputErrors) {
+  absl::StatusOr<v1::TokenizeRequest> chat =
+      BuildTokenize({"--messages", R"([{"role": "user", "content": "Hi"}])"});
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->messages().messages(0).content(), "Hi");
+  EXPECT_THAT(BuildTokenize({}).status().message(), HasSubstr("--text"));
+  EXPECT_THAT(BuildTokenize({"--text", "a", "--messages", "[]"}).status().message(),
+              HasSubstr("only one of"));
+}
+
+}  // namespace
+}  // namespace kvserve::client
