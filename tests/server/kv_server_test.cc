@@ -174,17 +174,14 @@ TEST_F(KvServerTest, ConcurrentStreamsWithDifferentStrategiesEqualTheirSoloRuns)
   StartServer(options);
   ServeEmbeddedModel();
   const std::vector<std::string> caches = {
-      R"pb(cache_implementation: "dynamic")pb",
-      R"pb(cache_implementation: "static")pb",
-      R"pb(cache_implementation: "offloaded")pb",
-      R"pb(cache_implementation: "offloaded_static")pb",
+      R"pb(cache_implementation: "dynamic")pb",   R"pb(cache_implementation: "static")pb",
+      R"pb(cache_implementation: "offloaded")pb", R"pb(cache_implementation: "offloaded_static")pb",
       R"pb(cache_implementation: "quantized"
            quantization { backend: "hqq" nbits: 8 residual_length: 4 q_group_size: 32 })pb",
       R"pb(cache_implementation: "quantized"
            quantization { backend: "quanto" nbits: 4 residual_length: 2 q_group_size: 32 })pb",
       R"pb(cache_implementation: "quantized"
-           quantization { backend: "fp8" })pb",
-      R"pb(use_cache: false)pb",
+           quantization { backend: "fp8" })pb",     R"pb(use_cache: false)pb",
   };
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 16; ++i) {
