@@ -34,6 +34,12 @@ absl::StatusOr<LayerView> DynamicLayer::Update(const at::Tensor& keys, const at:
   return LayerView{buffer_.keys(), buffer_.values(), 0, buffer_.size()};
 }
 
+at::Tensor DynamicLayer::keys() const { return buffer_.defined() ? buffer_.keys() : at::Tensor(); }
+
+at::Tensor DynamicLayer::values() const {
+  return buffer_.defined() ? buffer_.values() : at::Tensor();
+}
+
 absl::Status DynamicLayer::Crop(int64_t n) {
   const int64_t length = buffer_.size();
   if (n < 0) {

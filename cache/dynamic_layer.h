@@ -30,6 +30,12 @@ class DynamicLayer final : public CacheLayer {
     return true;
   }
 
+  // The stored tokens, [batch, kv_heads, SeqLength(), head_dim]: views into the layer's
+  // storage (not its spare capacity), valid until the next mutating call; undefined tensors
+  // before the first update. Readers must not write through them.
+  at::Tensor keys() const;
+  at::Tensor values() const;
+
  private:
   KvBuffer buffer_;
 };

@@ -1,6 +1,9 @@
 // LibTorch-version and device shims (see torch_compat.h).
 #include "cache/torch_compat.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <malloc.h>
@@ -18,7 +21,14 @@ void EmptyDeviceCache() {
 #endif
 }
 
+namespace {
+std::atomic<int> g_num_threads{1};
+}  // namespace
+
+int NumThreads() { return g_num_threads.load(std::memory_order_relaxed); }
+
 void SetNumThreads(int threads) {
+  g_num_threads.store(std::max(1, threads), std::memory_order_relaxed);
   using SetThreadsFn = void (*)(int);
   auto* set_blas_threads =
       reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));

@@ -35,6 +35,10 @@ void EmptyDeviceCache();
 // the heap (glibc), so that steps do not page-fault fresh activations in. Call once at start.
 void SetNumThreads(int threads);
 
+// The count SetNumThreads was last given (1 before any call): for kernels of our own that
+// split their work over threads.
+int NumThreads();
+
 // Waits until all queued work on `device` has finished; a no-op on CPU.
 void SynchronizeDevice(const c10::Device& device);
 

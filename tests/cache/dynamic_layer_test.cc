@@ -85,5 +85,18 @@ TEST(DynamicLayerTest, CloneIsDeepAndCompact) {
   EXPECT_EQ(copy->SeqLength(), 6);
 }
 
+TEST(DynamicLayerTest, KeysAndValuesAreTheStoredTokensOnly) {
+  DynamicLayer layer;
+  EXPECT_FALSE(layer.keys().defined());
+  EXPECT_FALSE(layer.values().defined());
+  ASSERT_TRUE(layer.Update(PositionTensor(0, 3), PositionTensor(10, 3)).ok());
+  ASSERT_TRUE(layer.Update(PositionTensor(3, 2), PositionTensor(13, 2)).ok());
+  EXPECT_THAT(layer.keys().sizes(), ElementsAre(1, 2, 5, 4));  // not the 64-token capacity
+  EXPECT_THAT(Positions(layer.keys()), ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_THAT(Positions(layer.values()), ElementsAre(10, 11, 12, 13, 14));
+  ASSERT_TRUE(layer.Crop(-2).ok());
+  EXPECT_THAT(Positions(layer.keys()), ElementsAre(0, 1, 2));
+}
+
 }  // namespace
 }  // namespace kvserve::cache

@@ -1,0 +1,284 @@
+// The store of named and automatic prefix snapshots (see prefix_store.h).
+#include "cache/prefix_store.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "cache/snapshot.h"
+
+namespace kvserve::cache {
+
+absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Create(PrefixStoreOptions options,
+                                                                 const Clock* clock) {
+  if (options.budget_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefix store budget_bytes must be > 0, got ", options.budget_bytes));
+  }
+  if (options.model_fingerprint.empty()) {
+    return absl::InvalidArgumentError("prefix store model_fingerprint must not be empty");
+  }
+  if (clock == nullptr) return absl::InvalidArgumentError("prefix store needs a clock");
+  return std::unique_ptr<PrefixStore>(new PrefixStore(std::move(options), clock));
+}
+
+PrefixStore::PrefixStore(PrefixStoreOptions options, const Clock* clock)
+    : options_(std::move(options)), clock_(clock) {}
+
+void PrefixStore::DropExpiredLocked(absl::Time now, Released* released) {
+  while (!expiries_.empty() && expiries_.begin()->first <= now) {
+    RemoveLocked(expiries_.begin()->second, released);
+    ++counters_.expirations;
+  }
+}
+
+void PrefixStore::RemoveLocked(EntryId id, Released* released) {
+  auto it = entries_.find(id);
+  Entry& entry = it->second;
+  tree_.Erase(entry.snapshot->token_ids(), id);
+  if (entry.named) named_.erase(entry.name);
+  lru_.erase(entry.lru_position);
+  if (entry.expiry_position) expiries_.erase(*entry.expiry_position);
+  auto holder = holders_.find(entry.snapshot.get());
+  if (--holder->second == 0) {
+    holders_.erase(holder);
+    bytes_used_ -= entry.snapshot->bytes();
+  }
+  released->push_back(std::move(entry.snapshot));
+  entries_.erase(it);
+}
+
+PrefixStore::EntryId PrefixStore::InsertLocked(Entry entry) {
+  const EntryId id = next_id_++;
+  lru_.push_back(id);
+  entry.lru_position = std::prev(lru_.end());
+  if (entry.options.ttl != absl::InfiniteDuration()) {
+    entry.expiry_position = expiries_.emplace(entry.created_at + entry.options.ttl, id);
+  }
+  if (holders_[entry.snapshot.get()]++ == 0) bytes_used_ += entry.snapshot->bytes();
+  tree_.Insert(entry.snapshot->token_ids(), id);
+  if (entry.named) named_[entry.name] = id;
+  entries_.emplace(id, std::move(entry));
+  return id;
+}
+
+void PrefixStore::TouchLocked(Entry& entry, absl::Time now) {
+  entry.last_used_at = now;
+  lru_.splice(lru_.end(), lru_, entry.lru_position);
+}
+
+bool PrefixStore::ReferencedLocked(const Entry& entry) const {
+  return entry.snapshot.use_count() > holders_.at(entry.snapshot.get());
+}
+
+absl::StatusOr<std::vector<PrefixStore::EntryId>> PrefixStore::PlanRoomLocked(
+    const Snapshot& snapshot, std::optional<EntryId> replaced, const std::string& what) const {
+  const int64_t needed = holders_.contains(&snapshot) ? 0 : snapshot.bytes();
+  int64_t available = options_.budget_bytes - bytes_used_;
+  // Entries that will still hold each snapshot as the plan goes (a snapshot's bytes come
+  // free when its last entry goes).
+  std::unordered_map<const Snapshot*, int> remaining;
+  // `holders` is how many entries hold `s` now (read under the lock by the caller).
+  auto release = [&remaining, &available](const Snapshot* s, int holders) {
+    auto [it, inserted] = remaining.try_emplace(s, holders);
+    if (--it->second == 0) available += s->bytes();
+  };
+  if (replaced) {
+    const Entry& old = entries_.at(*replaced);
+    if (old.snapshot.get() != &snapshot) {
+      release(old.snapshot.get(), holders_.at(old.snapshot.get()));
+    }
+  }
+  std::vector<EntryId> victims;
+  for (EntryId id : lru_) {
+    if (needed <= available) return victims;
+    if (id == replaced) continue;
+    const Entry& entry = entries_.at(id);
+    if (entry.options.pinned || entry.snapshot.get() == &snapshot || ReferencedLocked(entry)) {
+      continue;
+    }
+    victims.push_back(id);
+    release(entry.snapshot.get(), holders_.at(entry.snapshot.get()));
+  }
+  if (needed <= available) return victims;
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, " needs ", needed, " bytes but at most ", available,
+                   " can be made available (budget ", options_.budget_bytes, " bytes, ",
+                   bytes_used_, " in use; pinned and referenced entries are never evicted)"));
+}
+
+PrefixInfo PrefixStore::InfoLocked(const Entry& entry) const {
+  return PrefixInfo{.name = entry.name,
+                    .num_tokens = entry.snapshot->num_tokens(),
+                    .bytes = entry.snapshot->bytes(),
+                    .fingerprint = entry.snapshot->fingerprint(),
+                    .created_at = entry.created_at,
+                    .last_used_at = entry.last_used_at,
+                    .hits = entry.hits,
+                    .options = entry.options,
+                    .referenced = ReferencedLocked(entry)};
+}
+
+absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
+                                                 std::shared_ptr<const Snapshot> snapshot,
+                                                 const NamedPrefixOptions& options) {
+  if (name.empty()) return absl::InvalidArgumentError("a named prefix needs a non-empty name");
+  if (snapshot == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("named prefix '", name, "' has no snapshot"));
+  }
+  if (options.ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "named prefix '", name, "': ttl must be > 0, got ", absl::FormatDuration(options.ttl)));
+  }
+  if (snapshot->fingerprint() != options_.model_fingerprint) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("named prefix '", name, "' was computed by model '", snapshot->fingerprint(),
+                     "' but this store serves model '", options_.model_fingerprint, "'"));
+  }
+  Released released;  // destroyed after the lock is released
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  DropExpiredLocked(now, &released);
+  std::optional<EntryId> existing;
+  if (auto it = named_.find(name); it != named_.end()) {
+    existing = it->second;
+    Entry& entry = entries_.at(it->second);
+    if (entry.options == options && entry.snapshot->token_ids() == snapshot->token_ids()) {
+      TouchLocked(entry, now);
+      return InfoLocked(entry);
+    }
+  }
+  absl::StatusOr<std::vector<EntryId>> victims =
+      PlanRoomLocked(*snapshot, existing, absl::StrCat("named prefix '", name, "'"));
+  if (!victims.ok()) return victims.status();
+  for (EntryId id : *victims) {
+    RemoveLocked(id, &released);
+    ++counters_.evictions;
+  }
+  if (existing) RemoveLocked(*existing, &released);
+  Entry entry;
+  entry.snapshot = std::move(snapshot);
+  entry.named = true;
+  entry.name = name;
+  entry.options = options;
+  entry.created_at = entry.last_used_at = now;
+  return InfoLocked(entries_.at(InsertLocked(std::move(entry))));
+}
+
+std::shared_ptr<const Snapshot> PrefixStore::GetNamed(const std::string& name) {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  DropExpiredLocked(now, &released);
+  auto it = named_.find(name);
+  if (it == named_.end()) {
+    ++counters_.named_misses;
+    return nullptr;
+  }
+  Entry& entry = entries_.at(it->second);
+  ++entry.hits;
+  ++counters_.named_hits;
+  TouchLocked(entry, now);
+  return entry.snapshot;
+}
+
+std::optional<PrefixInfo> PrefixStore::Info(const std::string& name) {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  auto it = named_.find(name);
+  if (it == named_.end()) return std::nullopt;
+  return InfoLocked(entries_.at(it->second));
+}
+
+std::vector<PrefixInfo> PrefixStore::List() {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  std::vector<PrefixInfo> infos;
+  infos.reserve(named_.size());
+  for (const auto& [name, id] : named_) infos.push_back(InfoLocked(entries_.at(id)));
+  return infos;
+}
+
+bool PrefixStore::DeleteNamed(const std::string& name) {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  auto it = named_.find(name);
+  if (it == named_.end()) return false;
+  RemoveLocked(it->second, &released);
+  return true;
+}
+
+bool PrefixStore::PutAutomatic(std::shared_ptr<const Snapshot> snapshot) {
+  if (snapshot == nullptr || snapshot->fingerprint() != options_.model_fingerprint) return false;
+  Released released;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  DropExpiredLocked(now, &released);
+  const absl::Span<const int32_t> tokens = snapshot->token_ids();
+  if (tree_.CommonPrefixLength(tokens) == static_cast<int64_t>(tokens.size())) return false;
+  absl::StatusOr<std::vector<EntryId>> victims =
+      PlanRoomLocked(*snapshot, std::nullopt, "automatic prefix");
+  if (!victims.ok()) return false;
+  for (EntryId id : *victims) {
+    RemoveLocked(id, &released);
+    ++counters_.evictions;
+  }
+  Entry entry;
+  entry.snapshot = std::move(snapshot);
+  entry.options.pinned = false;
+  entry.created_at = entry.last_used_at = now;
+  InsertLocked(std::move(entry));
+  return true;
+}
+
+PrefixMatch PrefixStore::Lookup(absl::Span<const int32_t> tokens, int64_t min_tokens,
+                                bool allow_partial) {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  DropExpiredLocked(now, &released);
+  const int64_t min_length = std::max<int64_t>(min_tokens, 1);
+  const int64_t max_length = static_cast<int64_t>(tokens.size()) - 1;
+  TokenRadixTree::Match match;
+  if (max_length >= min_length) {
+    match = allow_partial ? tree_.LongestPrefix(tokens, max_length)
+                          : tree_.LongestStoredPrefix(tokens, max_length);
+  }
+  if (match.length < min_length || match.ids.empty()) {
+    ++counters_.automatic_misses;
+    return {};
+  }
+  Entry* best = nullptr;
+  for (EntryId id : match.ids) {
+    Entry& entry = entries_.at(id);
+    if (best == nullptr || (entry.named && (!best->named || entry.name < best->name))) {
+      best = &entry;
+    }
+  }
+  ++best->hits;
+  ++(best->named ? counters_.named_hits : counters_.automatic_hits);
+  TouchLocked(*best, now);
+  return PrefixMatch{.snapshot = best->snapshot,
+                     .num_tokens = match.length,
+                     .named = best->named,
+                     .name = best->name};
+}
+
+PrefixStoreStats PrefixStore::stats() {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  PrefixStoreStats stats = counters_;
+  stats.named_entries = static_cast<int64_t>(named_.size());
+  stats.automatic_entries = static_cast<int64_t>(entries_.size() - named_.size());
+  stats.bytes_used = bytes_used_;
+  stats.budget_bytes = options_.budget_bytes;
+  return stats;
+}
+
+}  // namespace kvserve::cache

@@ -1,0 +1,190 @@
+// PrefixStore: named and automatic prefix snapshots under a byte budget, with prefix lookup.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "cache/clock.h"
+#include "cache/token_radix_tree.h"
+
+namespace kvserve::cache {
+
+class Snapshot;
+
+struct PrefixStoreOptions {
+  // Most bytes of snapshot K/V the store keeps (Snapshot::bytes(), a snapshot held by several
+  // entries counted once); > 0. Snapshots that readers still hold after the store dropped
+  // them are not counted.
+  int64_t budget_bytes = 0;
+  // Fingerprint of the serving model; only snapshots with exactly this fingerprint are
+  // stored. Non-empty.
+  std::string model_fingerprint;
+};
+
+struct NamedPrefixOptions {
+  // A pinned entry is never evicted for space (its TTL still applies).
+  bool pinned = true;
+  // > 0. The entry is dropped once created_at + ttl has been reached.
+  absl::Duration ttl = absl::InfiniteDuration();
+
+  bool operator==(const NamedPrefixOptions&) const = default;
+};
+
+// What the store knows about a named entry.
+struct PrefixInfo {
+  std::string name;
+  int64_t num_tokens = 0;
+  int64_t bytes = 0;
+  std::string fingerprint;
+  absl::Time created_at;    // when this content was put (a replacement resets it)
+  absl::Time last_used_at;  // last put, GetNamed or Lookup hit
+  int64_t hits = 0;         // GetNamed and Lookup hits on this content
+  NamedPrefixOptions options;
+  bool referenced = false;  // someone outside the store holds the snapshot now
+};
+
+// The result of Lookup: empty (no snapshot) when nothing usable matched.
+struct PrefixMatch {
+  std::shared_ptr<const Snapshot> snapshot;
+  // Tokens to load: snapshot->LoadInto(cache, num_tokens); <= snapshot->num_tokens().
+  int64_t num_tokens = 0;
+  bool named = false;
+  std::string name;  // of the named entry used; empty for automatic entries
+
+  bool empty() const { return snapshot == nullptr; }
+};
+
+struct PrefixStoreStats {
+  int64_t named_entries = 0;
+  int64_t automatic_entries = 0;
+  int64_t bytes_used = 0;
+  int64_t budget_bytes = 0;
+  int64_t named_hits = 0;        // GetNamed found the name; Lookup used a named entry
+  int64_t named_misses = 0;      // GetNamed of an absent or expired name
+  int64_t automatic_hits = 0;    // Lookup used an automatic entry
+  int64_t automatic_misses = 0;  // Lookup found nothing usable
+  int64_t evictions = 0;         // entries dropped to make room
+  int64_t expirations = 0;       // entries dropped by TTL
+};
+
+// Named entries (registered prefixes: pinned by default, optional TTL) and automatic entries
+// (prompts kept after prefill: unpinned, keyed by their tokens) in one store under one byte
+// budget, all reachable by longest-prefix lookup through a token radix tree. Entries that
+// are unpinned and unreferenced (nobody outside the store holds the snapshot) are evicted
+// in least-recently-used order when a put needs room; pinned or referenced ones never are.
+// Entries past their TTL are dropped at the start of the next call of any method.
+// Thread-safe: every method may be called from any thread (gRPC threads list and get while
+// the engine thread looks up). The store never touches tensors, but the last reference to a
+// dropped snapshot may be released on the calling thread (outside the lock), freeing its
+// tensors there.
+class PrefixStore {
+ public:
+  // InvalidArgument when budget_bytes <= 0, model_fingerprint is empty or clock is null.
+  // `clock` is not owned and must outlive the store.
+  static absl::StatusOr<std::unique_ptr<PrefixStore>> Create(PrefixStoreOptions options,
+                                                             const Clock* clock = RealClock::Get());
+
+  // Stores `snapshot` under `name`. The same name with the same tokens and options again is
+  // idempotent: the existing entry (and its snapshot) stays and its info is returned. Other
+  // content replaces the entry atomically (hits and created_at start over; readers holding
+  // the old snapshot keep it). Makes the entry the most recently used. Errors, with nothing
+  // changed: InvalidArgument (empty name, null snapshot, ttl <= 0); FailedPrecondition naming
+  // both fingerprints when the snapshot's is not the store's; ResourceExhausted with the
+  // bytes needed and available when it cannot fit even after evicting every evictable entry.
+  absl::StatusOr<PrefixInfo> PutNamed(const std::string& name,
+                                      std::shared_ptr<const Snapshot> snapshot,
+                                      const NamedPrefixOptions& options = {});
+  // The named snapshot, or null when absent or expired (a named miss). A hit counts on the
+  // entry and makes it the most recently used.
+  std::shared_ptr<const Snapshot> GetNamed(const std::string& name);
+  // The named entry's info without counting a hit or touching LRU; nullopt when absent.
+  std::optional<PrefixInfo> Info(const std::string& name);
+  // Every named entry, sorted by name.
+  std::vector<PrefixInfo> List();
+  // Removes the named entry; false when absent. Readers holding its snapshot keep it.
+  bool DeleteNamed(const std::string& name);
+
+  // Keeps `snapshot` as an unpinned automatic entry, evicting LRU evictable entries to fit.
+  // Returns false, changing nothing, when the snapshot is null, has another fingerprint, is
+  // covered by an entry of either kind with equal or longer tokens starting with its tokens,
+  // or cannot fit. The new entry becomes the most recently used.
+  bool PutAutomatic(std::shared_ptr<const Snapshot> snapshot);
+
+  // The longest usable stored prefix of `tokens` over every entry, named and automatic. It
+  // leaves at least the last token uncovered (num_tokens <= tokens.size() - 1) and is at
+  // least max(min_tokens, 1) long, else the match is empty. allow_partial (full-attention
+  // models): the match may end inside a stored entry; otherwise it ends exactly where a
+  // stored entry ends. Among entries that serve the same match, named ones win (smallest
+  // name first). Counts a hit on the entry used (or an automatic miss) and makes it the
+  // most recently used.
+  PrefixMatch Lookup(absl::Span<const int32_t> tokens, int64_t min_tokens, bool allow_partial);
+
+  PrefixStoreStats stats();
+  const PrefixStoreOptions& options() const { return options_; }
+
+ private:
+  using EntryId = TokenRadixTree::EntryId;
+  using Released = std::vector<std::shared_ptr<const Snapshot>>;
+
+  struct Entry {
+    std::shared_ptr<const Snapshot> snapshot;
+    bool named = false;
+    std::string name;  // empty for automatic entries
+    NamedPrefixOptions options;
+    absl::Time created_at;
+    absl::Time last_used_at;
+    int64_t hits = 0;
+    std::list<EntryId>::iterator lru_position;
+    std::optional<std::multimap<absl::Time, EntryId>::iterator> expiry_position;
+  };
+
+  PrefixStore(PrefixStoreOptions options, const Clock* clock);
+
+  // Drops every entry whose TTL has run out at `now`.
+  void DropExpiredLocked(absl::Time now, Released* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes entry `id` from every index; its snapshot goes to `released` when no other
+  // entry holds it.
+  void RemoveLocked(EntryId id, Released* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds an entry and returns its id.
+  EntryId InsertLocked(Entry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchLocked(Entry& entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when someone outside the store holds the entry's snapshot.
+  bool ReferencedLocked(const Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Plans room for `snapshot` without changing anything: the LRU evictable entries to evict
+  // (never `replaced`, the entry the put replaces, if any), or ResourceExhausted naming
+  // `what` with the bytes needed and available.
+  absl::StatusOr<std::vector<EntryId>> PlanRoomLocked(const Snapshot& snapshot,
+                                                      std::optional<EntryId> replaced,
+                                                      const std::string& what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PrefixInfo InfoLocked(const Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const PrefixStoreOptions options_;
+  const Clock* const clock_;
+
+  mutable absl::Mutex mu_;
+  // Node-based, so references to entries stay valid while others are added and removed.
+  std::unordered_map<EntryId, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, EntryId> named_ ABSL_GUARDED_BY(mu_);  // sorted for List()
+  TokenRadixTree tree_ ABSL_GUARDED_BY(mu_);
+  std::list<EntryId> lru_ ABSL_GUARDED_BY(mu_);                       // least recently used first
+  std::multimap<absl::Time, EntryId> expiries_ ABSL_GUARDED_BY(mu_);  // finite-TTL entries
+  // How many entries hold each snapshot (a snapshot's bytes count once).
+  std::unordered_map<const Snapshot*, int> holders_ ABSL_GUARDED_BY(mu_);
+  EntryId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t bytes_used_ ABSL_GUARDED_BY(mu_) = 0;
+  PrefixStoreStats counters_ ABSL_GUARDED_BY(mu_);  // hits, misses, evictions, expirations
+};
+
+}  // namespace kvserve::cache

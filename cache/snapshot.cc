@@ -1,0 +1,106 @@
+// Capturing prefilled K/V into snapshots and loading them into request caches (see snapshot.h).
+#include "cache/snapshot.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cache/dynamic_layer.h"
+#include "cache/kv_cache.h"
+
+namespace kvserve::cache {
+
+Snapshot::Snapshot(std::vector<int32_t> token_ids, std::string fingerprint,
+                   std::vector<at::Tensor> keys, std::vector<at::Tensor> values)
+    : token_ids_(std::move(token_ids)),
+      fingerprint_(std::move(fingerprint)),
+      keys_(std::move(keys)),
+      values_(std::move(values)) {
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    bytes_ += static_cast<int64_t>(keys_[i].nbytes() + values_[i].nbytes());
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::Capture(const KvCache& capture,
+                                                                  std::vector<int32_t> token_ids,
+                                                                  std::string fingerprint) {
+  const int64_t n = static_cast<int64_t>(token_ids.size());
+  if (n == 0) return absl::InvalidArgumentError("a snapshot needs at least one token");
+  if (capture.num_layers() == 0) {
+    return absl::InvalidArgumentError("the capture cache has no layers");
+  }
+  std::vector<const DynamicLayer*> layers;
+  layers.reserve(capture.num_layers());
+  for (int i = 0; i < capture.num_layers(); ++i) {
+    const auto* layer = dynamic_cast<const DynamicLayer*>(&capture.layer(i));
+    if (layer == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", i,
+                       " of the capture cache is not a DynamicLayer; a snapshot is captured from "
+                       "a cache whose every layer is a plain DynamicLayer (it holds every token)"));
+    }
+    if (layer->SeqLength() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", i, " of the capture cache holds ",
+                                                     layer->SeqLength(), " tokens but ", n,
+                                                     " token ids were given"));
+    }
+    if (layer->BatchSize() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", i, " of the capture cache has batch ", layer->BatchSize(),
+                       "; a snapshot holds one sequence (batch 1)"));
+    }
+    layers.push_back(layer);
+  }
+  std::vector<at::Tensor> keys, values;
+  keys.reserve(layers.size());
+  values.reserve(layers.size());
+  for (const DynamicLayer* layer : layers) {
+    keys.push_back(layer->keys().clone(at::MemoryFormat::Contiguous));
+    values.push_back(layer->values().clone(at::MemoryFormat::Contiguous));
+  }
+  return std::shared_ptr<const Snapshot>(new Snapshot(std::move(token_ids), std::move(fingerprint),
+                                                      std::move(keys), std::move(values)));
+}
+
+absl::Status Snapshot::LoadInto(KvCache* cache, int64_t num_tokens) const {
+  if (cache == nullptr) return absl::InvalidArgumentError("LoadInto needs a cache");
+  if (cache->num_layers() != num_layers()) {
+    return absl::InvalidArgumentError(absl::StrCat("the cache has ", cache->num_layers(),
+                                                   " layers but the snapshot has ", num_layers()));
+  }
+  if (num_tokens < 1 || num_tokens > this->num_tokens()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot load ", num_tokens, " tokens from a snapshot of ", this->num_tokens(),
+                     " tokens (1 to ", this->num_tokens(), " allowed)"));
+  }
+  for (int i = 0; i < cache->num_layers(); ++i) {
+    const CacheLayer& layer = cache->layer(i);
+    if (layer.SeqLength() != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("a snapshot loads only into an empty cache; layer ", i, " already holds ",
+                       layer.SeqLength(), " tokens"));
+    }
+    // Sliding and chunked layers take any number of tokens (they keep their window); a
+    // bounded full-attention layer cannot, and would fail after earlier layers were loaded.
+    if (layer.type() == LayerType::kFullAttention && layer.MaxLength() >= 0 &&
+        layer.MaxLength() < num_tokens) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "layer ", i, " holds at most ", layer.MaxLength(), " tokens; the prefix needs ",
+          num_tokens, " (build the cache with max_cache_len >= ", num_tokens, ")"));
+    }
+  }
+  for (int i = 0; i < num_layers(); ++i) {
+    // Views of the first num_tokens tokens: every layer copies its update into its own
+    // storage, so no copy is made here.
+    absl::StatusOr<LayerView> view =
+        cache->Update(i, keys_[i].narrow(2, 0, num_tokens), values_[i].narrow(2, 0, num_tokens));
+    if (!view.ok()) {
+      return absl::Status(view.status().code(), absl::StrCat("loading the snapshot into layer ", i,
+                                                             " (the cache is "
+                                                             "partly loaded and must be dropped): ",
+                                                             view.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::cache

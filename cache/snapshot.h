@@ -1,0 +1,68 @@
+// Snapshot: the immutable prefilled K/V of one token sequence, deep-copied into request caches.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace kvserve::cache {
+
+class KvCache;
+
+// Every layer's keys and values for every token of a prefix, as a model computed them in one
+// prefill, plus the prefix's token ids and the fingerprint of the model that made them.
+// Immutable once made: every method is const and safe to call from any thread at once; the
+// tensors stay on the device they were captured on and share no storage with any cache.
+// Shared as std::shared_ptr<const Snapshot>: a reader's copy keeps it alive after the
+// PrefixStore drops or replaces it.
+class Snapshot {
+ public:
+  // Copies `capture` (contiguous clones). Every layer of `capture` must be a DynamicLayer
+  // (never offloaded or sliding, so that it holds every token) with batch 1 and exactly
+  // token_ids.size() >= 1 tokens; InvalidArgument naming the first layer that is not.
+  static absl::StatusOr<std::shared_ptr<const Snapshot>> Capture(const KvCache& capture,
+                                                                 std::vector<int32_t> token_ids,
+                                                                 std::string fingerprint);
+
+  // Feeds the first `num_tokens` tokens of every layer i to `cache` as one
+  // cache->Update(i, keys, values), so that each strategy ends up holding exactly what it
+  // would hold after prefilling those tokens in one forward; the layers copy into their own
+  // storage, so `cache` shares nothing with the snapshot. `cache` must be empty (SeqLength 0
+  // on every layer) with num_layers() layers, and 1 <= num_tokens <= this->num_tokens():
+  // InvalidArgument / FailedPrecondition otherwise, before anything changes. OutOfRange
+  // before anything changes when a bounded full-attention layer (static) has fewer than
+  // `num_tokens` slots. If a layer's Update fails anyway, the error names the layer and the
+  // earlier layers stay loaded: the caller must drop (or Reset) the cache. Engine thread
+  // (the thread that owns `cache`).
+  absl::Status LoadInto(KvCache* cache, int64_t num_tokens) const;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids_.size()); }
+  absl::Span<const int32_t> token_ids() const { return token_ids_; }
+  const std::string& fingerprint() const { return fingerprint_; }
+  int num_layers() const { return static_cast<int>(keys_.size()); }
+  // Bytes of K/V held (every layer's keys and values).
+  int64_t bytes() const { return bytes_; }
+  // Layer `layer`'s stored keys/values, [1, kv_heads, num_tokens(), head_dim]. Read-only:
+  // writing through them would change every later load.
+  const at::Tensor& keys(int layer) const { return keys_[layer]; }
+  const at::Tensor& values(int layer) const { return values_[layer]; }
+
+ private:
+  Snapshot(std::vector<int32_t> token_ids, std::string fingerprint, std::vector<at::Tensor> keys,
+           std::vector<at::Tensor> values);
+
+  std::vector<int32_t> token_ids_;
+  std::string fingerprint_;
+  std::vector<at::Tensor> keys_;    // per layer: [1, kv_heads, num_tokens, head_dim]
+  std::vector<at::Tensor> values_;  // per layer: [1, kv_heads, num_tokens, head_dim]
+  int64_t bytes_ = 0;
+};
+
+}  // namespace kvserve::cache

@@ -1,0 +1,454 @@
+// Tests for PrefixStore: named entries (idempotence, replacement, deletion, TTL, pinning),
+// automatic entries, LRU eviction under a byte budget, radix lookup and stats.
+#include "cache/prefix_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "cache/snapshot.h"
+
+namespace kvserve::cache {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Tokens = std::vector<int32_t>;
+
+constexpr char kModel[] = "model-a";
+const absl::Time kStart = absl::FromUnixSeconds(1000);
+
+// 16 bytes per token: one layer, keys and values of [1, 1, n, 2] float32. Element values
+// encode the token ids so tests can see which snapshot they hold.
+constexpr int64_t kBytesPerToken = 16;
+
+std::shared_ptr<const Snapshot> Snap(const Tokens& tokens,
+                                     const std::string& fingerprint = kModel) {
+  auto cache = *KvCache::CreateDynamic({LayerSpec{}});
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  at::Tensor k = at::tensor(std::vector<float>(tokens.begin(), tokens.end()))
+                     .view({1, 1, n, 1})
+                     .expand({1, 1, n, 2})
+                     .contiguous();
+  EXPECT_TRUE(cache->Update(0, k, -k).ok());
+  absl::StatusOr<std::shared_ptr<const Snapshot>> s =
+      Snapshot::Capture(*cache, tokens, fingerprint);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : nullptr;
+}
+
+class PrefixStoreTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<PrefixStore> Make(int64_t budget_bytes) {
+    absl::StatusOr<std::unique_ptr<PrefixStore>> store =
+        PrefixStore::Create({.budget_bytes = budget_bytes, .model_fingerprint = kModel}, &clock_);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+
+  FakeClock clock_{kStart};
+};
+
+// Whether `tokens` + one more token finds a match of exactly tokens.size() (a probe that
+// touches nothing when it misses).
+bool Holds(PrefixStore& store, Tokens tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  tokens.push_back(-1);
+  return store.Lookup(tokens, n, /*allow_partial=*/false).num_tokens == n;
+}
+
+TEST_F(PrefixStoreTest, CreateValidatesOptions) {
+  EXPECT_EQ(PrefixStore::Create({.budget_bytes = 0, .model_fingerprint = kModel}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PrefixStore::Create({.budget_bytes = -5, .model_fingerprint = kModel}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PrefixStore::Create({.budget_bytes = 100, .model_fingerprint = ""}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PrefixStore::Create({.budget_bytes = 100, .model_fingerprint = kModel}, nullptr)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::unique_ptr<PrefixStore>> real =
+      PrefixStore::Create({.budget_bytes = 100, .model_fingerprint = kModel});
+  ASSERT_TRUE(real.ok());
+  EXPECT_EQ((*real)->options().budget_bytes, 100);
+}
+
+TEST_F(PrefixStoreTest, PutNamedThenGetAndInfo) {
+  auto store = Make(1000);
+  absl::StatusOr<PrefixInfo> info = store->PutNamed("sys", Snap({1, 2, 3}));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->name, "sys");
+  EXPECT_EQ(info->num_tokens, 3);
+  EXPECT_EQ(info->bytes, 3 * kBytesPerToken);
+  EXPECT_EQ(info->fingerprint, kModel);
+  EXPECT_EQ(info->created_at, kStart);
+  EXPECT_EQ(info->hits, 0);
+  EXPECT_TRUE(info->options.pinned);
+  EXPECT_EQ(info->options.ttl, absl::InfiniteDuration());
+  EXPECT_FALSE(info->referenced);
+
+  clock_.Advance(absl::Seconds(5));
+  std::shared_ptr<const Snapshot> got = store->GetNamed("sys");
+  ASSERT_NE(got, nullptr);
+  EXPECT_THAT(got->token_ids(), ElementsAre(1, 2, 3));
+  EXPECT_EQ(store->GetNamed("other"), nullptr);
+
+  std::optional<PrefixInfo> now = store->Info("sys");
+  ASSERT_TRUE(now.has_value());
+  EXPECT_EQ(now->hits, 1);
+  EXPECT_EQ(now->created_at, kStart);
+  EXPECT_EQ(now->last_used_at, kStart + absl::Seconds(5));
+  EXPECT_TRUE(now->referenced);  // `got` holds it
+  got.reset();
+  EXPECT_FALSE(store->Info("sys")->referenced);
+  EXPECT_FALSE(store->Info("other").has_value());
+
+  const PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.named_entries, 1);
+  EXPECT_EQ(stats.automatic_entries, 0);
+  EXPECT_EQ(stats.bytes_used, 3 * kBytesPerToken);
+  EXPECT_EQ(stats.budget_bytes, 1000);
+  EXPECT_EQ(stats.named_hits, 1);
+  EXPECT_EQ(stats.named_misses, 1);
+}
+
+TEST_F(PrefixStoreTest, PutNamedValidatesArguments) {
+  auto store = Make(1000);
+  EXPECT_EQ(store->PutNamed("", Snap({1})).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->PutNamed("a", nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->PutNamed("a", Snap({1}), {.ttl = absl::ZeroDuration()}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->stats().named_entries, 0);
+}
+
+TEST_F(PrefixStoreTest, RePutOfTheSameContentIsIdempotent) {
+  auto store = Make(1000);
+  std::shared_ptr<const Snapshot> first = Snap({1, 2, 3});
+  ASSERT_TRUE(store->PutNamed("sys", first).ok());
+  clock_.Advance(absl::Seconds(3));
+  absl::StatusOr<PrefixInfo> again = store->PutNamed("sys", Snap({1, 2, 3}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->created_at, kStart);      // the existing entry
+  EXPECT_EQ(store->GetNamed("sys"), first);  // and its snapshot
+  EXPECT_EQ(store->stats().bytes_used, 3 * kBytesPerToken);
+  EXPECT_EQ(store->stats().named_entries, 1);
+}
+
+TEST_F(PrefixStoreTest, OtherContentReplacesWhileAReaderKeepsTheOld) {
+  auto store = Make(1000);
+  ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3})).ok());
+  std::shared_ptr<const Snapshot> reader = store->GetNamed("sys");
+  ASSERT_NE(reader, nullptr);
+  const at::Tensor before = reader->keys(0).clone();
+
+  clock_.Advance(absl::Seconds(2));
+  absl::StatusOr<PrefixInfo> replaced = store->PutNamed("sys", Snap({1, 2, 4, 5}));
+  ASSERT_TRUE(replaced.ok());
+  EXPECT_EQ(replaced->num_tokens, 4);
+  EXPECT_EQ(replaced->created_at, kStart + absl::Seconds(2));
+  EXPECT_EQ(replaced->hits, 0);
+  EXPECT_THAT(store->GetNamed("sys")->token_ids(), ElementsAre(1, 2, 4, 5));
+  // The reader's snapshot is intact; the store counts only the new one.
+  EXPECT_THAT(reader->token_ids(), ElementsAre(1, 2, 3));
+  EXPECT_TRUE(at::equal(reader->keys(0), before));
+  EXPECT_EQ(store->stats().bytes_used, 4 * kBytesPerToken);
+  // The old tokens are gone from the tree.
+  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3, 9}, 1, false).empty());
+  PrefixMatch m = store->Lookup(Tokens{1, 2, 3, 9}, 1, true);
+  EXPECT_EQ(m.num_tokens, 2);
+  EXPECT_EQ(m.name, "sys");
+
+  // Same tokens with other options is other content too.
+  clock_.Advance(absl::Seconds(2));
+  absl::StatusOr<PrefixInfo> unpinned =
+      store->PutNamed("sys", Snap({1, 2, 4, 5}), {.pinned = false});
+  ASSERT_TRUE(unpinned.ok());
+  EXPECT_FALSE(unpinned->options.pinned);
+  EXPECT_EQ(unpinned->created_at, kStart + absl::Seconds(4));
+  EXPECT_EQ(store->stats().named_entries, 1);
+}
+
+TEST_F(PrefixStoreTest, DeleteWhileInUse) {
+  auto store = Make(1000);
+  ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3})).ok());
+  std::shared_ptr<const Snapshot> reader = store->GetNamed("sys");
+  EXPECT_TRUE(store->DeleteNamed("sys"));
+  EXPECT_FALSE(store->DeleteNamed("sys"));
+  EXPECT_EQ(store->GetNamed("sys"), nullptr);
+  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3, 4}, 1, true).empty());
+  EXPECT_THAT(reader->token_ids(), ElementsAre(1, 2, 3));
+  EXPECT_TRUE(at::equal(reader->keys(0).select(3, 0).flatten(), at::tensor({1.f, 2.f, 3.f})));
+  EXPECT_EQ(store->stats().bytes_used, 0);
+  EXPECT_EQ(store->stats().named_entries, 0);
+}
+
+TEST_F(PrefixStoreTest, AnotherModelsSnapshotIsRefused) {
+  auto store = Make(1000);
+  absl::StatusOr<PrefixInfo> info = store->PutNamed("sys", Snap({1, 2}, "model-b"));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(info.status().message(), HasSubstr("'model-b'"));
+  EXPECT_THAT(info.status().message(), HasSubstr("'model-a'"));
+  EXPECT_FALSE(store->PutAutomatic(Snap({1, 2}, "model-b")));
+  EXPECT_EQ(store->stats().named_entries, 0);
+  EXPECT_EQ(store->stats().automatic_entries, 0);
+}
+
+TEST_F(PrefixStoreTest, LruEvictionOrder) {
+  auto store = Make(100);  // three 2-token entries (32 bytes each) fit
+  ASSERT_TRUE(store->PutAutomatic(Snap({1, 1})));
+  ASSERT_TRUE(store->PutAutomatic(Snap({2, 2})));
+  ASSERT_TRUE(store->PutNamed("c", Snap({3, 3}), {.pinned = false}).ok());
+  EXPECT_EQ(store->stats().bytes_used, 96);
+  // Use [1 1]: the order becomes [2 2], c, [1 1].
+  EXPECT_EQ(store->Lookup(Tokens{1, 1, 9}, 1, false).num_tokens, 2);
+
+  ASSERT_TRUE(store->PutAutomatic(Snap({4, 4})));  // evicts [2 2]
+  EXPECT_FALSE(Holds(*store, {2, 2}));
+  EXPECT_EQ(store->stats().evictions, 1);
+  ASSERT_TRUE(store->PutAutomatic(Snap({5, 5})));  // evicts the unpinned named c
+  EXPECT_FALSE(store->Info("c").has_value());
+  EXPECT_EQ(store->stats().evictions, 2);
+  ASSERT_TRUE(store->PutAutomatic(Snap({6, 6})));  // evicts [1 1]
+  EXPECT_FALSE(Holds(*store, {1, 1}));
+  EXPECT_EQ(store->stats().evictions, 3);
+
+  EXPECT_TRUE(Holds(*store, {4, 4}));
+  EXPECT_TRUE(Holds(*store, {5, 5}));
+  EXPECT_TRUE(Holds(*store, {6, 6}));
+  const PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.automatic_entries, 3);
+  EXPECT_EQ(stats.named_entries, 0);
+  EXPECT_EQ(stats.bytes_used, 96);
+}
+
+TEST_F(PrefixStoreTest, PinnedAndReferencedEntriesAreNeverEvicted) {
+  auto store = Make(100);
+  ASSERT_TRUE(store->PutNamed("pinned", Snap({1, 1})).ok());
+  std::shared_ptr<const Snapshot> held = Snap({2, 2});
+  ASSERT_TRUE(store->PutAutomatic(held));
+  ASSERT_TRUE(store->PutAutomatic(Snap({3, 3})));
+  // Oldest first: pinned, held, [3 3]; only [3 3] can go.
+  ASSERT_TRUE(store->PutAutomatic(Snap({4, 4})));
+  EXPECT_FALSE(Holds(*store, {3, 3}));
+  ASSERT_TRUE(store->PutAutomatic(Snap({5, 5})));
+  EXPECT_FALSE(Holds(*store, {4, 4}));
+  EXPECT_EQ(store->stats().evictions, 2);
+
+  // 64 bytes needed; 4 free + 32 from [5 5]: refused, nothing changed.
+  absl::StatusOr<PrefixInfo> big = store->PutNamed("big", Snap({7, 7, 7, 7}));
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(big.status().message(), HasSubstr("needs 64 bytes but at most 36"));
+  EXPECT_FALSE(store->PutAutomatic(Snap({8, 8, 8, 8})));
+  EXPECT_EQ(store->stats().evictions, 2);
+  EXPECT_EQ(store->stats().bytes_used, 96);
+  EXPECT_TRUE(Holds(*store, {5, 5}));
+
+  // Once the reader lets go, [2 2] and then [5 5] make room; the pinned entry stays.
+  held.reset();
+  ASSERT_TRUE(store->PutNamed("big", Snap({7, 7, 7, 7})).ok());
+  EXPECT_EQ(store->stats().evictions, 4);
+  EXPECT_NE(store->GetNamed("pinned"), nullptr);
+  EXPECT_FALSE(Holds(*store, {2, 2}));
+  EXPECT_FALSE(Holds(*store, {5, 5}));
+  EXPECT_EQ(store->stats().bytes_used, 96);
+
+  // A snapshot larger than the budget never fits.
+  EXPECT_EQ(store->PutNamed("huge", Snap(Tokens(7, 1))).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(PrefixStoreTest, ReplacementFreesTheOldBytesFirst) {
+  auto store = Make(100);
+  ASSERT_TRUE(store->PutNamed("sys", Snap({1, 1, 1, 1})).ok());  // 64 bytes, pinned
+  ASSERT_TRUE(store->PutAutomatic(Snap({2, 2})));                // 32 bytes
+  // 64 new bytes fit only once the old 64 go (4 are free); the automatic entry stays.
+  ASSERT_TRUE(store->PutNamed("sys", Snap({3, 3, 3, 3})).ok());
+  EXPECT_EQ(store->stats().bytes_used, 96);
+  EXPECT_EQ(store->stats().evictions, 0);
+  EXPECT_TRUE(Holds(*store, {2, 2}));
+}
+
+TEST_F(PrefixStoreTest, OneSnapshotUnderTwoNamesCountsOnce) {
+  auto store = Make(100);
+  std::shared_ptr<const Snapshot> s = Snap({1, 2, 3});
+  ASSERT_TRUE(store->PutNamed("a", s).ok());
+  ASSERT_TRUE(store->PutNamed("b", s).ok());
+  s.reset();
+  EXPECT_EQ(store->stats().bytes_used, 48);
+  EXPECT_FALSE(store->Info("a")->referenced);
+  EXPECT_TRUE(store->DeleteNamed("a"));
+  EXPECT_EQ(store->stats().bytes_used, 48);
+  EXPECT_TRUE(store->DeleteNamed("b"));
+  EXPECT_EQ(store->stats().bytes_used, 0);
+}
+
+TEST_F(PrefixStoreTest, TtlExpiryWithAFakeClock) {
+  auto store = Make(1000);
+  ASSERT_TRUE(store->PutNamed("t", Snap({1, 2}), {.ttl = absl::Seconds(10)}).ok());
+  ASSERT_TRUE(store->PutNamed("u", Snap({3, 4}), {.pinned = false, .ttl = absl::Seconds(5)}).ok());
+  ASSERT_TRUE(store->PutNamed("forever", Snap({5, 6})).ok());
+  clock_.Advance(absl::Seconds(4));
+  std::shared_ptr<const Snapshot> reader = store->GetNamed("u");
+  ASSERT_NE(reader, nullptr);
+  clock_.Advance(absl::Seconds(1));  // u reaches its TTL: dropped even though it is held
+  std::vector<PrefixInfo> list = store->List();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name, "forever");
+  EXPECT_EQ(list[1].name, "t");
+  EXPECT_EQ(store->stats().expirations, 1);
+  EXPECT_THAT(reader->token_ids(), ElementsAre(3, 4));
+
+  clock_.Advance(absl::Seconds(4));  // 9 s
+  EXPECT_NE(store->GetNamed("t"), nullptr);
+  clock_.Advance(absl::Seconds(1));  // 10 s
+  EXPECT_EQ(store->GetNamed("t"), nullptr);
+  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3}, 1, true).empty());
+  const PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.expirations, 2);
+  EXPECT_EQ(stats.named_entries, 1);
+  EXPECT_EQ(stats.bytes_used, 2 * kBytesPerToken);
+  EXPECT_EQ(stats.named_hits, 2);
+  EXPECT_EQ(stats.named_misses, 1);
+  EXPECT_EQ(stats.evictions, 0);
+  clock_.Advance(absl::Hours(24 * 365));
+  EXPECT_NE(store->GetNamed("forever"), nullptr);
+}
+
+TEST_F(PrefixStoreTest, LookupFindsTheLongestMatchAmongSeveral) {
+  auto store = Make(10000);
+  ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3, 4})).ok());
+  ASSERT_TRUE(store->PutAutomatic(Snap({1, 2, 3, 4, 5, 6})));
+  ASSERT_TRUE(store->PutAutomatic(Snap({1, 2, 7})));
+
+  PrefixMatch m = store->Lookup(Tokens{1, 2, 3, 4, 5, 6, 7, 8}, 1, true);
+  EXPECT_EQ(m.num_tokens, 6);
+  EXPECT_FALSE(m.named);
+  EXPECT_EQ(m.name, "");
+  EXPECT_THAT(m.snapshot->token_ids(), ElementsAre(1, 2, 3, 4, 5, 6));
+
+  // Partial: 5 tokens of the 6-token entry. Boundary only: the named 4-token entry.
+  m = store->Lookup(Tokens{1, 2, 3, 4, 5, 9}, 1, true);
+  EXPECT_EQ(m.num_tokens, 5);
+  EXPECT_FALSE(m.named);
+  m = store->Lookup(Tokens{1, 2, 3, 4, 5, 9}, 1, false);
+  EXPECT_EQ(m.num_tokens, 4);
+  EXPECT_TRUE(m.named);
+  EXPECT_EQ(m.name, "sys");
+  EXPECT_EQ(m.snapshot, store->GetNamed("sys"));
+
+  m = store->Lookup(Tokens{1, 2, 7, 7}, 1, false);
+  EXPECT_EQ(m.num_tokens, 3);
+  EXPECT_THAT(m.snapshot->token_ids(), ElementsAre(1, 2, 7));
+
+  // Only the branch point [1 2] matches: partial uses 2 tokens of the entry below along the
+  // smallest next token (3: the named entry); boundary mode has no entry ending there.
+  m = store->Lookup(Tokens{1, 2, 9, 9}, 1, true);
+  EXPECT_EQ(m.num_tokens, 2);
+  EXPECT_EQ(m.name, "sys");
+  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 9, 9}, 1, false).empty());
+  EXPECT_TRUE(store->Lookup(Tokens{5, 1, 2}, 1, true).empty());
+}
+
+TEST_F(PrefixStoreTest, LookupLeavesTheLastTokenUncovered) {
+  auto store = Make(10000);
+  ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3, 4})).ok());
+  PrefixMatch m = store->Lookup(Tokens{1, 2, 3, 4}, 1, true);
+  EXPECT_EQ(m.num_tokens, 3);
+  EXPECT_EQ(m.name, "sys");
+  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3, 4}, 1, false).empty());
+  EXPECT_EQ(store->Lookup(Tokens{1, 2, 3, 4, 5}, 1, false).num_tokens, 4);
+  EXPECT_TRUE(store->Lookup(Tokens{1}, 1, true).empty());
+  EXPECT_TRUE(store->Lookup(Tokens{}, 0, true).empty());
+}
+
+TEST_F(PrefixStoreTest, LookupHonoursMinTokens) {
+  auto store = Make(10000);
+  ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3, 4})).ok());
+  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 9}, 3, true).empty());
+  EXPECT_EQ(store->Lookup(Tokens{1, 2, 9}, 2, true).num_tokens, 2);
+  EXPECT_EQ(store->Lookup(Tokens{1, 2, 9}, 0, true).num_tokens, 2);
+  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3, 4, 5}, 5, false).empty());
+  EXPECT_EQ(store->Lookup(Tokens{1, 2, 3, 4, 5}, 4, false).num_tokens, 4);
+}
+
+TEST_F(PrefixStoreTest, NamedEntriesWinTiesByName) {
+  auto store = Make(10000);
+  ASSERT_TRUE(store->PutAutomatic(Snap({1, 2, 3})));
+  ASSERT_TRUE(store->PutNamed("b", Snap({1, 2, 3})).ok());
+  ASSERT_TRUE(store->PutNamed("a", Snap({1, 2, 3})).ok());
+  PrefixMatch m = store->Lookup(Tokens{1, 2, 3, 4}, 1, false);
+  EXPECT_TRUE(m.named);
+  EXPECT_EQ(m.name, "a");
+  EXPECT_EQ(store->Info("a")->hits, 1);
+  EXPECT_EQ(store->Info("b")->hits, 0);
+}
+
+TEST_F(PrefixStoreTest, HitsAndMissesByKind) {
+  auto store = Make(10000);
+  ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3})).ok());
+  ASSERT_TRUE(store->PutAutomatic(Snap({5, 6, 7})));
+  EXPECT_NE(store->GetNamed("sys"), nullptr);                      // named hit
+  EXPECT_EQ(store->GetNamed("nope"), nullptr);                     // named miss
+  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3, 4}, 1, true).named);   // named hit
+  EXPECT_FALSE(store->Lookup(Tokens{5, 6, 7, 8}, 1, true).named);  // automatic hit
+  EXPECT_FALSE(store->Lookup(Tokens{5, 6, 9}, 1, false).named);    // miss
+  EXPECT_TRUE(store->Lookup(Tokens{9, 9}, 1, true).empty());       // miss
+  const PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.named_hits, 2);
+  EXPECT_EQ(stats.named_misses, 1);
+  EXPECT_EQ(stats.automatic_hits, 1);
+  EXPECT_EQ(stats.automatic_misses, 2);
+  EXPECT_EQ(store->Info("sys")->hits, 2);
+}
+
+TEST_F(PrefixStoreTest, AutomaticPutNoOps) {
+  auto store = Make(200);
+  ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3, 4})).ok());  // 64 bytes, pinned
+  EXPECT_FALSE(store->PutAutomatic(nullptr));
+  EXPECT_FALSE(store->PutAutomatic(Snap({1, 2, 3, 4})));    // equal tokens exist
+  EXPECT_FALSE(store->PutAutomatic(Snap({1, 2})));          // a longer entry covers it
+  EXPECT_TRUE(store->PutAutomatic(Snap({1, 2, 3, 4, 5})));  // 80 bytes: 144 used
+  // 64 more bytes fit only by evicting the automatic [1 .. 5].
+  EXPECT_TRUE(store->PutAutomatic(Snap({9, 9, 9, 9})));
+  EXPECT_EQ(store->stats().evictions, 1);
+  EXPECT_FALSE(Holds(*store, {1, 2, 3, 4, 5}));
+  EXPECT_FALSE(store->PutAutomatic(Snap({9, 9})));  // covered by [9 9 9 9]
+  // 144 bytes: 72 free + 64 evictable is not enough; nothing is evicted.
+  EXPECT_FALSE(store->PutAutomatic(Snap(Tokens(9, 8))));
+  const PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.evictions, 1);
+  EXPECT_EQ(stats.named_entries, 1);
+  EXPECT_EQ(stats.automatic_entries, 1);
+  EXPECT_EQ(stats.bytes_used, 128);
+  EXPECT_TRUE(Holds(*store, {9, 9, 9, 9}));
+}
+
+TEST_F(PrefixStoreTest, ConcurrentReadersAndWriters) {
+  auto store = Make(1 << 20);
+  ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3})).ok());
+  constexpr int kThreads = 4;
+  constexpr int kCalls = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&store, t] {
+      for (int i = 0; i < kCalls; ++i) {
+        EXPECT_NE(store->GetNamed("sys"), nullptr);
+        EXPECT_EQ(store->List().size(), 1u);
+        store->PutAutomatic(Snap({100 + t, i, 0}));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.named_hits, kThreads * kCalls);
+  EXPECT_EQ(stats.automatic_entries, kThreads * kCalls);
+  EXPECT_EQ(stats.bytes_used, (1 + kThreads * kCalls) * 3 * kBytesPerToken);
+}
+
+}  // namespace
+}  // namespace kvserve::cache
