@@ -2,6 +2,7 @@
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+ARGS ?=
 
 .PHONY: setup configure build test serve bench format clean
 
@@ -19,7 +20,7 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
 
 serve: build
-	./scripts/serve.sh $(BUILD_DIR)
+	./scripts/serve.sh $(BUILD_DIR) $(ARGS)
 
 bench: build
 	./scripts/bench.sh $(BUILD_DIR)

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# `make serve`: starts kvserve with the embedded default model. Until the gRPC server lands,
-# it runs the generation demo on the embedded model and prints how to try it yourself.
+# `make serve`: starts kvserve with the embedded default model on 127.0.0.1:50051 (extra
+# arguments go to kvserve, e.g. `make serve ARGS="--metrics-listen 127.0.0.1:9400"`) and
+# prints kvctl commands to try from another terminal.
 set -euo pipefail
 build_dir="${1:-build}"
+shift || true
 cd "$(dirname "$0")/.."
-if [ -x "$build_dir/server/kvserve" ]; then
-  exec "$build_dir/server/kvserve" "${@:2}"
-fi
-echo "kvserve: the gRPC server is not built yet; running the generation demo on the embedded model."
-"$build_dir/model/kvserve-generate" --prompt "Once upon a time" --max-new-tokens 32 --output json
-echo
-echo "try: $build_dir/model/kvserve-generate --prompt 'Hello' --max-new-tokens 16"
+kvctl="$build_dir/client/kvctl"
+cat <<HINT
+kvserve: starting with the embedded tiny model (Ctrl-C or SIGTERM stops it gracefully).
+Try, from another terminal:
+  $kvctl health
+  $kvctl generate --prompt 'Once upon a time' --max-new-tokens 32
+  $kvctl stream --prompt 'Once upon a time' --max-new-tokens 32 --cache-implementation static
+  $kvctl generate --prompt 'Hello' --output json
+  $kvctl bench --concurrency 4 --requests 16 --prompt-tokens 32 --max-new-tokens 32
+HINT
+exec "$build_dir/server/kvserve" "$@"
