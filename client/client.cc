@@ -27,6 +27,7 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 Client::Client(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)),
       generation_(v1::Generation::NewStub(channel_)),
+      prefix_cache_(v1::PrefixCache::NewStub(channel_)),
       health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
 std::unique_ptr<Client> Client::Connect(const std::string& target) {
@@ -81,6 +82,46 @@ absl::StatusOr<v1::ModelInfo> Client::GetModelInfo(const CallOptions& options) c
   grpc::Status status = generation_->GetModelInfo(&context, v1::GetModelInfoRequest(), &response);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
+}
+
+absl::StatusOr<v1::Prefix> Client::RegisterPrefix(const v1::RegisterPrefixRequest& request,
+                                                  const CallOptions& options) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::Prefix response;
+  grpc::Status status = prefix_cache_->RegisterPrefix(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::Prefix> Client::GetPrefix(const std::string& name,
+                                             const CallOptions& options) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::GetPrefixRequest request;
+  request.set_name(name);
+  v1::Prefix response;
+  grpc::Status status = prefix_cache_->GetPrefix(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::ListPrefixesResponse> Client::ListPrefixes(const CallOptions& options) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::ListPrefixesResponse response;
+  grpc::Status status = prefix_cache_->ListPrefixes(&context, v1::ListPrefixesRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::Status Client::DeletePrefix(const std::string& name, const CallOptions& options) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::DeletePrefixRequest request;
+  request.set_name(name);
+  v1::DeletePrefixResponse response;
+  return FromGrpcStatus(prefix_cache_->DeletePrefix(&context, request, &response));
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::CheckHealth(

@@ -1,5 +1,5 @@
-// Client: a small synchronous C++ client of a kvserve server (kvserve.v1.Generation and
-// grpc.health.v1.Health), with gRPC errors turned into absl::Status.
+// Client: a small synchronous C++ client of a kvserve server (kvserve.v1.Generation,
+// kvserve.v1.PrefixCache and grpc.health.v1.Health), with gRPC errors turned into absl::Status.
 #pragma once
 
 #include <memory>
@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "kvserve/v1/generation.grpc.pb.h"
+#include "kvserve/v1/prefix.grpc.pb.h"
 
 namespace kvserve::client {
 
@@ -53,6 +54,21 @@ class Client {
   // Generation.GetModelInfo.
   absl::StatusOr<v1::ModelInfo> GetModelInfo(const CallOptions& options = {}) const;
 
+  // PrefixCache.RegisterPrefix: the prefix as the server now holds it.
+  absl::StatusOr<v1::Prefix> RegisterPrefix(const v1::RegisterPrefixRequest& request,
+                                            const CallOptions& options = {}) const;
+
+  // PrefixCache.GetPrefix: the prefix registered under `name` (NOT_FOUND when there is none).
+  absl::StatusOr<v1::Prefix> GetPrefix(const std::string& name,
+                                       const CallOptions& options = {}) const;
+
+  // PrefixCache.ListPrefixes: every registered prefix, sorted by name.
+  absl::StatusOr<v1::ListPrefixesResponse> ListPrefixes(const CallOptions& options = {}) const;
+
+  // PrefixCache.DeletePrefix: removes the prefix registered under `name` (NOT_FOUND when there
+  // is none).
+  absl::Status DeletePrefix(const std::string& name, const CallOptions& options = {}) const;
+
   // grpc.health.v1.Health.Check of the server as a whole (empty service name).
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
       const CallOptions& options = {}) const;
@@ -60,6 +76,7 @@ class Client {
  private:
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Generation::Stub> generation_;
+  std::unique_ptr<v1::PrefixCache::Stub> prefix_cache_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
 

@@ -1,5 +1,5 @@
 // kvctl: the command-line client of a kvserve server (generate, stream, tokenize, info,
-// health, bench). Exit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad flags.
+// health, bench, prefix). Exit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad flags.
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,25 +11,17 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/client.h"
 #include "client/flags.h"
 #include "client/kvctl_bench.h"
+#include "client/kvctl_command.h"
+#include "client/kvctl_prefix.h"
 #include "client/output.h"
 #include "client/request_flags.h"
 
 namespace kvserve::client {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitRpcError = 1;
-constexpr int kExitBadFlags = 2;
-
-// What every command takes: where to connect, the per-call deadline, the output format.
-struct Globals {
-  std::string target;
-  CallOptions call;
-  bool json = false;
-};
 
 std::vector<cli::FlagSpec> GlobalFlagSpecs() {
   return {
@@ -44,28 +36,6 @@ bool IsGlobalValueFlag(const std::string& name) {
     if (spec.name == name) return true;
   }
   return false;
-}
-
-using RunFn = int (*)(const Globals&, const ParsedFlags&);
-
-struct Command {
-  std::string name;
-  std::string summary;
-  std::vector<cli::FlagSpec> specs;
-  std::vector<std::string> repeatable;
-  RunFn run;
-};
-
-int RpcError(const absl::Status& status) {
-  std::cerr << "kvctl: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
-            << std::endl;
-  return kExitRpcError;
-}
-
-int BadFlags(const std::string& command, const absl::Status& status) {
-  std::cerr << "kvctl " << command << ": " << status.message() << " (see kvctl " << command
-            << " --help)" << std::endl;
-  return kExitBadFlags;
 }
 
 int RunGenerate(const Globals& globals, const ParsedFlags& flags) {
@@ -176,6 +146,13 @@ int RunBenchCommand(const Globals& globals, const ParsedFlags& flags) {
   return kExitOk;
 }
 
+// Puts the global flags first in the specs of `command`.
+void AddGlobalFlags(Command& command) {
+  std::vector<cli::FlagSpec> specs = GlobalFlagSpecs();
+  specs.insert(specs.end(), command.specs.begin(), command.specs.end());
+  command.specs = std::move(specs);
+}
+
 std::vector<Command> Commands() {
   std::vector<Command> commands = {
       {"generate", "Generates a completion (Generation.Generate) and prints its text.",
@@ -196,20 +173,42 @@ std::vector<Command> Commands() {
        {},
        RunBenchCommand},
   };
-  for (Command& command : commands) {
-    std::vector<cli::FlagSpec> specs = GlobalFlagSpecs();
-    specs.insert(specs.end(), command.specs.begin(), command.specs.end());
-    command.specs = std::move(specs);
-  }
+  for (Command& command : commands) AddGlobalFlags(command);
   return commands;
 }
 
-std::string TopUsage(const std::vector<Command>& commands) {
+std::vector<CommandGroup> CommandGroups() {
+  std::vector<CommandGroup> groups = {PrefixCommandGroup()};
+  for (CommandGroup& group : groups) {
+    for (Command& command : group.commands) AddGlobalFlags(command);
+  }
+  return groups;
+}
+
+// A group's help: its commands and their summaries.
+std::string GroupUsage(const CommandGroup& group) {
+  std::string out = absl::StrCat("usage: kvctl [global flags] ", group.name, " <command> [flags]\n",
+                                 group.summary, ".\n\ncommands:\n");
+  for (const Command& command : group.commands) {
+    absl::StrAppend(&out, absl::StrFormat("  %-9s %s\n", command.name, command.summary));
+  }
+  absl::StrAppend(&out, "\n'kvctl ", group.name, " <command> --help' lists a command's flags.\n");
+  return out;
+}
+
+std::string TopUsage(const std::vector<Command>& commands,
+                     const std::vector<CommandGroup>& groups) {
   std::string out =
       "usage: kvctl [--target HOST:PORT] [--timeout-ms MS] [--output text|json] <command> "
       "[flags]\n\ncommands:\n";
   for (const Command& command : commands) {
     absl::StrAppend(&out, absl::StrFormat("  %-9s %s\n", command.name, command.summary));
+  }
+  for (const CommandGroup& group : groups) {
+    std::vector<std::string> names;
+    for (const Command& command : group.commands) names.push_back(command.name);
+    absl::StrAppend(&out, absl::StrFormat("  %-9s %s: %s\n", group.name, group.summary,
+                                          absl::StrJoin(names, ", ")));
   }
   absl::StrAppend(&out, "\nglobal flags (before or after the command):\n");
   for (const cli::FlagSpec& spec : GlobalFlagSpecs()) {
@@ -239,8 +238,27 @@ absl::StatusOr<Globals> ParseGlobals(const ParsedFlags& flags) {
   return globals;
 }
 
+bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h"; }
+
+// The command called `name` among `commands`; null when there is none.
+const Command* FindCommand(const std::vector<Command>& commands, const std::string& name) {
+  for (const Command& command : commands) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
+
+// The group called `name` among `groups`; null when there is none.
+const CommandGroup* FindGroup(const std::vector<CommandGroup>& groups, const std::string& name) {
+  for (const CommandGroup& group : groups) {
+    if (group.name == name) return &group;
+  }
+  return nullptr;
+}
+
 int Main(int argc, char** argv) {
   const std::vector<Command> commands = Commands();
+  const std::vector<CommandGroup> groups = CommandGroups();
   std::vector<std::string> args(argv + 1, argv + argc);
   // The command is the first argument that is neither a flag nor a global flag's value; only
   // global flags may come before it.
@@ -248,7 +266,7 @@ int Main(int argc, char** argv) {
   bool help = false;
   for (size_t i = 0; i < args.size() && !command_at.has_value(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
+    if (IsHelp(arg)) {
       help = true;
     } else if (arg.rfind("--", 0) == 0) {
       const std::string name = arg.substr(2, arg.find('=') - 2);
@@ -262,19 +280,33 @@ int Main(int argc, char** argv) {
     }
   }
   if (!command_at.has_value()) {
-    (help ? std::cout : std::cerr) << TopUsage(commands);
+    (help ? std::cout : std::cerr) << TopUsage(commands, groups);
     return help ? kExitOk : kExitBadFlags;
   }
-  const std::string name = args[*command_at];
-  const Command* command = nullptr;
-  for (const Command& c : commands) {
-    if (c.name == name) command = &c;
+  std::string name = args[*command_at];
+  args.erase(args.begin() + *command_at);
+  const Command* command = FindCommand(commands, name);
+  if (const CommandGroup* group = FindGroup(groups, name); group != nullptr) {
+    // The group's command comes right after the group's name: `kvctl prefix register ...`.
+    const bool given = *command_at < args.size();
+    if (!given || args[*command_at].rfind("-", 0) == 0) {
+      const bool group_help = help || (given && IsHelp(args[*command_at]));
+      (group_help ? std::cout : std::cerr) << GroupUsage(*group);
+      return group_help ? kExitOk : kExitBadFlags;
+    }
+    absl::StrAppend(&name, " ", args[*command_at]);
+    command = FindCommand(group->commands, args[*command_at]);
+    args.erase(args.begin() + *command_at);
+    if (command == nullptr) {
+      std::cerr << "kvctl: unknown command '" << name << "' (see kvctl " << group->name
+                << " --help)\n";
+      return kExitBadFlags;
+    }
   }
   if (command == nullptr) {
     std::cerr << "kvctl: unknown command '" << name << "' (see kvctl --help)\n";
     return kExitBadFlags;
   }
-  args.erase(args.begin() + *command_at);
   absl::StatusOr<ParsedFlags> flags = ParseFlags(args, command->specs, command->repeatable);
   if (!flags.ok()) return BadFlags(name, flags.status());
   if (help || flags->flags.help_requested()) {

@@ -1,12 +1,42 @@
 // kvctl's output formats (see output.h).
 #include "client/output.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace kvserve::client {
+namespace {
+
+constexpr size_t kFingerprintChars = 12;
+
+// A prefix's fields as PrefixText and PrefixTableText show them, in their order.
+std::vector<std::string> PrefixFields(const v1::Prefix& prefix) {
+  const v1::PrefixOptions& options = prefix.options();
+  std::string created_at = "-";
+  if (prefix.has_created_at()) {
+    const absl::Time time = absl::FromUnixSeconds(prefix.created_at().seconds()) +
+                            absl::Nanoseconds(prefix.created_at().nanos());
+    created_at = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", time, absl::UTCTimeZone());
+  }
+  return {
+      prefix.name(),
+      absl::StrCat(prefix.num_tokens()),
+      absl::StrCat(prefix.bytes()),
+      absl::StrCat(prefix.hits()),
+      !options.has_pinned() || options.pinned() ? "true" : "false",
+      options.ttl_seconds() == 0 ? "none" : absl::StrCat(options.ttl_seconds(), "s"),
+      created_at,
+      prefix.fingerprint().empty() ? "-" : prefix.fingerprint().substr(0, kFingerprintChars),
+  };
+}
+
+}  // namespace
 
 std::string ToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
@@ -74,6 +104,35 @@ std::string ModelInfoText(const v1::ModelInfo& info) {
   absl::StrAppend(&out, "dtype: ", info.dtype(), "\n");
   absl::StrAppend(&out, "device: ", info.device(), "\n");
   absl::StrAppend(&out, "max_new_tokens_limit: ", info.max_new_tokens_limit(), "\n");
+  return out;
+}
+
+std::string PrefixText(const v1::Prefix& prefix) {
+  static const char* const kKeys[] = {"name",   "num_tokens", "bytes",      "hits",
+                                      "pinned", "ttl",        "created_at", "fingerprint"};
+  const std::vector<std::string> fields = PrefixFields(prefix);
+  std::vector<std::string> pairs;
+  for (size_t i = 0; i < fields.size(); ++i)
+    pairs.push_back(absl::StrCat(kKeys[i], "=", fields[i]));
+  return absl::StrJoin(pairs, " ");
+}
+
+std::string PrefixTableText(const v1::ListPrefixesResponse& response) {
+  if (response.prefixes_size() == 0) return "no prefixes\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "TOKENS", "BYTES", "HITS", "PINNED", "TTL", "CREATED_AT", "FINGERPRINT"}};
+  for (const v1::Prefix& prefix : response.prefixes()) rows.push_back(PrefixFields(prefix));
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const std::vector<std::string>& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const std::vector<std::string>& row : rows) {
+    for (size_t i = 0; i + 1 < row.size(); ++i) {
+      absl::StrAppend(&out, absl::StrFormat("%-*s  ", static_cast<int>(widths[i]), row[i]));
+    }
+    absl::StrAppend(&out, row.back(), "\n");
+  }
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include "google/protobuf/message.h"
 #include "kvserve/v1/generation.pb.h"
+#include "kvserve/v1/prefix.pb.h"
 
 namespace kvserve::client {
 
@@ -26,5 +27,14 @@ std::string ModelInfoText(const v1::ModelInfo& info);
 
 // The ids comma-separated ("1,450,29").
 std::string TokenIdsText(const v1::TokenizeResponse& response);
+
+// A registered prefix on one line, e.g. "name=sys num_tokens=12 bytes=4096 hits=3 pinned=true
+// ttl=300s created_at=2024-05-01T12:00:00Z fingerprint=0123456789ab" (unset pinned: true; ttl 0:
+// none; created_at in UTC to the second, "-" when unset; the fingerprint's first 12 characters).
+std::string PrefixText(const v1::Prefix& prefix);
+
+// A table of the prefixes: a header line, then one line per prefix with the same fields as
+// PrefixText, columns aligned; "no prefixes\n" when there are none.
+std::string PrefixTableText(const v1::ListPrefixesResponse& response);
 
 }  // namespace kvserve::client

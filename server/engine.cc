@@ -13,7 +13,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "cache/cache_factory.h"
+#include "cache/dynamic_layer.h"
 #include "cache/kv_cache.h"
+#include "cache/prefix_store.h"
+#include "cache/snapshot.h"
 #include "model/incremental_detokenizer.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -47,8 +50,24 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 }  // namespace
 
+struct Engine::Registration {
+  std::string name;
+  std::vector<int32_t> token_ids;
+  cache::NamedPrefixOptions options;
+  RegisterCallback done;
+};
+
+struct Engine::PrefixChoice {
+  std::shared_ptr<const cache::Snapshot> snapshot;  // null: nothing to copy
+  int64_t num_tokens = 0;                           // tokens of it to copy
+  std::string name;                                 // the registered prefix's name, if named
+};
+
 struct Engine::Live {
   GenerationRequest request;
+  // The cached prefix to copy into the cache at admission (released once copied).
+  PrefixChoice prefix;
+  int64_t num_cached_tokens = 0;
   std::shared_ptr<RequestSink> sink;
   std::unique_ptr<cache::KvCache> cache;  // null without a cache (use_cache=false)
   std::unique_ptr<model::Sampler> sampler;
@@ -65,9 +84,13 @@ struct Engine::Live {
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
                                                        model::Model* model,
                                                        const model::Tokenizer* tokenizer,
-                                                       ServerMetrics* metrics) {
+                                                       ServerMetrics* metrics,
+                                                       cache::PrefixStore* prefix_store) {
   if (model == nullptr || metrics == nullptr) {
     return absl::InvalidArgumentError("Engine::Create: model and metrics are required");
+  }
+  if (options.auto_prefix_min_tokens < 1) {
+    return absl::InvalidArgumentError("--auto-prefix-min-tokens must be >= 1");
   }
   if (options.idle_poll <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("idle_poll must be > 0");
@@ -75,18 +98,24 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(options.scheduler);
   if (!scheduler.ok()) return scheduler.status();
   std::unique_ptr<Engine> engine(
-      new Engine(options, model, tokenizer, metrics, *std::move(scheduler)));
+      new Engine(options, model, tokenizer, metrics, prefix_store, *std::move(scheduler)));
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
 
 Engine::Engine(const EngineOptions& options, model::Model* model, const model::Tokenizer* tokenizer,
-               ServerMetrics* metrics, std::unique_ptr<Scheduler> scheduler)
+               ServerMetrics* metrics, cache::PrefixStore* prefix_store,
+               std::unique_ptr<Scheduler> scheduler)
     : options_(options),
       model_(model),
       tokenizer_(tokenizer),
       metrics_(metrics),
-      scheduler_(std::move(scheduler)) {}
+      prefix_store_(prefix_store),
+      scheduler_(std::move(scheduler)) {
+  for (const cache::LayerSpec& spec : model_->info().layer_specs) {
+    if (spec.is_sliding()) allow_partial_prefix_ = false;
+  }
+}
 
 Engine::~Engine() { Shutdown(absl::ZeroDuration()); }
 
@@ -113,6 +142,96 @@ absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request,
 void Engine::Cancel(RequestId id) {
   absl::MutexLock lock(&mu_);
   cancels_.push_back(id);
+}
+
+void Engine::RegisterPrefix(std::string name, std::vector<int32_t> token_ids,
+                            const cache::NamedPrefixOptions& options, RegisterCallback done) {
+  auto registration = std::make_unique<Registration>();
+  registration->name = std::move(name);
+  registration->token_ids = std::move(token_ids);
+  registration->options = options;
+  registration->done = std::move(done);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!draining_) {
+      registrations_.push_back(std::move(registration));
+      return;
+    }
+  }
+  registration->done(absl::UnavailableError("the server is shutting down"));
+}
+
+void Engine::RunRegistration(Registration& r) {
+  if (prefix_store_ == nullptr) {
+    r.done(absl::FailedPreconditionError("this server has no prefix cache"));
+    return;
+  }
+  // The capture cache holds every token in every layer (plain dynamic layers even where the
+  // model slides: the masks come from the model's layer specs), so the snapshot can be
+  // loaded into a cache of any strategy.
+  std::vector<std::unique_ptr<cache::CacheLayer>> layers;
+  for (int64_t i = 0; i < model_->info().num_layers; ++i) {
+    layers.push_back(std::make_unique<cache::DynamicLayer>());
+  }
+  cache::KvCache capture(std::move(layers));
+  model::Batch batch;
+  batch.sequences.push_back({r.token_ids, &capture, false});
+  absl::Status status;
+  try {
+    absl::StatusOr<model::ForwardOutput> out = model_->Forward(batch);
+    status = out.status();
+  } catch (const c10::Error& e) {
+    status = absl::InternalError(absl::StrCat("prefill failed: ", e.what_without_backtrace()));
+  }
+  if (!status.ok()) {
+    r.done(status);
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<const cache::Snapshot>> snapshot =
+      cache::Snapshot::Capture(capture, r.token_ids, options_.model_fingerprint);
+  if (!snapshot.ok()) {
+    r.done(snapshot.status());
+    return;
+  }
+  r.done(prefix_store_->PutNamed(r.name, *std::move(snapshot), r.options));
+}
+
+Engine::PrefixChoice Engine::ChoosePrefix(const GenerationRequest& request) {
+  PrefixChoice choice;
+  const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
+  if (prefix_store_ == nullptr || request.skip_prefix_reuse || !request.cache_spec.use_cache()) {
+    return choice;
+  }
+  if (request.prefix_snapshot != nullptr) {
+    choice.snapshot = request.prefix_snapshot;
+    // The last prompt token is always computed: its logits choose the first new token.
+    choice.num_tokens = std::min(request.prefix_snapshot->num_tokens(), prompt - 1);
+    choice.name = request.prefix;
+  }
+  if (options_.auto_prefix_cache) {
+    cache::PrefixMatch match = prefix_store_->Lookup(
+        request.prompt_ids, options_.auto_prefix_min_tokens, allow_partial_prefix_);
+    if (!match.empty() && match.num_tokens > choice.num_tokens) {
+      choice.snapshot = std::move(match.snapshot);
+      choice.num_tokens = match.num_tokens;
+      choice.name = match.named ? match.name : "";
+    }
+  }
+  if (choice.num_tokens < 1) choice = PrefixChoice();
+  return choice;
+}
+
+void Engine::KeepAutomaticPrefix(const Live& live) {
+  const GenerationRequest& r = live.request;
+  if (prefix_store_ == nullptr || !options_.auto_prefix_cache || r.skip_prefix_reuse ||
+      live.cache == nullptr || !allow_partial_prefix_ ||
+      r.cache_spec.implementation != cache::CacheImplementation::kDynamic ||
+      static_cast<int64_t>(r.prompt_ids.size()) < options_.auto_prefix_min_tokens) {
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<const cache::Snapshot>> snapshot =
+      cache::Snapshot::Capture(*live.cache, r.prompt_ids, options_.model_fingerprint);
+  if (snapshot.ok()) prefix_store_->PutAutomatic(*std::move(snapshot));
 }
 
 void Engine::Shutdown(absl::Duration grace) {
@@ -163,16 +282,30 @@ void Engine::Loop() {
       mu_.AwaitWithTimeout(absl::Condition(&has_work), options_.idle_poll);
     }
   }
+  // Registrations that arrived after the last drain: the engine no longer runs them.
+  std::vector<std::unique_ptr<Registration>> late;
+  {
+    absl::MutexLock lock(&mu_);
+    late.swap(registrations_);
+  }
+  for (auto& registration : late) {
+    registration->done(absl::UnavailableError("the server is shutting down"));
+  }
   PublishStats();
 }
 
 void Engine::DrainInbox() {
   std::vector<Incoming> incoming;
   std::vector<RequestId> cancels;
+  std::vector<std::unique_ptr<Registration>> registrations;
   {
     absl::MutexLock lock(&mu_);
     incoming.swap(inbox_);
     cancels.swap(cancels_);
+    registrations.swap(registrations_);
+  }
+  for (std::unique_ptr<Registration>& registration : registrations) {
+    RunRegistration(*registration);
   }
   for (Incoming& in : incoming) {
     auto live = std::make_unique<Live>();
@@ -182,6 +315,10 @@ void Engine::DrainInbox() {
     live->stop = StopStringMatcher(live->request.stop_strings);
     const int64_t num_prompt = static_cast<int64_t>(live->tokens.size());
     const int64_t max_new = live->request.max_new_tokens;
+    live->prefix = ChoosePrefix(live->request);
+    live->request.prefix_snapshot = nullptr;  // the choice holds what is copied
+    live->num_cached_tokens = live->prefix.num_tokens;
+    const int64_t num_cached = live->num_cached_tokens;
     live_.emplace(in.id, std::move(live));
     // A quantized cache's contents depend on how its updates are split, so its prompt runs
     // in one update, as in the reference, whatever else is running.
@@ -189,7 +326,7 @@ void Engine::DrainInbox() {
         live_.at(in.id)->request.cache_spec.implementation == cache::CacheImplementation::kQuantized
             ? PrefillMode::kWhole
             : PrefillMode::kChunked;
-    absl::Status added = scheduler_->Add(in.id, num_prompt, max_new, 0, prefill);
+    absl::Status added = scheduler_->Add(in.id, num_prompt, max_new, num_cached, prefill);
     if (!added.ok()) Fail(in.id, added);
   }
   for (RequestId id : cancels) {
@@ -233,7 +370,8 @@ bool Engine::Admit(RequestId id, Live& live, absl::Time now) {
     --num_queued_;
   }
   metrics_->ObserveQueueTime(absl::ToDoubleSeconds(now - live.request.arrival_time));
-  metrics_->AddPromptTokens(static_cast<int64_t>(live.request.prompt_ids.size()), 0);
+  metrics_->AddPromptTokens(static_cast<int64_t>(live.request.prompt_ids.size()),
+                            live.num_cached_tokens);
   absl::Status sampling = live.request.sampling.Validate();
   if (!sampling.ok()) {
     Fail(id, absl::InvalidArgumentError(absl::StrCat("sampling: ", sampling.message())));
@@ -246,6 +384,15 @@ bool Engine::Admit(RequestId id, Live& live, absl::Time now) {
     return false;
   }
   live.cache = *std::move(cache);
+  if (live.prefix.snapshot != nullptr) {
+    // A deep copy: the request's cache shares nothing with the snapshot.
+    absl::Status loaded = live.prefix.snapshot->LoadInto(live.cache.get(), live.prefix.num_tokens);
+    live.prefix.snapshot = nullptr;
+    if (!loaded.ok()) {
+      Fail(id, absl::InternalError(absl::StrCat("copying the cached prefix: ", loaded.message())));
+      return false;
+    }
+  }
   live.sampler = std::make_unique<model::Sampler>(live.request.sampling);
   if (tokenizer_ != nullptr) {
     live.detokenizer =
@@ -322,6 +469,7 @@ bool Engine::Step() {
     bool finished = false;
     if (s.samples) {
       Live& live = *live_.at(s.id);
+      if (s.is_prefill) KeepAutomaticPrefix(live);
       const int32_t token = live.sampler->Sample(output->logits[batch_index[i]], live.tokens);
       finished = AcceptToken(s.id, live, token, now);
     }
@@ -377,7 +525,7 @@ void Engine::Finish(RequestId id, Live& live, FinishReason reason) {
   GenerationSummary summary;
   summary.finish_reason = reason;
   summary.prompt_tokens = static_cast<int64_t>(live.request.prompt_ids.size());
-  summary.cached_tokens = 0;
+  summary.cached_tokens = live.num_cached_tokens;
   summary.completion_tokens = live.num_generated;
   const absl::Time arrival = live.request.arrival_time;
   summary.queue_ms = live.admitted ? Ms(live.admitted_at - arrival) : 0;
@@ -387,9 +535,10 @@ void Engine::Finish(RequestId id, Live& live, FinishReason reason) {
   }
   summary.cache_implementation =
       std::string(cache::CacheImplementationName(live.request.cache_spec.implementation));
-  summary.prefix = live.request.prefix;
-  live.sink->OnFinish(summary);
+  summary.prefix = live.prefix.name;
+  // Counted before the client hears of it, so that metrics read after a reply include it.
   metrics_->CountRequest(FinishReasonName(reason));
+  live.sink->OnFinish(summary);
   {
     absl::MutexLock lock(&mu_);
     if (!live.admitted) --num_queued_;
@@ -402,8 +551,8 @@ void Engine::Fail(RequestId id, const absl::Status& status) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
   Live& live = *it->second;
-  live.sink->OnError(status);
   metrics_->CountRequest(OutcomeLabel(status));
+  live.sink->OnError(status);
   {
     absl::MutexLock lock(&mu_);
     if (!live.admitted) --num_queued_;

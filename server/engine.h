@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -19,6 +21,11 @@
 #include "server/generation_request.h"
 #include "server/scheduler.h"
 
+namespace kvserve::cache {
+class PrefixStore;
+struct NamedPrefixOptions;
+struct PrefixInfo;
+}  // namespace kvserve::cache
 namespace kvserve::model {
 class Model;
 class Tokenizer;
@@ -47,6 +54,14 @@ class RequestSink {
 
 struct EngineOptions {
   SchedulerOptions scheduler;
+  // --auto-prefix-cache: keep each prompt's K/V (dynamic caches on full-attention models)
+  // as an automatic prefix entry, and start later requests from the longest stored prefix of
+  // their prompt (named or automatic).
+  bool auto_prefix_cache = true;
+  // --auto-prefix-min-tokens: shortest prompt kept, and shortest match used, automatically.
+  int64_t auto_prefix_min_tokens = 32;
+  // The fingerprint snapshots are made with (the prefix store's model fingerprint).
+  std::string model_fingerprint;
   // How long the engine thread sleeps at most while idle before it looks at deadlines.
   absl::Duration idle_poll = absl::Milliseconds(20);
 };
@@ -66,10 +81,12 @@ class Engine {
  public:
   // `model`, `tokenizer` (null: outputs carry token ids and no text) and `metrics` must
   // outlive the engine. InvalidArgument naming the option when `options` is out of range.
+  // `prefix_store` (may be null: no prefix reuse at all) must outlive the engine too.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
                                                         model::Model* model,
                                                         const model::Tokenizer* tokenizer,
-                                                        ServerMetrics* metrics);
+                                                        ServerMetrics* metrics,
+                                                        cache::PrefixStore* prefix_store = nullptr);
   // Shuts down with no grace period.
   ~Engine();
   Engine(const Engine&) = delete;
@@ -83,6 +100,15 @@ class Engine {
   // Ends a request with CANCELLED and frees its cache before the next step. Unknown or
   // already finished ids are ignored.
   void Cancel(RequestId id);
+
+  using RegisterCallback = std::function<void(absl::StatusOr<cache::PrefixInfo>)>;
+  // Prefills `token_ids` (>= 1, each in the vocabulary, within the context) once, between
+  // two steps on the engine thread, and stores the snapshot under `name` in the prefix store.
+  // `done` is called exactly once, on the engine thread, with the store's answer (see
+  // PrefixStore::PutNamed), FailedPrecondition without a prefix store, Unavailable after
+  // Shutdown began, or the forward's error. Thread-safe.
+  void RegisterPrefix(std::string name, std::vector<int32_t> token_ids,
+                      const cache::NamedPrefixOptions& options, RegisterCallback done);
 
   // Stops accepting requests, lets live ones run for up to `grace`, then ends the rest with
   // finish reason kCancelled and their partial output, and joins the engine thread.
@@ -102,13 +128,22 @@ class Engine {
     GenerationRequest request;
     std::shared_ptr<RequestSink> sink;
   };
+  struct Registration;
 
   Engine(const EngineOptions& options, model::Model* model, const model::Tokenizer* tokenizer,
-         ServerMetrics* metrics, std::unique_ptr<Scheduler> scheduler);
+         ServerMetrics* metrics, cache::PrefixStore* prefix_store,
+         std::unique_ptr<Scheduler> scheduler);
 
   void Loop();
   // Moves submitted requests into the scheduler and applies cancels. Engine thread.
   void DrainInbox();
+  // Runs one registration's prefill and stores its snapshot. Engine thread.
+  void RunRegistration(Registration& registration);
+  // The prompt's cached prefix to copy (named, else automatic), or an empty match.
+  struct PrefixChoice;
+  PrefixChoice ChoosePrefix(const GenerationRequest& request);
+  // Keeps a just-prefilled prompt as an automatic prefix entry when it qualifies.
+  void KeepAutomaticPrefix(const Live& live);
   // Fails requests whose deadline has passed. Engine thread.
   void ExpireDeadlines(absl::Time now);
   // Ends every live request with finish reason kCancelled (shutdown grace over).
@@ -130,12 +165,16 @@ class Engine {
   model::Model* const model_;
   const model::Tokenizer* const tokenizer_;
   ServerMetrics* const metrics_;
+  cache::PrefixStore* const prefix_store_;  // null: no prefix reuse
+  // Whether automatic matches may end inside a stored prefix (no sliding/chunked layers).
+  bool allow_partial_prefix_ = true;
   std::unique_ptr<Scheduler> scheduler_;                        // engine thread only
   absl::flat_hash_map<RequestId, std::unique_ptr<Live>> live_;  // engine thread only
 
   mutable absl::Mutex mu_;
   std::vector<Incoming> inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Registration>> registrations_ ABSL_GUARDED_BY(mu_);
   RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Submitted and not yet admitted or ended: what --max-queue bounds.
   int64_t num_queued_ ABSL_GUARDED_BY(mu_) = 0;

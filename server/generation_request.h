@@ -3,12 +3,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "cache/cache_spec.h"
 #include "model/sampler.h"
+
+namespace kvserve::cache {
+class Snapshot;
+}  // namespace kvserve::cache
 
 namespace kvserve::server {
 
@@ -18,6 +23,9 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
   // Name of the registered prefix the prompt starts with; empty: none.
   std::string prefix;
+  // That prefix's snapshot (its tokens start prompt_ids), held so that a replacement or a
+  // deletion while the request waits cannot take it away; null without a prefix.
+  std::shared_ptr<const cache::Snapshot> prefix_snapshot;
   // Tokens to generate at most, >= 1; prompt + max_new_tokens fits the model's context.
   int64_t max_new_tokens = 16;
   model::SamplingParams sampling;

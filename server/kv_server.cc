@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "cache/prefix_store.h"
 #include "cache/torch_compat.h"
 #include "model/embedded_model.h"
 #include "model/tokenizer.h"
@@ -24,6 +25,9 @@
 #include "server/generation_service.h"
 #include "server/metrics.h"
 #include "server/metrics_http_server.h"
+#include "server/model_fingerprint.h"
+#include "server/prefix_registry.h"
+#include "server/prefix_service.h"
 #include "server/request_parser.h"
 
 namespace kvserve::server {
@@ -140,6 +144,9 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
     if (!tokenizer.ok()) return tokenizer.status();
     loaded.tokenizer = *std::move(tokenizer);
   }
+  absl::StatusOr<std::string> fingerprint = ModelFingerprint(*source, loaded.model->info());
+  if (!fingerprint.ok()) return fingerprint.status();
+  loaded.fingerprint = *std::move(fingerprint);
   loaded.name =
       options.model_dir.empty()
           ? "embedded-tiny"
@@ -157,7 +164,8 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
 KvServer::KvServer(const ServerOptions& options)
     : options_(options),
       metrics_(std::make_unique<ServerMetrics>()),
-      generation_(std::make_unique<GenerationService>()) {}
+      generation_(std::make_unique<GenerationService>()),
+      prefixes_(std::make_unique<PrefixService>()) {}
 
 absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& options) {
   absl::Status valid = options.Validate();
@@ -176,6 +184,7 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->generation_.get());
+  builder.RegisterService(server->prefixes_.get());
   // Prompts may be long token-id lists or long chat transcripts.
   builder.SetMaxReceiveMessageSize(64 << 20);
   server->server_ = builder.BuildAndStart();
@@ -200,12 +209,31 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
     return absl::FailedPreconditionError("the server already serves a model or has shut down");
   }
   model_ = std::move(loaded);
+  absl::StatusOr<std::unique_ptr<cache::PrefixStore>> store = cache::PrefixStore::Create(
+      {.budget_bytes = options_.prefix_cache_bytes, .model_fingerprint = model_.fingerprint});
+  if (!store.ok()) return store.status();
+  prefix_store_ = *std::move(store);
+  absl::StatusOr<std::unique_ptr<PrefixRegistry>> registry =
+      PrefixRegistry::Open(options_.state_dir);
+  if (!registry.ok()) return registry.status();
+  registry_ = *std::move(registry);
+  std::vector<v1::RegisterPrefixRequest> startup_prefixes = registry_->persisted();
+  if (!options_.prefixes_file.empty()) {
+    absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> listed =
+        PrefixRegistry::ReadPrefixesFile(options_.prefixes_file);
+    if (!listed.ok()) return listed.status();
+    startup_prefixes.insert(startup_prefixes.end(), listed->begin(), listed->end());
+  }
   parser_ = std::make_unique<RequestParser>(model_.model->info(), model_.tokenizer.get(),
-                                            options_.limits);
+                                            options_.limits, prefix_store_.get());
   EngineOptions engine_options;
   engine_options.scheduler = options_.scheduler;
+  engine_options.auto_prefix_cache = options_.auto_prefix_cache;
+  engine_options.auto_prefix_min_tokens = options_.auto_prefix_min_tokens;
+  engine_options.model_fingerprint = model_.fingerprint;
   absl::StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::Create(engine_options, model_.model.get(), model_.tokenizer.get(), metrics_.get());
+      Engine::Create(engine_options, model_.model.get(), model_.tokenizer.get(), metrics_.get(),
+                     prefix_store_.get());
   if (!engine.ok()) return engine.status();
   engine_ = *std::move(engine);
 
@@ -224,12 +252,42 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
     absl::Status warm = sink->Wait(absl::Minutes(10));
     if (!warm.ok()) return warm;
   }
+  // Prefixes registered before a restart, then the deployment's list; health stays
+  // NOT_SERVING until they are all warm.
+  for (const v1::RegisterPrefixRequest& prefix : startup_prefixes) {
+    absl::Status registered = RegisterAtStartup(prefix);
+    if (!registered.ok()) {
+      return absl::Status(registered.code(),
+                          absl::StrCat("prefix '", prefix.name(), "': ", registered.message()));
+    }
+  }
   generation_->Attach({engine_.get(), parser_.get(), ToProto(info, model_.name, options_.limits)});
+  prefixes_->Attach({engine_.get(), parser_.get(), prefix_store_.get(), registry_.get()});
   serving_ = true;
   server_->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("serving {} ({} layers, vocab {}) on {}", model_.name, info.num_layers,
                info.vocab_size, info.device.str());
   return absl::OkStatus();
+}
+
+absl::Status KvServer::RegisterAtStartup(const v1::RegisterPrefixRequest& request) {
+  absl::StatusOr<PrefixRegistration> parsed = parser_->ParseRegisterPrefix(request);
+  if (!parsed.ok()) return parsed.status();
+  absl::Notification done;
+  absl::Status status;
+  engine_->RegisterPrefix(parsed->name, parsed->token_ids, parsed->options,
+                          [&](absl::StatusOr<cache::PrefixInfo> info) {
+                            status = info.status();
+                            done.Notify();
+                          });
+  done.WaitForNotification();
+  if (!status.ok()) return status;
+  return registry_->Put(request, parsed->proto_options);
+}
+
+cache::PrefixStore* KvServer::prefix_store() const {
+  absl::MutexLock lock(&mu_);
+  return prefix_store_.get();
 }
 
 Engine* KvServer::engine() const {

@@ -9,11 +9,15 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kvserve/v1/prefix.pb.h"
 #include "server/server_options.h"
 
 namespace grpc {
 class Server;
 }  // namespace grpc
+namespace kvserve::cache {
+class PrefixStore;
+}  // namespace kvserve::cache
 namespace kvserve::model {
 class Model;
 class Tokenizer;
@@ -24,6 +28,8 @@ namespace kvserve::server {
 class Engine;
 class GenerationService;
 class MetricsHttpServer;
+class PrefixRegistry;
+class PrefixService;
 class RequestParser;
 class ServerMetrics;
 
@@ -38,6 +44,7 @@ struct LoadedModel {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<model::Tokenizer> tokenizer;  // null when the folder has none
   std::string name;                             // ModelInfo.name
+  std::string fingerprint;                      // see ModelFingerprint
 };
 
 // Loads --model (or the embedded tiny model) on --device in --dtype, with its tokenizer.
@@ -53,9 +60,10 @@ class KvServer {
   static absl::StatusOr<std::unique_ptr<KvServer>> Start(const ServerOptions& options);
   ~KvServer();
 
-  // Serves `model`: builds the engine, runs one short warm-up generation, then reports
-  // SERVING. FailedPrecondition when called twice or after Shutdown; the warm-up's error
-  // otherwise (the server then stays NOT_SERVING).
+  // Serves `model`: builds the prefix store and the engine, runs one short warm-up
+  // generation, registers the prefixes of --state-dir and --prefixes-file, then reports
+  // SERVING. FailedPrecondition when called twice or after Shutdown; the warm-up's or a
+  // prefix's error otherwise (the server then stays NOT_SERVING).
   absl::Status Serve(LoadedModel model);
 
   // Health NOT_SERVING, no new requests; in-flight ones get up to `grace` to finish, then end
@@ -69,13 +77,19 @@ class KvServer {
   // Null before Serve.
   Engine* engine() const;
   ServerMetrics& metrics() const { return *metrics_; }
+  // Null before Serve.
+  cache::PrefixStore* prefix_store() const;
 
  private:
   explicit KvServer(const ServerOptions& options);
+  // Registers one prefix through the engine and waits for it (start-up only).
+  absl::Status RegisterAtStartup(const v1::RegisterPrefixRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServerOptions options_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<GenerationService> generation_;
+  std::unique_ptr<PrefixService> prefixes_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
@@ -84,6 +98,8 @@ class KvServer {
   mutable absl::Mutex mu_;  // guards the model state below and the lifecycle flags
   LoadedModel model_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<RequestParser> parser_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<cache::PrefixStore> prefix_store_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<PrefixRegistry> registry_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Engine> engine_ ABSL_GUARDED_BY(mu_);
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/cache_factory.h"
+#include "cache/snapshot.h"
 #include "model/chat_template.h"
 #include "model/string_cat.h"
 #include "model/tokenizer.h"
@@ -46,11 +47,15 @@ absl::Status CheckIdsInVocab(const std::vector<int32_t>& ids, int64_t vocab_size
 }  // namespace
 
 RequestParser::RequestParser(const model::ModelInfo& model_info, const model::Tokenizer* tokenizer,
-                             RequestLimits limits)
-    : model_info_(model_info), tokenizer_(tokenizer), limits_(limits) {}
+                             RequestLimits limits, cache::PrefixStore* prefix_store)
+    : model_info_(model_info),
+      tokenizer_(tokenizer),
+      limits_(limits),
+      prefix_store_(prefix_store) {}
 
 absl::StatusOr<std::vector<int32_t>> RequestParser::ChatIds(const v1::ChatMessages& messages,
-                                                            const std::string& field) const {
+                                                            const std::string& field,
+                                                            bool add_generation_prompt) const {
   if (messages.messages().empty()) {
     return FieldError(Cat(field, ".messages"), "at least one message is required");
   }
@@ -66,8 +71,7 @@ absl::StatusOr<std::vector<int32_t>> RequestParser::ChatIds(const v1::ChatMessag
   if (tokenizer_ == nullptr) {
     return FieldError(field, "the model has no tokenizer.json; send token_ids instead");
   }
-  absl::StatusOr<std::string> text =
-      tokenizer_->ApplyChatTemplate(chat, /*add_generation_prompt=*/true);
+  absl::StatusOr<std::string> text = tokenizer_->ApplyChatTemplate(chat, add_generation_prompt);
   if (!text.ok()) {
     return FieldError(field,
                       Cat("the chat template cannot render them: ", text.status().message()));
@@ -243,9 +247,18 @@ absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest
     return FieldError(field, "the input has no tokens; at least one is required");
   }
   if (!request.prefix().empty()) {
-    // Named prefixes are served by the PrefixCache service; none is registered here.
-    return absl::NotFoundError(
-        Cat("prefix: no prefix named '", request.prefix(), "' is registered"));
+    std::shared_ptr<const cache::Snapshot> snapshot =
+        prefix_store_ != nullptr ? prefix_store_->GetNamed(request.prefix()) : nullptr;
+    if (snapshot == nullptr) {
+      return absl::NotFoundError(
+          Cat("prefix: no prefix named '", request.prefix(), "' is registered"));
+    }
+    // The prompt is the prefix's tokens followed by the input's.
+    std::vector<int32_t> prompt(snapshot->token_ids().begin(), snapshot->token_ids().end());
+    prompt.insert(prompt.end(), ids->begin(), ids->end());
+    *ids = std::move(prompt);
+    out.prefix = request.prefix();
+    out.prefix_snapshot = std::move(snapshot);
   }
   out.prompt_ids = *std::move(ids);
   absl::Status sampling = ParseSampling(request.sampling(), &out);
@@ -259,6 +272,68 @@ absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest
   }
   absl::Status cache = ParseCache(request.cache(), &out);
   if (!cache.ok()) return cache;
+  return out;
+}
+
+absl::StatusOr<PrefixRegistration> RequestParser::ParseRegisterPrefix(
+    const v1::RegisterPrefixRequest& request) const {
+  PrefixRegistration out;
+  if (!IsValidPrefixName(request.name())) {
+    return FieldError("name", "a name is 1 to 128 characters of [A-Za-z0-9._-]");
+  }
+  out.name = request.name();
+  switch (request.content_case()) {
+    case v1::RegisterPrefixRequest::kText: {
+      if (tokenizer_ == nullptr) {
+        return FieldError("text", "the model has no tokenizer.json; send token_ids instead");
+      }
+      absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request.text(), true);
+      if (!ids.ok()) return FieldError("text", std::string(ids.status().message()));
+      out.token_ids = *std::move(ids);
+      break;
+    }
+    case v1::RegisterPrefixRequest::kTokenIds: {
+      out.token_ids.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
+      absl::Status in_vocab =
+          CheckIdsInVocab(out.token_ids, model_info_.vocab_size, "token_ids.ids");
+      if (!in_vocab.ok()) return in_vocab;
+      break;
+    }
+    case v1::RegisterPrefixRequest::kMessages: {
+      absl::StatusOr<std::vector<int32_t>> ids =
+          ChatIds(request.messages(), "messages", /*add_generation_prompt=*/false);
+      if (!ids.ok()) return ids.status();
+      out.token_ids = *std::move(ids);
+      break;
+    }
+    case v1::RegisterPrefixRequest::CONTENT_NOT_SET:
+      return FieldError("content", "one of text, token_ids or messages is required");
+  }
+  if (out.token_ids.empty()) return FieldError("content", "the content has no tokens");
+  // A request using the prefix needs at least one token of its own after it.
+  if (static_cast<int64_t>(out.token_ids.size()) >= model_info_.max_position_embeddings) {
+    return FieldError("content", Cat(out.token_ids.size(),
+                                     " tokens leave no room in the model's "
+                                     "context of ",
+                                     model_info_.max_position_embeddings));
+  }
+  const v1::PrefixOptions& o = request.options();
+  out.options.pinned = !o.has_pinned() || o.pinned();
+  if (o.ttl_seconds() < 0) {
+    return FieldError("options.ttl_seconds", Cat("must be >= 0 (got ", o.ttl_seconds(), ")"));
+  }
+  if (o.ttl_seconds() > 0) out.options.ttl = absl::Seconds(o.ttl_seconds());
+  // The snapshot always holds every token's K/V (see Engine::RegisterPrefix); the strategy
+  // named here is checked, and each request's own strategy decides how it is kept.
+  const std::string implementation =
+      o.cache_implementation().empty() ? "static" : o.cache_implementation();
+  absl::StatusOr<cache::CacheSpec> spec = cache::CacheSpec::Parse(implementation);
+  if (!spec.ok()) {
+    return FieldError("options.cache_implementation", std::string(spec.status().message()));
+  }
+  out.proto_options.set_pinned(out.options.pinned);
+  out.proto_options.set_ttl_seconds(o.ttl_seconds());
+  out.proto_options.set_cache_implementation(implementation);
   return out;
 }
 

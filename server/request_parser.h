@@ -6,7 +6,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "cache/prefix_store.h"
 #include "kvserve/v1/generation.pb.h"
+#include "kvserve/v1/prefix.pb.h"
 #include "model/model.h"
 #include "server/generation_request.h"
 
@@ -15,6 +17,14 @@ class Tokenizer;
 }  // namespace kvserve::model
 
 namespace kvserve::server {
+
+// A validated RegisterPrefix call.
+struct PrefixRegistration {
+  std::string name;
+  std::vector<int32_t> token_ids;     // >= 1 token, within the model's context
+  cache::NamedPrefixOptions options;  // what the store keeps
+  v1::PrefixOptions proto_options;    // the same with defaults applied, as Prefix reports it
+};
 
 struct RequestLimits {
   // --max-new-tokens-limit: the largest max_new_tokens a request may ask for.
@@ -29,13 +39,21 @@ struct RequestLimits {
 // tokenizer.json: then only token_ids inputs are accepted) must outlive the parser.
 class RequestParser {
  public:
+  // `prefix_store` (null: every prefix name is NOT_FOUND) resolves GenerateRequest.prefix;
+  // it must outlive the parser.
   RequestParser(const model::ModelInfo& model_info, const model::Tokenizer* tokenizer,
-                RequestLimits limits);
+                RequestLimits limits, cache::PrefixStore* prefix_store = nullptr);
 
   // Applies the defaults of the proto's comments and checks every field. InvalidArgument
   // whose message starts with the field's path ("sampling.top_p: ...", "input: ...") for the
   // first malformed field; NotFound for an unknown prefix name.
   absl::StatusOr<GenerationRequest> Parse(const v1::GenerateRequest& request) const;
+
+  // Validates a RegisterPrefix call and tokenizes its content (text with the model's
+  // sequence-start tokens; messages rendered without a generation prompt). InvalidArgument
+  // naming the field.
+  absl::StatusOr<PrefixRegistration> ParseRegisterPrefix(
+      const v1::RegisterPrefixRequest& request) const;
 
   // Token ids (and their strings) of a TokenizeRequest. InvalidArgument naming the field.
   absl::StatusOr<v1::TokenizeResponse> Tokenize(const v1::TokenizeRequest& request) const;
@@ -47,13 +65,15 @@ class RequestParser {
   absl::StatusOr<std::vector<int32_t>> InputIds(const v1::GenerateRequest& request) const;
   // Ids of a chat rendered with the model's template; `field` names the input in errors.
   absl::StatusOr<std::vector<int32_t>> ChatIds(const v1::ChatMessages& messages,
-                                               const std::string& field) const;
+                                               const std::string& field,
+                                               bool add_generation_prompt = true) const;
   absl::Status ParseSampling(const v1::SamplingParams& sampling, GenerationRequest* out) const;
   absl::Status ParseCache(const v1::CacheOptions& cache, GenerationRequest* out) const;
 
   const model::ModelInfo& model_info_;
   const model::Tokenizer* tokenizer_;
   RequestLimits limits_;
+  cache::PrefixStore* prefix_store_;
 };
 
 }  // namespace kvserve::server

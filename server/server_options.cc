@@ -24,6 +24,11 @@ std::vector<cli::FlagSpec> Flags() {
       {"max-batch-tokens", "tokens per step at most (long prefills are chunked to fit)", "2048"},
       {"max-queue", "requests waiting for admission at most (beyond: RESOURCE_EXHAUSTED)", "256"},
       {"max-new-tokens-limit", "the largest max_new_tokens a request may ask for", "4096"},
+      {"prefix-cache-bytes", "bytes of prefix snapshots kept (named and automatic)", "2 GiB"},
+      {"no-auto-prefix-cache", "do not reuse shared prompt prefixes automatically", "", true},
+      {"auto-prefix-min-tokens", "shortest prompt prefix kept and reused automatically", "32"},
+      {"state-dir", "directory where registered prefixes survive restarts", "none"},
+      {"prefixes-file", "prefixes to register at start-up (JSON or YAML)", "none"},
       {"log-format", "text | json", "text"},
       {"shutdown-grace-seconds", "time in-flight requests get to finish after SIGTERM", "30"},
   };
@@ -51,6 +56,15 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   absl::StatusOr<int64_t> queue = cl->GetInt("max-queue", o.scheduler.max_queue);
   absl::StatusOr<int64_t> limit = cl->GetInt("max-new-tokens-limit", o.limits.max_new_tokens_limit);
   absl::StatusOr<double> grace = cl->GetDouble("shutdown-grace-seconds", 30);
+  absl::StatusOr<int64_t> prefix_bytes = cl->GetInt("prefix-cache-bytes", o.prefix_cache_bytes);
+  absl::StatusOr<int64_t> auto_min = cl->GetInt("auto-prefix-min-tokens", o.auto_prefix_min_tokens);
+  if (!prefix_bytes.ok()) return prefix_bytes.status();
+  if (!auto_min.ok()) return auto_min.status();
+  o.prefix_cache_bytes = *prefix_bytes;
+  o.auto_prefix_min_tokens = *auto_min;
+  o.auto_prefix_cache = !cl->GetBool("no-auto-prefix-cache");
+  o.state_dir = cl->GetString("state-dir", "");
+  o.prefixes_file = cl->GetString("prefixes-file", "");
   for (const absl::Status& s : {threads.status(), batch.status(), tokens.status(), queue.status(),
                                 limit.status(), grace.status()}) {
     if (!s.ok()) return s;
@@ -90,6 +104,12 @@ absl::Status ServerOptions::Validate() const {
         "--max-batch-tokens must be >= --max-batch-size (every running decode needs a token)");
   }
   if (scheduler.max_queue < 1) return absl::InvalidArgumentError("--max-queue must be >= 1");
+  if (prefix_cache_bytes < 1) {
+    return absl::InvalidArgumentError("--prefix-cache-bytes must be >= 1");
+  }
+  if (auto_prefix_min_tokens < 1) {
+    return absl::InvalidArgumentError("--auto-prefix-min-tokens must be >= 1");
+  }
   if (limits.max_new_tokens_limit < 1) {
     return absl::InvalidArgumentError("--max-new-tokens-limit must be >= 1");
   }

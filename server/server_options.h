@@ -28,6 +28,17 @@ struct ServerOptions {
   SchedulerOptions scheduler;
   // --max-new-tokens-limit and the stop-string limits.
   RequestLimits limits;
+  // --prefix-cache-bytes: budget of prefix snapshots (named and automatic), > 0.
+  int64_t prefix_cache_bytes = int64_t{2} << 30;
+  // --auto-prefix-cache / --no-auto-prefix-cache: keep prompts as automatic prefixes and
+  // reuse the longest stored prefix of each prompt.
+  bool auto_prefix_cache = true;
+  // --auto-prefix-min-tokens: shortest prompt kept and shortest prefix reused automatically.
+  int64_t auto_prefix_min_tokens = 32;
+  // --state-dir: where registered prefixes are kept across restarts; empty: nowhere.
+  std::string state_dir;
+  // --prefixes-file: prefixes (JSON or YAML, kvserve.v1.PrefixState) registered at start-up.
+  std::string prefixes_file;
   // --log-format: "text" or "json".
   std::string log_format = "text";
   // --shutdown-grace-seconds: how long in-flight requests may run after SIGTERM.

@@ -1,5 +1,5 @@
-// Tests of the C++ client against an in-process fake server: every call, stream cancel and
-// deadline, and gRPC-to-absl status conversion.
+// Tests of the C++ client against an in-process fake server: every call (prefix calls
+// included), stream cancel and deadline, and gRPC-to-absl status conversion.
 #include "client/client.h"
 
 #include <vector>
@@ -124,6 +124,54 @@ TEST_F(ClientTest, TokenizeModelInfoAndHealth) {
       client_->CheckHealth(CallOptions{.timeout = absl::Seconds(10)});
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_EQ(*health, grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(ClientTest, PrefixRegisterGetListDelete) {
+  v1::RegisterPrefixRequest request;
+  request.set_name("sys");
+  for (int id : {5, 6, 7}) request.mutable_token_ids()->add_ids(id);
+  request.mutable_options()->set_ttl_seconds(60);
+  absl::StatusOr<v1::Prefix> registered = client_->RegisterPrefix(request);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_EQ(registered->name(), "sys");
+  EXPECT_EQ(registered->num_tokens(), 3);
+  EXPECT_EQ(registered->bytes(), 3 * testing::FakePrefixCacheService::kFakeBytesPerToken);
+  EXPECT_EQ(registered->options().ttl_seconds(), 60);
+  EXPECT_TRUE(registered->options().pinned());
+  // What went over the wire: pinned stayed unset.
+  EXPECT_FALSE(server_.prefix_cache().last_register_request().options().has_pinned());
+
+  absl::StatusOr<v1::Prefix> got = client_->GetPrefix("sys");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->SerializeAsString(), registered->SerializeAsString());
+
+  request.set_name("a-first");
+  request.set_text("Hi");
+  ASSERT_TRUE(client_->RegisterPrefix(request).ok());
+  absl::StatusOr<v1::ListPrefixesResponse> list = client_->ListPrefixes();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->prefixes_size(), 2);
+  EXPECT_EQ(list->prefixes(0).name(), "a-first");
+  EXPECT_EQ(list->prefixes(0).num_tokens(), 3);  // "Hi" and BOS
+  EXPECT_EQ(list->prefixes(1).name(), "sys");
+
+  ASSERT_TRUE(client_->DeletePrefix("sys").ok());
+  absl::StatusOr<v1::Prefix> gone = client_->GetPrefix("sys");
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(gone.status().message(), "prefix 'sys' is not registered");
+  EXPECT_EQ(client_->DeletePrefix("sys").code(), absl::StatusCode::kNotFound);
+  list = client_->ListPrefixes(CallOptions{.timeout = absl::Seconds(10)});
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->prefixes_size(), 1);
+  EXPECT_EQ(list->prefixes(0).name(), "a-first");
+}
+
+TEST_F(ClientTest, RegisterPrefixErrorKeepsCodeAndMessage) {
+  v1::RegisterPrefixRequest request;
+  request.set_name("sys");
+  absl::StatusOr<v1::Prefix> prefix = client_->RegisterPrefix(request);
+  EXPECT_EQ(prefix.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(prefix.status().message(), "content: one of text, token_ids, messages is required");
 }
 
 TEST(ClientUnreachableTest, NoServerIsAnError) {

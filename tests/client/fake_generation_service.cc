@@ -184,6 +184,7 @@ FakeServer::FakeServer() {
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&generation_);
+  builder.RegisterService(&prefix_cache_);
   builder.RegisterService(&health_);
   server_ = builder.BuildAndStart();
   target_ = absl::StrCat("127.0.0.1:", port);

@@ -1,5 +1,5 @@
 // FakeServer: an in-process kvserve look-alike on 127.0.0.1:0 with fixed, predictable answers,
-// for testing the client library and kvctl bench without the engine.
+// for testing the client library, kvctl bench and kvctl prefix without the engine.
 #pragma once
 
 #include <memory>
@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "fake_prefix_cache_service.h"
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "kvserve/v1/generation.grpc.pb.h"
 
@@ -53,16 +54,20 @@ class FakeHealthService final : public grpc::health::v1::Health::CallbackService
   grpc::health::v1::HealthCheckResponse::ServingStatus status_;
 };
 
-// Both fakes served on 127.0.0.1 at a free port until destroyed.
+// The fakes (Generation, PrefixCache, Health) served on 127.0.0.1 at a free port until
+// destroyed.
 class FakeServer {
  public:
   FakeServer();
   ~FakeServer();
   // "127.0.0.1:PORT".
   std::string target() const { return target_; }
+  // The PrefixCache fake, to see what the client sent.
+  const FakePrefixCacheService& prefix_cache() const { return prefix_cache_; }
 
  private:
   FakeGenerationService generation_;
+  FakePrefixCacheService prefix_cache_;
   FakeHealthService health_{grpc::health::v1::HealthCheckResponse::SERVING};
   std::unique_ptr<grpc::Server> server_;
   std::string target_;

@@ -1,4 +1,5 @@
-// Tests of kvctl's output formats: proto3 JSON, the summary line, model info and token ids.
+// Tests of kvctl's output formats: proto3 JSON, the summary line, model info, token ids and
+// prefixes.
 #include "client/output.h"
 
 #include <gmock/gmock.h>
@@ -84,6 +85,73 @@ TEST(TokenIdsTextTest, CommaSeparated) {
   EXPECT_EQ(TokenIdsText(response), "");
   for (int id : {1, 450, 29}) response.add_token_ids(id);
   EXPECT_EQ(TokenIdsText(response), "1,450,29");
+}
+
+v1::Prefix SystemPrefix() {
+  v1::Prefix prefix;
+  prefix.set_name("sys");
+  prefix.set_num_tokens(12);
+  prefix.set_bytes(4096);
+  prefix.set_hits(3);
+  prefix.set_fingerprint("0123456789abcdef0123");
+  prefix.mutable_created_at()->set_seconds(1700000000);  // 2023-11-14T22:13:20Z
+  prefix.mutable_created_at()->set_nanos(999999999);
+  prefix.mutable_options()->set_pinned(false);
+  prefix.mutable_options()->set_ttl_seconds(300);
+  prefix.mutable_options()->set_cache_implementation("static");
+  return prefix;
+}
+
+TEST(PrefixTextTest, OneLineWithEveryField) {
+  EXPECT_EQ(PrefixText(SystemPrefix()),
+            "name=sys num_tokens=12 bytes=4096 hits=3 pinned=false ttl=300s "
+            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab");
+}
+
+TEST(PrefixTextTest, UnsetFieldsShowTheirMeaning) {
+  v1::Prefix prefix;
+  prefix.set_name("bare");
+  EXPECT_EQ(PrefixText(prefix),
+            "name=bare num_tokens=0 bytes=0 hits=0 pinned=true ttl=none created_at=- "
+            "fingerprint=-");
+}
+
+TEST(PrefixTableTextTest, HeaderAndAlignedColumns) {
+  v1::ListPrefixesResponse response;
+  *response.add_prefixes() = SystemPrefix();
+  v1::Prefix* other = response.add_prefixes();
+  other->set_name("long-system-prompt");
+  other->set_num_tokens(2000);
+  other->set_bytes(1048576);
+  other->set_fingerprint("abc");
+  other->mutable_created_at()->set_seconds(0);
+  EXPECT_EQ(PrefixTableText(response),
+            "NAME                TOKENS  BYTES    HITS  PINNED  TTL   CREATED_AT            "
+            "FINGERPRINT\n"
+            "sys                 12      4096     3     false   300s  2023-11-14T22:13:20Z  "
+            "0123456789ab\n"
+            "long-system-prompt  2000    1048576  0     true    none  1970-01-01T00:00:00Z  "
+            "abc\n");
+}
+
+TEST(PrefixTableTextTest, Empty) {
+  EXPECT_EQ(PrefixTableText(v1::ListPrefixesResponse()), "no prefixes\n");
+}
+
+TEST(ToJsonTest, PrefixInProto3Json) {
+  const nlohmann::json parsed = nlohmann::json::parse(ToJson(SystemPrefix()));
+  EXPECT_EQ(parsed["name"], "sys");
+  EXPECT_EQ(parsed["numTokens"], 12);
+  EXPECT_EQ(parsed["bytes"], "4096");  // int64 is a string in proto3 JSON
+  EXPECT_EQ(parsed["createdAt"], "2023-11-14T22:13:20.999999999Z");
+  EXPECT_EQ(parsed["options"]["pinned"], false);
+  EXPECT_EQ(parsed["options"]["ttlSeconds"], "300");
+  EXPECT_EQ(parsed["options"]["cacheImplementation"], "static");
+
+  v1::ListPrefixesResponse list;
+  EXPECT_EQ(nlohmann::json::parse(ToJson(list))["prefixes"], nlohmann::json::array());
+  *list.add_prefixes() = SystemPrefix();
+  EXPECT_EQ(nlohmann::json::parse(ToJson(list))["prefixes"][0]["name"], "sys");
 }
 
 }  // namespace

@@ -66,7 +66,8 @@ class KvServerTest : public ::testing::Test {
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = model->model.get();
     tokenizer_ = model->tokenizer.get();
-    ASSERT_TRUE(server_->Serve(*std::move(model)).ok());
+    const absl::Status serving = server_->Serve(*std::move(model));
+    ASSERT_TRUE(serving.ok()) << serving;
   }
 
   grpc::health::v1::HealthCheckResponse::ServingStatus Health() {
@@ -223,6 +224,10 @@ TEST_F(KvServerTest, CancelMidStreamFreesTheCache) {
                              sampling { max_new_tokens: 4000 ignore_eos: true })pb"));
   v1::GenerateStreamResponse message;
   ASSERT_TRUE(reader->Read(&message));
+  // Stats are published after each step; the first message may come before that.
+  for (int i = 0; i < 10000 && server_->engine()->Stats().kv_device_bytes == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_GT(server_->engine()->Stats().kv_device_bytes, 0);
   context.TryCancel();
   while (reader->Read(&message)) {

@@ -1,0 +1,54 @@
+// kvctl's command table entries and what every command shares: the global flags' values, the
+// exit codes and how flag and RPC errors are reported.
+#pragma once
+
+#include <iostream>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/client.h"
+#include "client/flags.h"
+#include "model/cli/command_line.h"
+
+namespace kvserve::client {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRpcError = 1;  // also: not SERVING
+inline constexpr int kExitBadFlags = 2;
+
+// What every command takes: where to connect, the per-call deadline, the output format.
+struct Globals {
+  std::string target;  // "host:port"
+  CallOptions call;    // applied to each call
+  bool json = false;   // --output json: proto3 JSON instead of text
+};
+
+// A command's body: runs with its flags parsed against its specs and returns the exit code.
+using RunFn = int (*)(const Globals&, const ParsedFlags&);
+
+// One kvctl command.
+struct Command {
+  std::string name;                     // as typed: "generate", "register"
+  std::string summary;                  // one line for --help
+  std::vector<cli::FlagSpec> specs;     // its own flags (kvctl adds the global ones)
+  std::vector<std::string> repeatable;  // those of `specs` that may be given several times
+  RunFn run;
+};
+
+// Commands under one name, chosen by the word after it: `kvctl prefix register`.
+struct CommandGroup {
+  std::string name;               // "prefix"
+  std::string summary;            // one line for --help
+  std::vector<Command> commands;  // named by the word after the group's name
+};
+
+// Writes "kvctl: CODE: message" to `err`; returns kExitRpcError.
+int RpcError(const absl::Status& status, std::ostream& err = std::cerr);
+
+// Writes "kvctl COMMAND: message (see kvctl COMMAND --help)" to `err`; returns kExitBadFlags.
+// `command` is the full name ("prefix register").
+int BadFlags(const std::string& command, const absl::Status& status, std::ostream& err = std::cerr);
+
+}  // namespace kvserve::client

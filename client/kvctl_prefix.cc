@@ -1,0 +1,194 @@
+// kvctl prefix: the PrefixCache subcommands (see kvctl_prefix.h).
+#include "client/kvctl_prefix.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/output.h"
+#include "client/request_flags.h"
+
+namespace kvserve::client {
+namespace {
+
+// The whole content of `path`; InvalidArgument naming --file, the path and the reason when it
+// cannot be read (a directory opens on Linux, and fails on the first read).
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  auto error = [&path](int error_number) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--file: cannot read '", path, "': ", std::strerror(error_number)));
+  };
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (file == nullptr) return error(errno);
+  std::string content;
+  char buffer[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) content.append(buffer, n);
+  if (std::ferror(file.get())) return error(errno);
+  return content;
+}
+
+// Sets the request's content oneof from exactly one of the content flags.
+absl::Status SetContent(const ParsedFlags& parsed, v1::RegisterPrefixRequest& request) {
+  const cli::CommandLine& flags = parsed.flags;
+  const int given =
+      flags.Has("text") + flags.Has("file") + flags.Has("token-ids") + flags.Has("messages");
+  if (given != 1) {
+    return absl::InvalidArgumentError(
+        given == 0 ? "one of --text, --file, --token-ids, --messages is required"
+                   : "give only one of --text, --file, --token-ids, --messages");
+  }
+  if (flags.Has("text")) {
+    request.set_text(flags.GetString("text"));
+  } else if (flags.Has("file")) {
+    absl::StatusOr<std::string> text = ReadTextFile(flags.GetString("file"));
+    if (!text.ok()) return text.status();
+    request.set_text(*std::move(text));
+  } else if (flags.Has("token-ids")) {
+    absl::StatusOr<std::vector<int32_t>> ids = flags.GetIntList("token-ids");
+    if (!ids.ok()) return ids.status();
+    request.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  } else {
+    absl::StatusOr<v1::ChatMessages> messages =
+        ParseChatMessages(flags.GetString("messages"), "--messages");
+    if (!messages.ok()) return messages.status();
+    *request.mutable_messages() = *std::move(messages);
+  }
+  return absl::OkStatus();
+}
+
+// Sets each option whose flag is given; `options` is created only when one is.
+absl::Status SetOptions(const ParsedFlags& parsed, v1::RegisterPrefixRequest& request) {
+  absl::StatusOr<std::optional<bool>> pinned = parsed.GetBoolValue("pinned");
+  if (!pinned.ok()) return pinned.status();
+  absl::StatusOr<std::optional<int64_t>> ttl_seconds = parsed.GetInt64("ttl-seconds");
+  if (!ttl_seconds.ok()) return ttl_seconds.status();
+  if (pinned->has_value()) request.mutable_options()->set_pinned(**pinned);
+  if (ttl_seconds->has_value()) request.mutable_options()->set_ttl_seconds(**ttl_seconds);
+  if (parsed.flags.Has("cache-implementation")) {
+    request.mutable_options()->set_cache_implementation(
+        parsed.flags.GetString("cache-implementation"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<cli::FlagSpec> NameFlagSpecs() { return {{"name", "the prefix's name", ""}}; }
+
+}  // namespace
+
+std::vector<cli::FlagSpec> PrefixRegisterFlagSpecs() {
+  return {
+      {"name", "name that requests give as --prefix: 1 to 128 characters of [A-Za-z0-9._-]", ""},
+      {"text", "content as text (tokenized with the model's special tokens, e.g. BOS)", ""},
+      {"file", "content as text read from this file", ""},
+      {"token-ids", "content as token ids, comma-separated: 1,450,29", ""},
+      {"messages", "content as a conversation, JSON (as for generate), no generation prompt", ""},
+      {"pinned", "never evicted to make room: true or false", "server: true"},
+      {"ttl-seconds", "removed this many seconds after registration (0: never)", "server: never"},
+      {"cache-implementation", "strategy of the snapshot's cache (static, dynamic, ...)",
+       "server: static"},
+  };
+}
+
+absl::StatusOr<std::string> PrefixNameFlag(const ParsedFlags& flags) {
+  const std::string name = flags.flags.GetString("name");
+  if (name.empty()) return absl::InvalidArgumentError("--name is required");
+  return name;
+}
+
+absl::StatusOr<v1::RegisterPrefixRequest> BuildRegisterPrefixRequest(const ParsedFlags& flags) {
+  v1::RegisterPrefixRequest request;
+  absl::StatusOr<std::string> name = PrefixNameFlag(flags);
+  if (!name.ok()) return name.status();
+  request.set_name(*std::move(name));
+  if (absl::Status s = SetContent(flags, request); !s.ok()) return s;
+  if (absl::Status s = SetOptions(flags, request); !s.ok()) return s;
+  return request;
+}
+
+int RunPrefixRegister(const Globals& globals, const ParsedFlags& flags, std::ostream& out,
+                      std::ostream& err) {
+  absl::StatusOr<v1::RegisterPrefixRequest> request = BuildRegisterPrefixRequest(flags);
+  if (!request.ok()) return BadFlags("prefix register", request.status(), err);
+  absl::StatusOr<v1::Prefix> prefix =
+      Client::Connect(globals.target)->RegisterPrefix(*request, globals.call);
+  if (!prefix.ok()) return RpcError(prefix.status(), err);
+  out << (globals.json ? ToJson(*prefix) : PrefixText(*prefix)) << std::endl;
+  return kExitOk;
+}
+
+int RunPrefixGet(const Globals& globals, const ParsedFlags& flags, std::ostream& out,
+                 std::ostream& err) {
+  absl::StatusOr<std::string> name = PrefixNameFlag(flags);
+  if (!name.ok()) return BadFlags("prefix get", name.status(), err);
+  absl::StatusOr<v1::Prefix> prefix =
+      Client::Connect(globals.target)->GetPrefix(*name, globals.call);
+  if (!prefix.ok()) return RpcError(prefix.status(), err);
+  out << (globals.json ? ToJson(*prefix) : PrefixText(*prefix)) << std::endl;
+  return kExitOk;
+}
+
+int RunPrefixList(const Globals& globals, const ParsedFlags& flags, std::ostream& out,
+                  std::ostream& err) {
+  absl::StatusOr<v1::ListPrefixesResponse> response =
+      Client::Connect(globals.target)->ListPrefixes(globals.call);
+  if (!response.ok()) return RpcError(response.status(), err);
+  out << (globals.json ? ToJson(*response) + "\n" : PrefixTableText(*response)) << std::flush;
+  return kExitOk;
+}
+
+int RunPrefixDelete(const Globals& globals, const ParsedFlags& flags, std::ostream& out,
+                    std::ostream& err) {
+  absl::StatusOr<std::string> name = PrefixNameFlag(flags);
+  if (!name.ok()) return BadFlags("prefix delete", name.status(), err);
+  const absl::Status status = Client::Connect(globals.target)->DeletePrefix(*name, globals.call);
+  if (!status.ok()) return RpcError(status, err);
+  out << (globals.json ? ToJson(v1::DeletePrefixResponse()) : absl::StrCat("deleted ", *name))
+      << std::endl;
+  return kExitOk;
+}
+
+CommandGroup PrefixCommandGroup() {
+  return {
+      "prefix",
+      "Registers, prints, lists and deletes named prefixes (PrefixCache)",
+      {
+          {"register",
+           "Registers a prefix (prefilled once on the server) and prints it.",
+           PrefixRegisterFlagSpecs(),
+           {},
+           [](const Globals& g, const ParsedFlags& f) {
+             return RunPrefixRegister(g, f, std::cout, std::cerr);
+           }},
+          {"get",
+           "Prints the prefix registered under --name.",
+           NameFlagSpecs(),
+           {},
+           [](const Globals& g, const ParsedFlags& f) {
+             return RunPrefixGet(g, f, std::cout, std::cerr);
+           }},
+          {"list",
+           "Prints a table of every registered prefix.",
+           {},
+           {},
+           [](const Globals& g, const ParsedFlags& f) {
+             return RunPrefixList(g, f, std::cout, std::cerr);
+           }},
+          {"delete",
+           "Deletes the prefix registered under --name.",
+           NameFlagSpecs(),
+           {},
+           [](const Globals& g, const ParsedFlags& f) {
+             return RunPrefixDelete(g, f, std::cout, std::cerr);
+           }},
+      },
+  };
+}
+
+}  // namespace kvserve::client

@@ -1,0 +1,19 @@
+// ModelFingerprint: a digest of everything a prefix snapshot depends on (weights, config,
+// tokenizer, runtime dtype and layer types), so that a snapshot is only ever used with the
+// model that made it.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/model.h"
+#include "model/model_source.h"
+
+namespace kvserve::server {
+
+// 16 hex digits. Reads every byte of the weights (about 0.1 s per GB here; once, at start-up).
+// Errors name the file that cannot be read.
+absl::StatusOr<std::string> ModelFingerprint(const model::ModelSource& source,
+                                             const model::ModelInfo& info);
+
+}  // namespace kvserve::server
