@@ -575,6 +575,18 @@ void Engine::PublishStats() {
     by_strategy[{strategy, "host"}] += usage.host_bytes;
   }
   metrics_->SetKvBytes(by_strategy);
+  if (prefix_store_ != nullptr) {
+    const cache::PrefixStoreStats p = prefix_store_->stats();
+    metrics_->SetPrefixCounts({.named_hits = p.named_hits,
+                               .named_misses = p.named_misses,
+                               .automatic_hits = p.automatic_hits,
+                               .automatic_misses = p.automatic_misses,
+                               .evictions = p.evictions,
+                               .expirations = p.expirations,
+                               .bytes = p.bytes_used,
+                               .named_entries = p.named_entries,
+                               .automatic_entries = p.automatic_entries});
+  }
   metrics_->SetQueue(scheduler_->num_waiting(), scheduler_->num_running());
   absl::MutexLock lock(&mu_);
   stats_.num_waiting = num_queued_;

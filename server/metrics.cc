@@ -71,9 +71,51 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                    .Name("kvserve_kv_cache_bytes")
                    .Help("Bytes held by the KV caches of live requests, by strategy and device")
                    .Register(*registry_);
+  prefix_queries_ = &prometheus::BuildCounter()
+                         .Name("kvserve_prefix_cache_queries_total")
+                         .Help("Prefix-cache lookups, by kind (named: a request named a prefix; "
+                               "automatic: a prompt was looked up)")
+                         .Register(*registry_);
+  prefix_hits_ = &prometheus::BuildCounter()
+                      .Name("kvserve_prefix_cache_hits_total")
+                      .Help("Prefix-cache lookups that found a snapshot, by kind")
+                      .Register(*registry_);
+  prefix_evictions_ = &prometheus::BuildCounter()
+                           .Name("kvserve_prefix_cache_evictions_total")
+                           .Help("Prefix snapshots dropped for room or by TTL")
+                           .Register(*registry_)
+                           .Add({});
+  prefix_bytes_ = &prometheus::BuildGauge()
+                       .Name("kvserve_prefix_cache_bytes")
+                       .Help("Bytes of prefix snapshots held")
+                       .Register(*registry_)
+                       .Add({});
+  prefix_entries_ = &prometheus::BuildGauge()
+                         .Name("kvserve_prefix_cache_entries")
+                         .Help("Prefix snapshots held, by kind")
+                         .Register(*registry_);
 }
 
 ServerMetrics::~ServerMetrics() = default;
+
+void ServerMetrics::SetPrefixCounts(const PrefixCounts& c) {
+  absl::MutexLock lock(&mu_);
+  const PrefixCounts& last = last_prefix_counts_;
+  auto add = [](prometheus::Counter& counter, int64_t now, int64_t before) {
+    if (now > before) counter.Increment(static_cast<double>(now - before));
+  };
+  add(prefix_queries_->Add({{"kind", "named"}}), c.named_hits + c.named_misses,
+      last.named_hits + last.named_misses);
+  add(prefix_queries_->Add({{"kind", "automatic"}}), c.automatic_hits + c.automatic_misses,
+      last.automatic_hits + last.automatic_misses);
+  add(prefix_hits_->Add({{"kind", "named"}}), c.named_hits, last.named_hits);
+  add(prefix_hits_->Add({{"kind", "automatic"}}), c.automatic_hits, last.automatic_hits);
+  add(*prefix_evictions_, c.evictions + c.expirations, last.evictions + last.expirations);
+  prefix_bytes_->Set(static_cast<double>(c.bytes));
+  prefix_entries_->Add({{"kind", "named"}}).Set(static_cast<double>(c.named_entries));
+  prefix_entries_->Add({{"kind", "automatic"}}).Set(static_cast<double>(c.automatic_entries));
+  last_prefix_counts_ = c;
+}
 
 void ServerMetrics::CountRequest(const std::string& outcome) {
   requests_->Add({{"outcome", outcome}}).Increment();

@@ -51,6 +51,17 @@ class ServerMetrics {
   // device) pair set once stays exported; pairs missing from `bytes` are set to 0.
   void SetKvBytes(const std::map<std::pair<std::string, std::string>, int64_t>& bytes);
 
+  // The prefix store's counts: kvserve_prefix_cache_queries_total{kind} and
+  // kvserve_prefix_cache_hits_total{kind} (kind: named, automatic),
+  // kvserve_prefix_cache_evictions_total, kvserve_prefix_cache_bytes,
+  // kvserve_prefix_cache_entries{kind}. Takes the store's cumulative totals and adds what is
+  // new since the previous call.
+  struct PrefixCounts {
+    int64_t named_hits = 0, named_misses = 0, automatic_hits = 0, automatic_misses = 0;
+    int64_t evictions = 0, expirations = 0, bytes = 0, named_entries = 0, automatic_entries = 0;
+  };
+  void SetPrefixCounts(const PrefixCounts& counts);
+
   // The registry in Prometheus text format (what /metrics serves).
   std::string TextFormat() const;
 
@@ -66,6 +77,12 @@ class ServerMetrics {
   prometheus::Histogram* itl_;
   prometheus::Histogram* queue_time_;
   prometheus::Family<prometheus::Gauge>* kv_bytes_;
+  prometheus::Family<prometheus::Counter>* prefix_queries_;
+  prometheus::Family<prometheus::Counter>* prefix_hits_;
+  prometheus::Counter* prefix_evictions_;
+  prometheus::Gauge* prefix_bytes_;
+  prometheus::Family<prometheus::Gauge>* prefix_entries_;
+  PrefixCounts last_prefix_counts_ ABSL_GUARDED_BY(mu_);
   absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> kv_gauges_ ABSL_GUARDED_BY(mu_);
 };

@@ -393,6 +393,8 @@ TEST_F(KvServerTest, MetricsEndpointServesPrometheusText) {
   EXPECT_THAT(page, HasSubstr("kvserve_generation_tokens_total 5"));
   EXPECT_THAT(page, HasSubstr("kvserve_time_to_first_token_seconds_count 2"));
   EXPECT_THAT(page, HasSubstr("kvserve_kv_cache_bytes{"));
+  EXPECT_THAT(page, HasSubstr("kvserve_prefix_cache_queries_total{kind=\"automatic\"}"));
+  EXPECT_THAT(page, HasSubstr("kvserve_prefix_cache_bytes "));
   EXPECT_THAT(HttpGet(server_->metrics_port(), "/other"), StartsWith("HTTP/1.1 404"));
 }
 
