@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cache/cache_factory.h"
+#include "cache/dynamic_layer.h"
 #include "cache/prefix_store.h"
 #include "cache/snapshot.h"
 #include "kvserve/v1/generation.grpc.pb.h"
@@ -320,6 +323,92 @@ TEST_F(PrefixServerTest, RegisteredPrefixesComeBackAfterARestart) {
   EXPECT_THAT(after.token_ids(), ElementsAreArray(before.token_ids()));
   EXPECT_EQ(after.usage().cached_tokens(), 14);
   std::filesystem::remove_all(dir);
+}
+
+TEST_F(PrefixServerTest, PrefixesFileInJsonOrYamlIsRegisteredAtStartup) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("kvserve-prefixes-", getpid());
+  std::filesystem::create_directories(dir);
+  const std::string yaml = (dir / "prefixes.yaml").string();
+  const std::string json = (dir / "prefixes.json").string();
+  std::ofstream(yaml) << "prefixes:\n"
+                         "  - name: support\n"
+                         "    text: \"You are a helpful support agent.\"\n"
+                         "    options: {pinned: true, ttl_seconds: 3600}\n"
+                         "  - name: ids\n"
+                         "    token_ids: {ids: [5, 6, 7, 8]}\n";
+  std::ofstream(json) << R"({"prefixes": [{"name": "j", "tokenIds": {"ids": [1, 2, 3]}}]})";
+  for (const std::string& file : {yaml, json}) {
+    ServerOptions options;
+    options.prefixes_file = file;
+    Start("llama", options);
+    v1::ListPrefixesResponse list;
+    grpc::ClientContext context;
+    ASSERT_TRUE(prefixes_->ListPrefixes(&context, v1::ListPrefixesRequest(), &list).ok());
+    if (file == yaml) {
+      ASSERT_EQ(list.prefixes_size(), 2);
+      EXPECT_EQ(list.prefixes(0).name(), "ids");
+      EXPECT_EQ(list.prefixes(0).num_tokens(), 4);
+      EXPECT_EQ(list.prefixes(1).name(), "support");
+      EXPECT_EQ(list.prefixes(1).options().ttl_seconds(), 3600);
+    } else {
+      ASSERT_EQ(list.prefixes_size(), 1);
+      EXPECT_EQ(list.prefixes(0).num_tokens(), 3);
+    }
+    server_->Shutdown(absl::ZeroDuration());
+    server_.reset();
+  }
+  // A malformed file stops start-up with a message naming it.
+  std::ofstream(json) << "{\"prefixes\": [{\"nom\": 1}]}";
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.prefixes_file = json;
+  auto server = KvServer::Start(options);
+  ASSERT_TRUE(server.ok());
+  const absl::Status serving = (*server)->Serve(TinyModel("llama"));
+  EXPECT_EQ(serving.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(serving.message()), HasSubstr(json));
+  std::filesystem::remove_all(dir);
+}
+
+// Logits, not only tokens: copying a snapshot and prefilling the suffix gives the logits of
+// prefilling the whole prompt (within 1e-4). For quantized caches the copy equals prefilling
+// the prefix and then the suffix in two forwards (how a quantized cache holds a reused
+// prefix): the copied prefix is quantized on its own, as the reference's cache would be
+// after a prefix-only prefill.
+TEST(SnapshotLogitsTest, CopiedPrefixThenSuffixMatchesRecomputation) {
+  for (const std::string arch : {"llama", "mistral"}) {
+    LoadedModel loaded = TinyModel(arch);
+    model::Model& m = *loaded.model;
+    const std::vector<int32_t> prefix = Ids(40, 3), suffix = Ids(7, 4);
+    const std::vector<int32_t> whole = Concat(prefix, suffix);
+    std::vector<std::unique_ptr<cache::CacheLayer>> layers;
+    for (int64_t i = 0; i < m.info().num_layers; ++i) {
+      layers.push_back(std::make_unique<cache::DynamicLayer>());
+    }
+    cache::KvCache capture(std::move(layers));
+    ASSERT_TRUE(m.Forward({{{prefix, &capture, false}}}).ok());
+    std::shared_ptr<const cache::Snapshot> snapshot =
+        *cache::Snapshot::Capture(capture, prefix, loaded.fingerprint);
+    std::vector<std::string> names = {"dynamic", "static", "offloaded", "offloaded_static"};
+    if (arch == "llama") names.push_back("quantized");
+    for (const std::string& name : names) {
+      cache::CacheSpec spec = *cache::CacheSpec::Parse(name);
+      if (spec.is_static()) spec.max_cache_len = 64;
+      auto copied = *cache::MakeCache(spec, m.info().layer_specs);
+      ASSERT_TRUE(snapshot->LoadInto(copied.get(), 40).ok());
+      const at::Tensor reused = m.Forward({{{suffix, copied.get(), true}}})->logits[0];
+      auto fresh = *cache::MakeCache(spec, m.info().layer_specs);
+      at::Tensor expected;
+      if (name == "quantized") {
+        ASSERT_TRUE(m.Forward({{{prefix, fresh.get(), false}}}).ok());
+        expected = m.Forward({{{suffix, fresh.get(), true}}})->logits[0];
+      } else {
+        expected = m.Forward({{{whole, fresh.get(), true}}})->logits[0].narrow(0, 40, 7);
+      }
+      EXPECT_LE((reused - expected).abs().max().item<float>(), 1e-4) << arch << " " << name;
+    }
+  }
 }
 
 }  // namespace
