@@ -73,8 +73,9 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                    .Register(*registry_);
   prefix_queries_ = &prometheus::BuildCounter()
                          .Name("kvserve_prefix_cache_queries_total")
-                         .Help("Prefix-cache lookups, by kind (named: a request named a prefix; "
-                               "automatic: a prompt was looked up)")
+                         .Help(
+                             "Prefix-cache lookups, by kind (named: a request named a prefix; "
+                             "automatic: a prompt was looked up)")
                          .Register(*registry_);
   prefix_hits_ = &prometheus::BuildCounter()
                       .Name("kvserve_prefix_cache_hits_total")
