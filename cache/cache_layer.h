@@ -84,6 +84,15 @@ class CacheLayer {
 
   virtual LayerType type() const = 0;
 
+  // Rollback support for a step that fails half-way (KvCache::BeginStep/RollbackStep). For a
+  // layer whose Crop cannot undo an update exactly (a quantized layer may requantize), a
+  // copy of its state that shares storage with it: a valid rollback point as long as only
+  // Update runs in between, since updates replace or append to storage but never change
+  // stored tokens in place. Null (the default) when Crop(-n) undoes updates exactly.
+  virtual std::unique_ptr<CacheLayer> RollbackPoint() const { return nullptr; }
+  // Returns the layer to a point RollbackPoint() made.
+  virtual void RestoreRollbackPoint(std::unique_ptr<CacheLayer> point) {}
+
   // Offloading support (see OffloadedLayer and KvCache::Update); layers that always stay
   // where they were created keep the defaults.
   //

@@ -6,6 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "cache/dynamic_layer.h"
 #include "cache/dynamic_sliding_window_layer.h"
+#include "cache/kv_memory_budget.h"
+#include "cache/offload_stream.h"
+#include "cache/offloaded_layer.h"
 
 namespace kvserve::cache {
 
@@ -19,6 +22,94 @@ absl::Status ValidateLayerSpec(const LayerSpec& spec, int layer_index) {
 }
 
 KvCache::KvCache(std::vector<std::unique_ptr<CacheLayer>> layers) : layers_(std::move(layers)) {}
+
+KvCache::~KvCache() {
+  if (budget_ != nullptr) budget_->Add(-accounted_device_bytes_);
+}
+
+void KvCache::SyncBudget() {
+  if (budget_ == nullptr) return;
+  const int64_t now = Memory().device_bytes;
+  budget_->Add(now - accounted_device_bytes_);
+  accounted_device_bytes_ = now;
+}
+
+void KvCache::AttachBudget(KvMemoryBudget* budget) {
+  if (budget_ != nullptr) budget_->Add(-accounted_device_bytes_);
+  budget_ = budget;
+  accounted_device_bytes_ = 0;
+  SyncBudget();
+}
+
+void KvCache::BeginStep() {
+  step_start_.resize(layers_.size());
+  rollback_points_.resize(layers_.size());
+  const bool reversible = budget_ != nullptr && budget_->active();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    step_start_[i] = layers_[i]->SeqLength();
+    rollback_points_[i] = reversible ? layers_[i]->RollbackPoint() : nullptr;
+  }
+  if (budget_ != nullptr && budget_->active() && !recording_) {
+    // Sliding layers drop old tokens as they append; keeping them until CommitStep is what
+    // makes a half-done step reversible.
+    ActivatePastRecording();
+    recording_ = true;
+  }
+}
+
+void KvCache::CommitStep() {
+  for (auto& point : rollback_points_) point.reset();
+  if (recording_) {
+    (void)Crop(0);  // frees the states kept for a rollback
+    SyncBudget();
+  }
+}
+
+absl::Status KvCache::RollbackStep() {
+  absl::Status result;
+  for (size_t i = 0; i < layers_.size() && i < step_start_.size(); ++i) {
+    if (i < rollback_points_.size() && rollback_points_[i] != nullptr) {
+      layers_[i]->RestoreRollbackPoint(std::move(rollback_points_[i]));
+      continue;
+    }
+    const int64_t added = layers_[i]->SeqLength() - step_start_[i];
+    if (added <= 0) continue;
+    if (step_start_[i] == 0) {
+      // Back to empty: a fresh layer (a quantized layer's first update is special).
+      layers_[i]->Reset();
+      continue;
+    }
+    if (absl::Status s = layers_[i]->Crop(-added); !s.ok() && result.ok()) {
+      result = absl::InternalError(absl::StrCat("layer ", i, " cannot roll back: ", s.message()));
+    }
+  }
+  if (recording_) (void)Crop(0);
+  // Offloaded layers fetched for the failed step (or prefetched for the next layer) go back
+  // to the host, so that nothing of a rolled-back step stays on the device.
+  for (auto& layer : layers_) {
+    if (layer->offloaded()) layer->AfterUpdate();
+  }
+  SyncBudget();
+  return result;
+}
+
+int64_t KvCache::ConvertToOffloaded() {
+  const int64_t before = Memory().device_bytes;
+  if (offload_stream_ == nullptr) offload_stream_ = std::make_shared<OffloadStream>();
+  for (auto& layer : layers_) {
+    if (layer->offloaded()) continue;
+    layer = OffloadedLayer::Adopt(std::move(layer), offload_stream_);
+  }
+  SyncBudget();
+  return before - Memory().device_bytes;
+}
+
+bool KvCache::fully_offloaded() const {
+  for (const auto& layer : layers_) {
+    if (!layer->offloaded()) return false;
+  }
+  return true;
+}
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::CreateDynamic(
     const std::vector<LayerSpec>& layer_specs) {
@@ -46,8 +137,29 @@ absl::StatusOr<LayerView> KvCache::Update(int layer_index, const at::Tensor& key
       break;
     }
   }
+  if (budget_ == nullptr) {
+    absl::StatusOr<LayerView> view = layer.Update(keys, values);
+    layer.AfterUpdate();
+    return view;
+  }
+  // Growth is measured while the layer is resident (an offloaded layer's storage counts
+  // against the device only during its update) and checked before it is written back.
+  const int64_t before = layer.Memory().device_bytes;
   absl::StatusOr<LayerView> view = layer.Update(keys, values);
+  const int64_t grew = layer.Memory().device_bytes - before;
+  budget_->Add(grew);
+  accounted_device_bytes_ += grew;
+  if (grew > 0) {
+    try {
+      budget_->CheckGrowth(grew);
+    } catch (...) {
+      layer.AfterUpdate();
+      SyncBudget();
+      throw;
+    }
+  }
   layer.AfterUpdate();
+  SyncBudget();
   return view;
 }
 
@@ -81,6 +193,7 @@ absl::Status KvCache::Crop(int64_t n) {
   for (auto& layer : layers_) {
     if (absl::Status s = layer->Crop(n); !s.ok()) return s;  // unreachable after the check
   }
+  SyncBudget();
   return absl::OkStatus();
 }
 
@@ -135,6 +248,7 @@ std::unique_ptr<KvCache> KvCache::Clone() const {
 
 void KvCache::Reset() {
   for (auto& layer : layers_) layer->Reset();
+  SyncBudget();
 }
 
 }  // namespace kvserve::cache

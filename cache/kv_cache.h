@@ -14,9 +14,16 @@ namespace kvserve::cache {
 // Owns one CacheLayer per decoder layer. Container operations apply to every layer and are
 // all-or-nothing: when one layer refuses (a crop that would need lost states, an index out
 // of range), no layer has changed. Not thread-safe: owned by the engine thread.
+class KvMemoryBudget;
+class OffloadStream;
+
 class KvCache {
  public:
   explicit KvCache(std::vector<std::unique_ptr<CacheLayer>> layers);
+  // Gives its device bytes back to the budget, if attached.
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
   // A dynamic cache for a model with these layers: DynamicLayer for full attention,
   // DynamicSlidingWindowLayer for sliding and chunked layers. InvalidArgument when a
@@ -56,15 +63,47 @@ class KvCache {
   absl::Status RepeatInterleave(int64_t repeats);
 
   MemoryUsage Memory() const;
-  // A deep copy sharing no storage with this cache.
+  // A deep copy sharing no storage with this cache (not attached to any budget).
   std::unique_ptr<KvCache> Clone() const;
+
+  // Out-of-memory support (see KvMemoryBudget). Engine thread only.
+  //
+  // Accounts this cache's device bytes in `budget` (not owned; must outlive the cache or be
+  // detached by destroying the cache first) from now on. Update then throws
+  // compat::OutOfMemoryError when a growth takes the budget over its limit (or a fault is
+  // injected); the layer has grown by then, and RollbackStep takes it back.
+  void AttachBudget(KvMemoryBudget* budget);
+  // Marks the start of a step: remembers every layer's length and, with an active budget,
+  // keeps sliding layers' dropped tokens (past recording) until CommitStep, so that a step
+  // that fails half-way can be rolled back exactly.
+  void BeginStep();
+  // The step succeeded: frees the states kept for a rollback.
+  void CommitStep();
+  // The step failed: crops every layer back to its length at BeginStep. Internal error when
+  // a layer cannot be cropped (the cache must then be dropped).
+  absl::Status RollbackStep();
+  // Moves every layer that is not offloaded into an OffloadedLayer with the same contents,
+  // its storage on the host (the out-of-memory fallback: dynamic becomes offloaded, static
+  // offloaded_static, quantized stays quantized on the host). Returns the device bytes freed.
+  int64_t ConvertToOffloaded();
+  // Whether every layer is offloaded.
+  bool fully_offloaded() const;
   void Reset();
 
  private:
   // Checks batch indices against every layer before any layer changes.
   absl::Status CheckIndices(const at::Tensor& indices, bool same_size) const;
+  // Re-reads the device bytes and reports the difference to the budget.
+  void SyncBudget();
 
   std::vector<std::unique_ptr<CacheLayer>> layers_;
+  KvMemoryBudget* budget_ = nullptr;    // not owned; null: no accounting
+  int64_t accounted_device_bytes_ = 0;  // what this cache has reported to budget_
+  std::vector<int64_t> step_start_;     // per layer: SeqLength at BeginStep
+  // Per layer: its RollbackPoint at BeginStep (null where Crop undoes a step exactly).
+  std::vector<std::unique_ptr<CacheLayer>> rollback_points_;
+  bool recording_ = false;                         // past recording on for rollbacks
+  std::shared_ptr<OffloadStream> offload_stream_;  // for layers converted to offloaded
 };
 
 // Checks one layer spec: sliding and chunked layers need a window >= 2.

@@ -26,6 +26,21 @@ void OffloadedLayer::StartPrefetch() {
   prefetch_pending_ = true;
 }
 
+std::unique_ptr<OffloadedLayer> OffloadedLayer::Adopt(std::unique_ptr<CacheLayer> inner,
+                                                      std::shared_ptr<OffloadStream> stream) {
+  std::optional<c10::Device> device;
+  inner->ForEachTensor([&](at::Tensor& t) {
+    if (t.defined() && !device) device = t.device();
+  });
+  auto layer = std::make_unique<OffloadedLayer>(std::move(inner), std::move(stream));
+  if (device) {
+    layer->device_ = device;
+    layer->resident_ = true;
+    layer->AfterUpdate();  // write the storage back to the host
+  }
+  return layer;
+}
+
 void OffloadedLayer::BeforeUpdate() {
   if (!device_) {
     resident_ = true;  // nothing stored yet: the first update allocates on the device

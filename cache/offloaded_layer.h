@@ -20,6 +20,11 @@ class OffloadedLayer final : public CacheLayer {
  public:
   // `inner` must return true from ForEachTensor; `stream` is shared by a cache's layers.
   OffloadedLayer(std::unique_ptr<CacheLayer> inner, std::shared_ptr<OffloadStream> stream);
+  // Wraps a layer that already holds tokens and writes its storage back to the host now (the
+  // out-of-memory fallback). The storage must be on one device; an empty layer is wrapped as
+  // it is.
+  static std::unique_ptr<OffloadedLayer> Adopt(std::unique_ptr<CacheLayer> inner,
+                                               std::shared_ptr<OffloadStream> stream);
 
   absl::StatusOr<LayerView> Update(const at::Tensor& keys, const at::Tensor& values) override;
   int64_t SeqLength() const override { return inner_->SeqLength(); }
@@ -40,6 +45,10 @@ class OffloadedLayer final : public CacheLayer {
   }
 
   bool offloaded() const override { return true; }
+  std::unique_ptr<CacheLayer> RollbackPoint() const override { return inner_->RollbackPoint(); }
+  void RestoreRollbackPoint(std::unique_ptr<CacheLayer> point) override {
+    inner_->RestoreRollbackPoint(std::move(point));
+  }
   void StartPrefetch() override;
   void BeforeUpdate() override;
   void AfterUpdate() override;

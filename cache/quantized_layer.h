@@ -42,6 +42,13 @@ class QuantizedLayer final : public CacheLayer {
   void Reset() override;
   LayerType type() const override { return LayerType::kFullAttention; }
   bool ForEachTensor(const std::function<void(at::Tensor&)>& fn) override;
+  // A shallow copy: requantizing replaces the stores and appends write past the saved end.
+  std::unique_ptr<CacheLayer> RollbackPoint() const override {
+    return std::make_unique<QuantizedLayer>(*this);
+  }
+  void RestoreRollbackPoint(std::unique_ptr<CacheLayer> point) override {
+    *this = static_cast<const QuantizedLayer&>(*point);
+  }
 
   // Tokens in each store (quantized + residual == SeqLength()).
   int64_t num_quantized_tokens() const { return quantized_keys_.seq_len(); }

@@ -11,9 +11,26 @@
 #if defined(KVSERVE_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace kvserve::compat {
+
+int64_t DeviceFreeMemoryBytes(const c10::Device& device) {
+#if defined(KVSERVE_WITH_CUDA)
+  if (device.is_cuda()) {
+    c10::cuda::CUDAGuard guard(device);
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+      return static_cast<int64_t>(free_bytes);
+    }
+  }
+#else
+  (void)device;
+#endif
+  return -1;
+}
 
 void EmptyDeviceCache() {
 #if defined(KVSERVE_WITH_CUDA)

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <ATen/ATen.h>
+
 #include <c10/util/Exception.h>
 #include <torch/version.h>
+#include <cstdint>
 
 #define KVSERVE_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||          \
@@ -25,6 +27,9 @@ inline constexpr bool kWithCuda = false;
 // The exception CUDA's caching allocator throws when the device is full. kvserve's own
 // device-budget accounting throws the same type so one fallback path serves both.
 using OutOfMemoryError = c10::OutOfMemoryError;
+
+// Free bytes on a CUDA device as the driver reports them; -1 for the CPU or without CUDA.
+int64_t DeviceFreeMemoryBytes(const c10::Device& device);
 
 // Releases cached, unused device blocks back to the driver; a no-op without CUDA.
 void EmptyDeviceCache();

@@ -14,9 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "cache/cache_factory.h"
 #include "cache/dynamic_layer.h"
+#include "cache/kv_buffer.h"
 #include "cache/kv_cache.h"
 #include "cache/prefix_store.h"
 #include "cache/snapshot.h"
+#include "cache/torch_compat.h"
 #include "model/incremental_detokenizer.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -48,6 +50,61 @@ std::string OutcomeLabel(const absl::Status& status) {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
+// Upper bounds of the device bytes a request's cache needs, from the model's shape (quantized
+// caches need less; counting them unquantized keeps admission on the safe side).
+struct KvEstimate {
+  int64_t total_bytes = 0;               // every layer on the device
+  int64_t offloaded_resident_bytes = 0;  // offloaded: about two layers resident at a time
+};
+
+KvEstimate EstimateKv(const model::ModelInfo& info, int64_t tokens) {
+  // Dynamic storage grows in whole granules.
+  tokens = (tokens + cache::KvBuffer::kGranuleTokens - 1) / cache::KvBuffer::kGranuleTokens *
+           cache::KvBuffer::kGranuleTokens;
+  const int64_t per_token =
+      2 * info.num_kv_heads * info.head_dim * static_cast<int64_t>(c10::elementSize(info.dtype));
+  KvEstimate estimate;
+  int64_t largest_layer = 0;
+  for (const cache::LayerSpec& layer : info.layer_specs) {
+    const int64_t held = layer.is_sliding() ? std::min(tokens, layer.window) : tokens;
+    estimate.total_bytes += held * per_token;
+    largest_layer = std::max(largest_layer, held * per_token);
+  }
+  estimate.offloaded_resident_bytes = 2 * largest_layer;
+  return estimate;
+}
+
+absl::Status CannotFit(const KvEstimate& estimate, int64_t limit) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the request's KV cache needs ", estimate.offloaded_resident_bytes,
+      " device bytes even offloaded (", estimate.total_bytes,
+      " on the device), above the KV device budget of ", limit, " bytes (--kv-device-bytes)"));
+}
+
+// Admission by KV memory: a request is admitted when its cache fits beside the running ones,
+// or when it would fit offloaded (the out-of-memory fallback then offloads it); admission
+// pauses while the budget is exceeded; a request that cannot fit even offloaded is refused.
+class KvAdmissionPolicy final : public AdmissionPolicy {
+ public:
+  KvAdmissionPolicy(const model::ModelInfo* info, const cache::KvMemoryBudget* budget)
+      : info_(info), budget_(budget) {}
+
+  Decision Admit(const AdmissionQuery& query) override {
+    const int64_t limit = budget_->limit();
+    if (limit < 0) return Decision::kAdmit;
+    const KvEstimate estimate = EstimateKv(*info_, query.max_cache_tokens());
+    if (estimate.offloaded_resident_bytes > limit) return Decision::kReject;
+    if (budget_->used() > limit) return Decision::kDefer;
+    if (budget_->available() >= estimate.total_bytes) return Decision::kAdmit;
+    return budget_->available() >= estimate.offloaded_resident_bytes ? Decision::kAdmit
+                                                                     : Decision::kDefer;
+  }
+
+ private:
+  const model::ModelInfo* info_;
+  const cache::KvMemoryBudget* budget_;
+};
+
 }  // namespace
 
 struct Engine::Registration {
@@ -68,6 +125,8 @@ struct Engine::Live {
   // The cached prefix to copy into the cache at admission (released once copied).
   PrefixChoice prefix;
   int64_t num_cached_tokens = 0;
+  // The cache was converted to its offloaded form after an out-of-memory error.
+  bool offload_fallback = false;
   std::shared_ptr<RequestSink> sink;
   std::unique_ptr<cache::KvCache> cache;  // null without a cache (use_cache=false)
   std::unique_ptr<model::Sampler> sampler;
@@ -95,22 +154,29 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (options.idle_poll <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("idle_poll must be > 0");
   }
-  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(options.scheduler);
+  if (!(options.kv_budget.fault_inject_oom_rate >= 0 &&
+        options.kv_budget.fault_inject_oom_rate <= 1)) {
+    return absl::InvalidArgumentError("--fault-inject-oom-rate must be in [0, 1]");
+  }
+  auto budget = std::make_unique<cache::KvMemoryBudget>(options.kv_budget);
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
+      options.scheduler, std::make_unique<KvAdmissionPolicy>(&model->info(), budget.get()));
   if (!scheduler.ok()) return scheduler.status();
-  std::unique_ptr<Engine> engine(
-      new Engine(options, model, tokenizer, metrics, prefix_store, *std::move(scheduler)));
+  std::unique_ptr<Engine> engine(new Engine(options, model, tokenizer, metrics, prefix_store,
+                                            std::move(budget), *std::move(scheduler)));
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
 
 Engine::Engine(const EngineOptions& options, model::Model* model, const model::Tokenizer* tokenizer,
                ServerMetrics* metrics, cache::PrefixStore* prefix_store,
-               std::unique_ptr<Scheduler> scheduler)
+               std::unique_ptr<cache::KvMemoryBudget> budget, std::unique_ptr<Scheduler> scheduler)
     : options_(options),
       model_(model),
       tokenizer_(tokenizer),
       metrics_(metrics),
       prefix_store_(prefix_store),
+      budget_(std::move(budget)),
       scheduler_(std::move(scheduler)) {
   for (const cache::LayerSpec& spec : model_->info().layer_specs) {
     if (spec.is_sliding()) allow_partial_prefix_ = false;
@@ -121,6 +187,16 @@ Engine::~Engine() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request,
                                          std::shared_ptr<RequestSink> sink) {
+  const int64_t limit = options_.kv_budget.device_limit_bytes;
+  if (limit >= 0 && request.cache_spec.use_cache()) {
+    const KvEstimate estimate =
+        EstimateKv(model_->info(),
+                   static_cast<int64_t>(request.prompt_ids.size()) + request.max_new_tokens - 1);
+    if (estimate.offloaded_resident_bytes > limit) {
+      metrics_->CountRequest("resource_exhausted");
+      return CannotFit(estimate, limit);
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (draining_) {
     metrics_->CountRequest("unavailable");
@@ -219,6 +295,62 @@ Engine::PrefixChoice Engine::ChoosePrefix(const GenerationRequest& request) {
   }
   if (choice.num_tokens < 1) choice = PrefixChoice();
   return choice;
+}
+
+absl::Status Engine::LoadPrefix(Live& live) {
+  // A deep copy: the request's cache shares nothing with the snapshot.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      absl::Status loaded =
+          live.prefix.snapshot->LoadInto(live.cache.get(), live.prefix.num_tokens);
+      if (!loaded.ok()) {
+        return absl::InternalError(absl::StrCat("copying the cached prefix: ", loaded.message()));
+      }
+      return absl::OkStatus();
+    } catch (const compat::OutOfMemoryError& e) {
+      ++num_oom_events_;
+      metrics_->CountOutOfMemory();
+      live.cache->Reset();
+      compat::EmptyDeviceCache();
+      if (attempt == 0) {
+        live.cache->ConvertToOffloaded();
+        live.offload_fallback = true;
+        ++num_offload_fallbacks_;
+        metrics_->CountOffloadFallback();
+      }
+    }
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the cached prefix (", live.prefix.num_tokens,
+                   " tokens) does not fit in the KV device budget even offloaded; budget ",
+                   budget_->limit(), " bytes, in use ", budget_->used()));
+}
+
+bool Engine::OffloadLargestCache() {
+  // The largest by what its cache holds on the device now or, for caches still empty (a
+  // failed first step was rolled back), by what it will hold.
+  Live* largest = nullptr;
+  int64_t largest_bytes = -1;
+  for (auto& [id, live] : live_) {
+    if (live->cache == nullptr || live->cache->fully_offloaded()) continue;
+    const GenerationRequest& r = live->request;
+    const int64_t bytes = std::max(
+        live->cache->Memory().device_bytes,
+        EstimateKv(model_->info(), static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens - 1)
+            .total_bytes);
+    if (bytes > largest_bytes) {
+      largest = live.get();
+      largest_bytes = bytes;
+    }
+  }
+  if (largest == nullptr) return false;
+  largest->cache->ConvertToOffloaded();
+  largest->offload_fallback = true;
+  ++num_offload_fallbacks_;
+  metrics_->CountOffloadFallback();
+  spdlog::warn("out of KV memory: a request's cache ({} device bytes) moved to the host",
+               largest_bytes);
+  return true;
 }
 
 void Engine::KeepAutomaticPrefix(const Live& live) {
@@ -384,12 +516,12 @@ bool Engine::Admit(RequestId id, Live& live, absl::Time now) {
     return false;
   }
   live.cache = *std::move(cache);
+  if (live.cache != nullptr) live.cache->AttachBudget(budget_.get());
   if (live.prefix.snapshot != nullptr) {
-    // A deep copy: the request's cache shares nothing with the snapshot.
-    absl::Status loaded = live.prefix.snapshot->LoadInto(live.cache.get(), live.prefix.num_tokens);
+    absl::Status loaded = LoadPrefix(live);
     live.prefix.snapshot = nullptr;
     if (!loaded.ok()) {
-      Fail(id, absl::InternalError(absl::StrCat("copying the cached prefix: ", loaded.message())));
+      Fail(id, loaded);
       return false;
     }
   }
@@ -408,7 +540,10 @@ bool Engine::Step() {
     return false;
   }
   for (RequestId id : plan->rejected) {
-    Fail(id, absl::ResourceExhaustedError("the request's KV cache cannot fit in memory"));
+    const GenerationRequest& r = live_.at(id)->request;
+    Fail(id, CannotFit(EstimateKv(model_->info(),
+                                  static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens - 1),
+                       budget_->limit()));
   }
   if (plan->empty()) return false;
 
@@ -416,37 +551,98 @@ bool Engine::Step() {
   const size_t n = plan->sequences.size();
   constexpr size_t kNotRun = static_cast<size_t>(-1);
   std::vector<size_t> batch_index(n, kNotRun);
-  std::vector<bool> ended(n, false);  // failed at admission
-  model::Batch batch;
+  std::vector<bool> ended(n, false);  // failed at admission or alone out of memory
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSequence& s = plan->sequences[i];
-    Live& live = *live_.at(s.id);
-    if (s.newly_admitted && !Admit(s.id, live, start)) {
-      ended[i] = true;
-      continue;
+    if (s.newly_admitted && !Admit(s.id, *live_.at(s.id), start)) ended[i] = true;
+  }
+  // The batch of the sequences still in the step (rebuilt when one fails alone).
+  model::Batch batch;
+  auto build_batch = [&] {
+    batch.sequences.clear();
+    std::fill(batch_index.begin(), batch_index.end(), kNotRun);
+    for (size_t i = 0; i < n; ++i) {
+      if (ended[i]) continue;
+      const ScheduledSequence& s = plan->sequences[i];
+      Live& live = *live_.at(s.id);
+      model::SequenceInput input;
+      if (live.cache == nullptr) {
+        // Without a cache a sequence is recomputed whole whenever it samples.
+        if (!s.samples) continue;
+        input.token_ids = live.tokens;
+      } else {
+        input.token_ids =
+            absl::Span<const int32_t>(live.tokens).subspan(s.start_position, s.num_tokens);
+        input.cache = live.cache.get();
+      }
+      batch_index[i] = batch.sequences.size();
+      batch.sequences.push_back(input);
     }
-    model::SequenceInput input;
-    if (live.cache == nullptr) {
-      // Without a cache a sequence is recomputed whole whenever it samples.
-      if (!s.samples) continue;
-      input.token_ids = live.tokens;
-    } else {
-      input.token_ids =
-          absl::Span<const int32_t>(live.tokens).subspan(s.start_position, s.num_tokens);
-      input.cache = live.cache.get();
-    }
-    batch_index[i] = batch.sequences.size();
-    batch.sequences.push_back(input);
+  };
+  build_batch();
+  for (const model::SequenceInput& input : batch.sequences) {
+    if (input.cache != nullptr) input.cache->BeginStep();
   }
 
   absl::StatusOr<model::ForwardOutput> output = model::ForwardOutput{};
-  if (!batch.sequences.empty()) {
+  while (!batch.sequences.empty()) {
     try {
       output = model_->Forward(batch);
+      break;
+    } catch (const compat::OutOfMemoryError& e) {
+      // Out of device memory (CUDA's allocator or the KV budget): take the step back, move
+      // the largest cache to the host and run the step again. Only when nothing is left to
+      // move does the largest request of the step fail, alone.
+      ++num_oom_events_;
+      metrics_->CountOutOfMemory();
+      spdlog::warn("step out of memory: {}", std::string(e.what_without_backtrace()));
+      for (size_t i = 0; i < n; ++i) {
+        if (ended[i] || batch_index[i] == kNotRun) continue;
+        const ScheduledSequence& s = plan->sequences[i];
+        Live& live = *live_.at(s.id);
+        if (live.cache == nullptr) continue;
+        if (absl::Status rolled = live.cache->RollbackStep(); !rolled.ok()) {
+          Fail(s.id, rolled);
+          ended[i] = true;
+        }
+      }
+      compat::EmptyDeviceCache();
+      if (!OffloadLargestCache()) {
+        size_t victim = kNotRun;
+        int64_t victim_bytes = -1;
+        for (size_t i = 0; i < n; ++i) {
+          if (ended[i] || batch_index[i] == kNotRun) continue;
+          const Live& live = *live_.at(plan->sequences[i].id);
+          const int64_t bytes = live.cache ? live.cache->Memory().total() : 0;
+          if (bytes > victim_bytes) {
+            victim = i;
+            victim_bytes = bytes;
+          }
+        }
+        if (victim == kNotRun) break;
+
+        Fail(plan->sequences[victim].id,
+             absl::ResourceExhaustedError(absl::StrCat(
+                 "out of KV memory even with every cache offloaded: this request holds ",
+                 victim_bytes, " bytes of KV and its step needed more (budget ", budget_->limit(),
+                 " bytes, in use ", budget_->used(), "): ", e.what_without_backtrace())));
+        ended[victim] = true;
+      }
+      build_batch();
+      for (const model::SequenceInput& input : batch.sequences) {
+        if (input.cache != nullptr) input.cache->BeginStep();
+      }
     } catch (const c10::Error& e) {
       output = absl::InternalError(absl::StrCat("forward failed: ", e.what_without_backtrace()));
+      break;
     } catch (const std::exception& e) {
       output = absl::InternalError(absl::StrCat("forward failed: ", e.what()));
+      break;
+    }
+  }
+  if (output.ok()) {
+    for (const model::SequenceInput& input : batch.sequences) {
+      if (input.cache != nullptr) input.cache->CommitStep();
     }
   }
   const absl::Time now = absl::Now();
@@ -533,8 +729,17 @@ void Engine::Finish(RequestId id, Live& live, FinishReason reason) {
     summary.ttft_ms = Ms(live.first_token_at - arrival);
     summary.decode_ms = Ms(live.last_token_at - live.first_token_at);
   }
-  summary.cache_implementation =
-      std::string(cache::CacheImplementationName(live.request.cache_spec.implementation));
+  cache::CacheImplementation implementation = live.request.cache_spec.implementation;
+  if (live.offload_fallback) {
+    // The cache continued in its offloaded form.
+    if (implementation == cache::CacheImplementation::kDynamic) {
+      implementation = cache::CacheImplementation::kOffloaded;
+    } else if (implementation == cache::CacheImplementation::kStatic) {
+      implementation = cache::CacheImplementation::kOffloadedStatic;
+    }
+  }
+  summary.cache_implementation = std::string(cache::CacheImplementationName(implementation));
+  summary.offload_fallback = live.offload_fallback;
   summary.prefix = live.prefix.name;
   // Counted before the client hears of it, so that metrics read after a reply include it.
   metrics_->CountRequest(FinishReasonName(reason));
@@ -593,6 +798,8 @@ void Engine::PublishStats() {
   stats_.num_running = num_live_ - num_queued_;
   stats_.kv_device_bytes = total.device_bytes;
   stats_.kv_host_bytes = total.host_bytes;
+  stats_.num_oom_events = num_oom_events_;
+  stats_.num_offload_fallbacks = num_offload_fallbacks_;
 }
 
 }  // namespace kvserve::server

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "cache/kv_memory_budget.h"
 #include "server/generation_request.h"
 #include "server/scheduler.h"
 
@@ -62,6 +63,8 @@ struct EngineOptions {
   int64_t auto_prefix_min_tokens = 32;
   // The fingerprint snapshots are made with (the prefix store's model fingerprint).
   std::string model_fingerprint;
+  // --kv-device-bytes (device_limit_bytes < 0: unlimited) and --fault-inject-oom-rate.
+  cache::KvMemoryBudgetOptions kv_budget;
   // How long the engine thread sleeps at most while idle before it looks at deadlines.
   absl::Duration idle_poll = absl::Milliseconds(20);
 };
@@ -72,7 +75,9 @@ struct EngineStats {
   int64_t num_running = 0;  // admitted, not finished
   int64_t kv_device_bytes = 0;
   int64_t kv_host_bytes = 0;
-  int64_t num_steps = 0;  // forwards run so far
+  int64_t num_steps = 0;              // forwards run so far
+  int64_t num_oom_events = 0;         // out-of-memory errors caught during steps
+  int64_t num_offload_fallbacks = 0;  // caches converted to offloaded form
 };
 
 // Thread model: Submit, Cancel, Stats and Shutdown may be called from any thread; everything
@@ -132,7 +137,7 @@ class Engine {
 
   Engine(const EngineOptions& options, model::Model* model, const model::Tokenizer* tokenizer,
          ServerMetrics* metrics, cache::PrefixStore* prefix_store,
-         std::unique_ptr<Scheduler> scheduler);
+         std::unique_ptr<cache::KvMemoryBudget> budget, std::unique_ptr<Scheduler> scheduler);
 
   void Loop();
   // Moves submitted requests into the scheduler and applies cancels. Engine thread.
@@ -144,6 +149,12 @@ class Engine {
   PrefixChoice ChoosePrefix(const GenerationRequest& request);
   // Keeps a just-prefilled prompt as an automatic prefix entry when it qualifies.
   void KeepAutomaticPrefix(const Live& live);
+  // The out-of-memory fallback: converts the running request whose cache holds the most
+  // device bytes to its offloaded form. False when no cache has device bytes left to move.
+  bool OffloadLargestCache();
+  // Copies the request's cached prefix into its new cache, falling back to an offloaded
+  // cache when the copy runs out of memory. Engine thread.
+  absl::Status LoadPrefix(Live& live);
   // Fails requests whose deadline has passed. Engine thread.
   void ExpireDeadlines(absl::Time now);
   // Ends every live request with finish reason kCancelled (shutdown grace over).
@@ -166,6 +177,9 @@ class Engine {
   const model::Tokenizer* const tokenizer_;
   ServerMetrics* const metrics_;
   cache::PrefixStore* const prefix_store_;  // null: no prefix reuse
+  // Device KV bytes of every live cache against --kv-device-bytes. Engine thread only (the
+  // admission policy reads it from Schedule, on the engine thread).
+  std::unique_ptr<cache::KvMemoryBudget> budget_;
   // Whether automatic matches may end inside a stored prefix (no sliding/chunked layers).
   bool allow_partial_prefix_ = true;
   std::unique_ptr<Scheduler> scheduler_;                        // engine thread only
@@ -180,6 +194,8 @@ class Engine {
   int64_t num_queued_ ABSL_GUARDED_BY(mu_) = 0;
   // Submitted and not yet ended.
   int64_t num_live_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t num_oom_events_ = 0;         // engine thread
+  int64_t num_offload_fallbacks_ = 0;  // engine thread
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time drain_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   EngineStats stats_ ABSL_GUARDED_BY(mu_);

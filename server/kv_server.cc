@@ -231,6 +231,13 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   engine_options.auto_prefix_cache = options_.auto_prefix_cache;
   engine_options.auto_prefix_min_tokens = options_.auto_prefix_min_tokens;
   engine_options.model_fingerprint = model_.fingerprint;
+  engine_options.kv_budget.device_limit_bytes = options_.kv_device_bytes;
+  if (options_.kv_device_bytes < 0) {
+    // On a GPU the KV caches get most of what is free once the weights are loaded.
+    const int64_t free_bytes = compat::DeviceFreeMemoryBytes(model_.model->info().device);
+    if (free_bytes > 0) engine_options.kv_budget.device_limit_bytes = free_bytes / 10 * 9;
+  }
+  engine_options.kv_budget.fault_inject_oom_rate = options_.fault_inject_oom_rate;
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(engine_options, model_.model.get(), model_.tokenizer.get(), metrics_.get(),
                      prefix_store_.get());

@@ -71,6 +71,20 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                    .Name("kvserve_kv_cache_bytes")
                    .Help("Bytes held by the KV caches of live requests, by strategy and device")
                    .Register(*registry_);
+  oom_events_ = &prometheus::BuildCounter()
+                     .Name("kvserve_oom_events_total")
+                     .Help(
+                         "Device out-of-memory errors caught during steps (each step is "
+                         "rolled back and retried)")
+                     .Register(*registry_)
+                     .Add({});
+  offload_fallbacks_ = &prometheus::BuildCounter()
+                            .Name("kvserve_offload_fallbacks_total")
+                            .Help(
+                                "Request caches moved to their offloaded form after an "
+                                "out-of-memory error")
+                            .Register(*registry_)
+                            .Add({});
   prefix_queries_ = &prometheus::BuildCounter()
                          .Name("kvserve_prefix_cache_queries_total")
                          .Help(
@@ -121,6 +135,9 @@ void ServerMetrics::SetPrefixCounts(const PrefixCounts& c) {
 void ServerMetrics::CountRequest(const std::string& outcome) {
   requests_->Add({{"outcome", outcome}}).Increment();
 }
+
+void ServerMetrics::CountOutOfMemory() { oom_events_->Increment(); }
+void ServerMetrics::CountOffloadFallback() { offload_fallbacks_->Increment(); }
 
 void ServerMetrics::SetQueue(int64_t num_waiting, int64_t num_running) {
   waiting_->Set(static_cast<double>(num_waiting));

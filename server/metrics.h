@@ -47,6 +47,10 @@ class ServerMetrics {
   void ObserveTimeToFirstToken(double seconds);
   void ObserveInterTokenLatency(double seconds);
   void ObserveQueueTime(double seconds);
+  // kvserve_oom_events_total: out-of-memory errors caught (each rolls a step back);
+  // kvserve_offload_fallbacks_total: request caches moved to their offloaded form.
+  void CountOutOfMemory();
+  void CountOffloadFallback();
   // kvserve_kv_cache_bytes{strategy, device}: bytes the live caches hold. Every (strategy,
   // device) pair set once stays exported; pairs missing from `bytes` are set to 0.
   void SetKvBytes(const std::map<std::pair<std::string, std::string>, int64_t>& bytes);
@@ -77,6 +81,8 @@ class ServerMetrics {
   prometheus::Histogram* itl_;
   prometheus::Histogram* queue_time_;
   prometheus::Family<prometheus::Gauge>* kv_bytes_;
+  prometheus::Counter* oom_events_;
+  prometheus::Counter* offload_fallbacks_;
   prometheus::Family<prometheus::Counter>* prefix_queries_;
   prometheus::Family<prometheus::Counter>* prefix_hits_;
   prometheus::Counter* prefix_evictions_;

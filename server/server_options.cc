@@ -29,6 +29,11 @@ std::vector<cli::FlagSpec> Flags() {
       {"auto-prefix-min-tokens", "shortest prompt prefix kept and reused automatically", "32"},
       {"state-dir", "directory where registered prefixes survive restarts", "none"},
       {"prefixes-file", "prefixes to register at start-up (JSON or YAML)", "none"},
+      {"kv-device-bytes",
+       "device bytes the KV caches may hold; beyond, the largest move to the host",
+       "CPU: unlimited; CUDA: 90% of free memory"},
+      {"fault-inject-oom-rate", "fraction of KV allocations that fail as out of memory (tests)",
+       "0"},
       {"log-format", "text | json", "text"},
       {"shutdown-grace-seconds", "time in-flight requests get to finish after SIGTERM", "30"},
   };
@@ -65,6 +70,12 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.auto_prefix_cache = !cl->GetBool("no-auto-prefix-cache");
   o.state_dir = cl->GetString("state-dir", "");
   o.prefixes_file = cl->GetString("prefixes-file", "");
+  absl::StatusOr<int64_t> kv_bytes = cl->GetInt("kv-device-bytes", -1);
+  absl::StatusOr<double> fault_rate = cl->GetDouble("fault-inject-oom-rate", 0);
+  if (!kv_bytes.ok()) return kv_bytes.status();
+  if (!fault_rate.ok()) return fault_rate.status();
+  o.kv_device_bytes = *kv_bytes;
+  o.fault_inject_oom_rate = *fault_rate;
   for (const absl::Status& s : {threads.status(), batch.status(), tokens.status(), queue.status(),
                                 limit.status(), grace.status()}) {
     if (!s.ok()) return s;
@@ -104,6 +115,9 @@ absl::Status ServerOptions::Validate() const {
         "--max-batch-tokens must be >= --max-batch-size (every running decode needs a token)");
   }
   if (scheduler.max_queue < 1) return absl::InvalidArgumentError("--max-queue must be >= 1");
+  if (!(fault_inject_oom_rate >= 0 && fault_inject_oom_rate <= 1)) {
+    return absl::InvalidArgumentError("--fault-inject-oom-rate must be in [0, 1]");
+  }
   if (prefix_cache_bytes < 1) {
     return absl::InvalidArgumentError("--prefix-cache-bytes must be >= 1");
   }

@@ -39,6 +39,12 @@ struct ServerOptions {
   std::string state_dir;
   // --prefixes-file: prefixes (JSON or YAML, kvserve.v1.PrefixState) registered at start-up.
   std::string prefixes_file;
+  // --kv-device-bytes: device bytes all KV caches may hold; going over moves the largest
+  // caches to the host. < 0 (unset): unlimited on CPU, 90% of the free device memory at
+  // start-up on CUDA.
+  int64_t kv_device_bytes = -1;
+  // --fault-inject-oom-rate: fraction of KV allocations that fail as out of memory (tests).
+  double fault_inject_oom_rate = 0;
   // --log-format: "text" or "json".
   std::string log_format = "text";
   // --shutdown-grace-seconds: how long in-flight requests may run after SIGTERM.
