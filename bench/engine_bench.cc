@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "cache/cache_spec.h"
 #include "cache/torch_compat.h"
 #include "model/cli/command_line.h"
 #include "model/model_source.h"
@@ -66,6 +67,13 @@ int Run(const kvserve::cli::CommandLine& cl) {
   const int max_new = static_cast<int>(cl.GetInt("max-new-tokens", 32).value_or(32));
   const int threads = static_cast<int>(cl.GetInt("threads", 2).value_or(2));
   const std::string preset = cl.GetString("preset", "bench-small");
+  const std::string cache_name = cl.GetString("cache-implementation", "dynamic");
+  const int64_t kv_device_bytes = cl.GetInt("kv-device-bytes", -1).value_or(-1);
+  absl::StatusOr<kvserve::cache::CacheSpec> spec = kvserve::cache::CacheSpec::Parse(cache_name);
+  if (!spec.ok()) {
+    std::cerr << spec.status() << "\n";
+    return 2;
+  }
   kvserve::compat::SetNumThreads(threads);
   auto files = kvserve::model::MakeTinyModel({.arch = "llama", .preset = preset, .seed = 1});
   if (!files.ok()) {
@@ -81,6 +89,7 @@ int Run(const kvserve::cli::CommandLine& cl) {
   kvserve::server::ServerMetrics metrics;
   kvserve::server::EngineOptions options;
   options.scheduler.max_batch_size = std::max(32, concurrency);
+  options.kv_budget.device_limit_bytes = kv_device_bytes;
   auto engine = Engine::Create(options, model->get(), nullptr, &metrics);
   if (!engine.ok()) {
     std::cerr << engine.status() << "\n";
@@ -97,6 +106,8 @@ int Run(const kvserve::cli::CommandLine& cl) {
     }
     r.max_new_tokens = max_new;
     r.ignore_eos = true;
+    r.cache_spec = *spec;
+    if (r.cache_spec.is_static()) r.cache_spec.max_cache_len = prompt_tokens + max_new - 1;
     r.arrival_time = absl::Now();
     auto sink = std::make_shared<TimingSink>(&mu, &in_flight);
     sink->sent = r.arrival_time;
@@ -147,14 +158,19 @@ int Run(const kvserve::cli::CommandLine& cl) {
       itl.push_back(absl::ToDoubleMilliseconds(s->arrivals[i] - s->arrivals[i - 1]));
     }
   }
+  const kvserve::server::EngineStats stats = (*engine)->Stats();
   std::printf(
-      "{\"engine\": true, \"preset\": \"%s\", \"threads\": %d, \"concurrency\": %d, \"requests\": "
+      "{\"engine\": true, \"cache\": \"%s\", \"kv_device_bytes\": %lld, \"oom_events\": %lld, "
+      "\"offload_fallbacks\": %lld, \"preset\": \"%s\", \"threads\": %d, \"concurrency\": %d, "
+      "\"requests\": "
       "%d, \"prompt_tokens\": %d, \"max_new_tokens\": %d, \"errors\": %d, \"wall_s\": %.3f, "
       "\"output_tokens_per_s\": %.1f, \"ttft_ms_p50\": %.1f, \"ttft_ms_p99\": %.1f, "
       "\"itl_ms_p50\": %.2f, \"itl_ms_p99\": %.2f}\n",
-      preset.c_str(), threads, concurrency, requests, prompt_tokens, max_new, errors, wall_s,
-      tokens / wall_s, Percentile(ttft, 50), Percentile(ttft, 99), Percentile(itl, 50),
-      Percentile(itl, 99));
+      cache_name.c_str(), static_cast<long long>(kv_device_bytes),
+      static_cast<long long>(stats.num_oom_events),
+      static_cast<long long>(stats.num_offload_fallbacks), preset.c_str(), threads, concurrency,
+      requests, prompt_tokens, max_new, errors, wall_s, tokens / wall_s, Percentile(ttft, 50),
+      Percentile(ttft, 99), Percentile(itl, 50), Percentile(itl, 99));
   return errors == 0 ? 0 : 1;
 }
 
@@ -168,7 +184,10 @@ int main(int argc, char** argv) {
        {"prompt-tokens", "synthetic prompt length", "32"},
        {"max-new-tokens", "tokens generated per request", "32"},
        {"threads", "CPU threads", "2"},
-       {"preset", "tiny-model-maker preset (llama)", "bench-small"}});
+       {"preset", "tiny-model-maker preset (llama)", "bench-small"},
+       {"cache-implementation", "dynamic | static | offloaded | offloaded_static | quantized",
+        "dynamic"},
+       {"kv-device-bytes", "KV device budget (out-of-memory fallback beyond it)", "unlimited"}});
   if (!cl.ok()) {
     std::cerr << cl.status().message() << "\n";
     return 2;

@@ -2,20 +2,28 @@
 // small for the batch, 5% injected allocation failures under 200 concurrent requests, and a
 // request that cannot fit even offloaded.
 #include <gmock/gmock.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "cache/cache_spec.h"
+#include "grpc_health/v1/health.grpc.pb.h"
+#include "kvserve/v1/generation.grpc.pb.h"
 #include "model/model_source.h"
 #include "model/tiny_model_maker.h"
 #include "model/transformer.h"
 #include "server/engine.h"
+#include "server/kv_server.h"
 #include "server/metrics.h"
 
 namespace kvserve::server {
@@ -182,6 +190,50 @@ TEST(OutOfMemoryTest, RequestThatCannotFitEvenOffloadedIsRefusedUpFront) {
   // A small one still fits.
   auto small = RunAll(*engine, {Request(0, 2, 2, "dynamic")});
   EXPECT_TRUE(small[0]->status.ok()) << small[0]->status;
+}
+
+TEST(OutOfMemoryTest, ServerKeepsServingThroughInjectedFaults) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.threads = 1;
+  options.fault_inject_oom_rate = 0.05;
+  options.scheduler.max_batch_size = 64;
+  options.scheduler.max_queue = 512;
+  auto server = *KvServer::Start(options);
+  LoadedModel loaded;
+  loaded.model = TinyLlama();
+  loaded.name = "tiny";
+  loaded.fingerprint = "test";
+  ASSERT_TRUE(server->Serve(std::move(loaded)).ok());
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Generation::NewStub(channel);
+  std::vector<grpc::Status> statuses(200);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 200; ++i) {
+    threads.emplace_back([&, i] {
+      v1::GenerateRequest request;
+      for (int t = 0; t < 6 + i % 7; ++t) request.mutable_token_ids()->add_ids((i * 13 + t) % 250);
+      request.mutable_sampling()->set_max_new_tokens(8);
+      request.mutable_cache()->set_cache_implementation(kCaches[i % 3]);
+      v1::GenerateResponse response;
+      grpc::ClientContext context;
+      statuses[i] = stub->Generate(&context, request, &response);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const grpc::Status& status : statuses) {
+    EXPECT_TRUE(status.ok() || status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << status.error_code() << " " << status.error_message();
+  }
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_TRUE(server->engine()->WaitIdle(absl::Seconds(30)));
+  EXPECT_EQ(server->engine()->Stats().kv_device_bytes + server->engine()->Stats().kv_host_bytes, 0);
+  EXPECT_GT(server->engine()->Stats().num_oom_events, 0);
 }
 
 }  // namespace
