@@ -50,15 +50,8 @@ absl::Status SetContent(const ParsedFlags& parsed, v1::RegisterPrefixRequest& re
     absl::StatusOr<std::string> text = ReadTextFile(flags.GetString("file"));
     if (!text.ok()) return text.status();
     request.set_text(*std::move(text));
-  } else if (flags.Has("token-ids")) {
-    absl::StatusOr<std::vector<int32_t>> ids = flags.GetIntList("token-ids");
-    if (!ids.ok()) return ids.status();
-    request.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
   } else {
-    absl::StatusOr<v1::ChatMessages> messages =
-        ParseChatMessages(flags.GetString("messages"), "--messages");
-    if (!messages.ok()) return messages.status();
-    *request.mutable_messages() = *std::move(messages);
+    return SetTokenIdsOrMessages(flags, request);
   }
   return absl::OkStatus();
 }

@@ -58,17 +58,9 @@ absl::Status SetInput(const ParsedFlags& parsed, v1::GenerateRequest& request) {
   }
   if (flags.Has("prompt")) {
     request.set_prompt(flags.GetString("prompt"));
-  } else if (flags.Has("token-ids")) {
-    absl::StatusOr<std::vector<int32_t>> ids = flags.GetIntList("token-ids");
-    if (!ids.ok()) return ids.status();
-    request.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
-  } else {
-    absl::StatusOr<v1::ChatMessages> messages =
-        ParseChatMessages(flags.GetString("messages"), "--messages");
-    if (!messages.ok()) return messages.status();
-    *request.mutable_messages() = *std::move(messages);
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  return SetTokenIdsOrMessages(flags, request);
 }
 
 bool AnyGiven(const ParsedFlags& parsed, const std::vector<std::string>& names) {

@@ -28,6 +28,24 @@ absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flag
 absl::StatusOr<v1::ChatMessages> ParseChatMessages(const std::string& json,
                                                    const std::string& flag);
 
+// Sets `request`'s token ids from --token-ids, or else its messages from --messages (the
+// caller has checked that exactly one input flag is given). Shared by the requests with these
+// inputs (GenerateRequest, RegisterPrefixRequest). InvalidArgument naming the flag.
+template <typename Request>
+absl::Status SetTokenIdsOrMessages(const cli::CommandLine& flags, Request& request) {
+  if (flags.Has("token-ids")) {
+    absl::StatusOr<std::vector<int32_t>> ids = flags.GetIntList("token-ids");
+    if (!ids.ok()) return ids.status();
+    request.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<v1::ChatMessages> messages =
+      ParseChatMessages(flags.GetString("messages"), "--messages");
+  if (!messages.ok()) return messages.status();
+  *request.mutable_messages() = *std::move(messages);
+  return absl::OkStatus();
+}
+
 // Parses --cache-config: a JSON object with any of the keys backend (string), nbits, axis_key,
 // axis_value, q_group_size, residual_length (integers); only keys present are set. An unknown
 // key, a wrong type or malformed JSON is InvalidArgument naming --cache-config.

@@ -55,6 +55,24 @@ void Stamp(const grpc::CallbackServerContext& context, GenerationRequest* reques
   }
 }
 
+// Starts a Generate call of either kind: submits `request` with a sink of the call's own Sink
+// type and remembers the engine's id (for OnCancel), or finishes the call with the error.
+template <typename Call>
+void SubmitOrFinish(Call& call, absl::StatusOr<GenerationRequest> request) {
+  if (!request.ok()) {
+    call.Finish(ToGrpcStatus(request.status()));
+    return;
+  }
+  absl::StatusOr<RequestId> id =
+      call.engine_->Submit(*std::move(request), std::make_shared<typename Call::Sink>(&call));
+  if (!id.ok()) {
+    call.Finish(ToGrpcStatus(id.status()));
+    return;
+  }
+  absl::MutexLock lock(&call.mu_);
+  call.id_ = *id;
+}
+
 // Unary Generate: the engine's outputs accumulate in the response; the terminal event
 // finishes the call. Only the engine thread calls the sink, so it needs no lock.
 class UnaryGenerateCall final : public grpc::ServerUnaryReactor {
@@ -64,18 +82,7 @@ class UnaryGenerateCall final : public grpc::ServerUnaryReactor {
 
   // Submits `request`, or finishes the call at once with its error.
   void Start(absl::StatusOr<GenerationRequest> request) {
-    if (!request.ok()) {
-      Finish(ToGrpcStatus(request.status()));
-      return;
-    }
-    absl::StatusOr<RequestId> id =
-        engine_->Submit(*std::move(request), std::make_shared<Sink>(this));
-    if (!id.ok()) {
-      Finish(ToGrpcStatus(id.status()));
-      return;
-    }
-    absl::MutexLock lock(&mu_);
-    id_ = *id;
+    SubmitOrFinish(*this, std::move(request));
   }
 
   void OnCancel() override {
@@ -85,6 +92,9 @@ class UnaryGenerateCall final : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 
  private:
+  template <typename Call>
+  friend void SubmitOrFinish(Call& call, absl::StatusOr<GenerationRequest> request);
+
   class Sink final : public RequestSink {
    public:
     explicit Sink(UnaryGenerateCall* call) : call_(call) {}
@@ -115,19 +125,9 @@ class StreamGenerateCall final : public grpc::ServerWriteReactor<v1::GenerateStr
  public:
   explicit StreamGenerateCall(Engine* engine) : engine_(engine) {}
 
+  // Submits `request`, or finishes the call at once with its error.
   void Start(absl::StatusOr<GenerationRequest> request) {
-    if (!request.ok()) {
-      Finish(ToGrpcStatus(request.status()));
-      return;
-    }
-    absl::StatusOr<RequestId> id =
-        engine_->Submit(*std::move(request), std::make_shared<Sink>(this));
-    if (!id.ok()) {
-      Finish(ToGrpcStatus(id.status()));
-      return;
-    }
-    absl::MutexLock lock(&mu_);
-    id_ = *id;
+    SubmitOrFinish(*this, std::move(request));
   }
 
   void OnWriteDone(bool ok) override {
@@ -145,6 +145,9 @@ class StreamGenerateCall final : public grpc::ServerWriteReactor<v1::GenerateStr
   void OnDone() override { delete this; }
 
  private:
+  template <typename Call>
+  friend void SubmitOrFinish(Call& call, absl::StatusOr<GenerationRequest> request);
+
   class Sink final : public RequestSink {
    public:
     explicit Sink(StreamGenerateCall* call) : call_(call) {}
