@@ -41,7 +41,9 @@ absl::StatusOr<v1::PrefixState> ParseStateJson(const std::string& json, const st
   return state;
 }
 
-// YAML to the equivalent JSON value (scalars that read as numbers or booleans become them).
+// YAML to the equivalent JSON value. Unquoted true/false become booleans; every other scalar
+// becomes a string, which the proto3 JSON parser reads into string and integer fields alike
+// (so `name: 2024` stays a name, and an out-of-range integer is refused, not clamped).
 nlohmann::json YamlToJson(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Sequence: {
@@ -55,13 +57,8 @@ nlohmann::json YamlToJson(const YAML::Node& node) {
       return object;
     }
     case YAML::NodeType::Scalar: {
-      const std::string text = node.Scalar();
-      if (node.Tag() != "!") {  // unquoted: may be a number or a boolean
-        if (text == "true" || text == "false") return text == "true";
-        char* end = nullptr;
-        const long long integer = std::strtoll(text.c_str(), &end, 10);
-        if (!text.empty() && end != nullptr && *end == '\0') return integer;
-      }
+      const std::string& text = node.Scalar();
+      if (node.Tag() != "!" && (text == "true" || text == "false")) return text == "true";
       return text;
     }
     default:

@@ -1,0 +1,177 @@
+// Tests of ServerMetrics: each update shows up as the exact Prometheus text line; KV byte pairs
+// that disappear read 0; prefix-store totals are added as increases only.
+#include "server/metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <utility>
+
+namespace kvserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A whole line of the text format (every sample line follows a newline and ends with one).
+std::string Line(const std::string& line) { return "\n" + line + "\n"; }
+
+TEST(MetricsTest, FreshRegistryExportsZeros) {
+  ServerMetrics metrics;
+  const std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_num_requests_waiting 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_generation_tokens_total 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_oom_events_total 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_time_to_first_token_seconds_count 0")));
+  // Labelled families have no samples until a label value is used.
+  EXPECT_THAT(text, Not(HasSubstr("kvserve_requests_total{")));
+  EXPECT_THAT(text, Not(HasSubstr("kvserve_kv_cache_bytes{")));
+}
+
+TEST(MetricsTest, RequestsAreCountedByOutcome) {
+  ServerMetrics metrics;
+  metrics.CountRequest("length");
+  metrics.CountRequest("length");
+  metrics.CountRequest("invalid_argument");
+  const std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_requests_total{outcome=\"length\"} 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_requests_total{outcome=\"invalid_argument\"} 1")));
+  EXPECT_THAT(text, Not(HasSubstr("outcome=\"stop\"")));
+}
+
+TEST(MetricsTest, QueueGaugesTakeTheLatestValues) {
+  ServerMetrics metrics;
+  metrics.SetQueue(7, 2);
+  metrics.SetQueue(3, 5);
+  const std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_num_requests_waiting 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_num_requests_running 5")));
+}
+
+TEST(MetricsTest, TokenCountersAccumulate) {
+  ServerMetrics metrics;
+  metrics.AddPromptTokens(10, 4);
+  metrics.AddPromptTokens(12, 0);
+  metrics.AddGeneratedTokens(7);
+  metrics.AddGeneratedTokens(1);
+  const std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prompt_tokens_total 22")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prompt_tokens_cached_total 4")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_generation_tokens_total 8")));
+}
+
+TEST(MetricsTest, LatencyHistogramsCountSumAndBucket) {
+  ServerMetrics metrics;
+  metrics.ObserveTimeToFirstToken(0.25);
+  metrics.ObserveInterTokenLatency(0.5);
+  metrics.ObserveInterTokenLatency(2);
+  metrics.ObserveQueueTime(0);
+  const std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_time_to_first_token_seconds_count 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_time_to_first_token_seconds_sum 0.25")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_time_to_first_token_seconds_bucket{le=\"0.1\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_time_to_first_token_seconds_bucket{le=\"0.25\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_inter_token_latency_seconds_count 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_inter_token_latency_seconds_sum 2.5")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_inter_token_latency_seconds_bucket{le=\"1\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_inter_token_latency_seconds_bucket{le=\"2.5\"} 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_request_queue_time_seconds_count 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_request_queue_time_seconds_bucket{le=\"0.001\"} 1")));
+}
+
+TEST(MetricsTest, OutOfMemoryAndOffloadFallbacksAreCounted) {
+  ServerMetrics metrics;
+  metrics.CountOutOfMemory();
+  metrics.CountOutOfMemory();
+  metrics.CountOutOfMemory();
+  metrics.CountOffloadFallback();
+  const std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_oom_events_total 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_offload_fallbacks_total 1")));
+}
+
+TEST(MetricsTest, KvBytesPairsMissingFromALaterCallReadZero) {
+  ServerMetrics metrics;
+  metrics.SetKvBytes({{{"dynamic", "cpu"}, 4096}, {{"static", "cuda:0"}, 512}});
+  std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{device=\"cpu\",strategy=\"dynamic\"} "
+                                   "4096")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{device=\"cuda:0\",strategy=\"static\"} "
+                                   "512")));
+
+  metrics.SetKvBytes({{{"static", "cuda:0"}, 100}});
+  text = metrics.TextFormat();
+  EXPECT_THAT(text,
+              HasSubstr(Line("kvserve_kv_cache_bytes{device=\"cpu\",strategy=\"dynamic\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{device=\"cuda:0\",strategy=\"static\"} "
+                                   "100")));
+
+  metrics.SetKvBytes({});
+  text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{device=\"cuda:0\",strategy=\"static\"} "
+                                   "0")));
+}
+
+TEST(MetricsTest, PrefixCountsAddOnlyTheIncreaseBetweenCalls) {
+  ServerMetrics metrics;
+  metrics.SetPrefixCounts({.named_hits = 2,
+                           .named_misses = 1,
+                           .automatic_hits = 5,
+                           .automatic_misses = 5,
+                           .evictions = 1,
+                           .expirations = 1,
+                           .bytes = 1000,
+                           .named_entries = 2,
+                           .automatic_entries = 3});
+  std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_queries_total{kind=\"named\"} 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_queries_total{kind=\"automatic\"} 10")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_hits_total{kind=\"named\"} 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_hits_total{kind=\"automatic\"} 5")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_evictions_total 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_bytes 1000")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_entries{kind=\"named\"} 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_entries{kind=\"automatic\"} 3")));
+
+  // Cumulative totals again: only what is new since the first call is added.
+  metrics.SetPrefixCounts({.named_hits = 3,
+                           .named_misses = 1,
+                           .automatic_hits = 5,
+                           .automatic_misses = 7,
+                           .evictions = 1,
+                           .expirations = 2,
+                           .bytes = 500,
+                           .named_entries = 1,
+                           .automatic_entries = 0});
+  text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_queries_total{kind=\"named\"} 4")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_queries_total{kind=\"automatic\"} 12")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_hits_total{kind=\"named\"} 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_hits_total{kind=\"automatic\"} 5")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_evictions_total 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_bytes 500")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_entries{kind=\"named\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_entries{kind=\"automatic\"} 0")));
+
+  // The same totals once more add nothing; lower totals never make a counter go down.
+  metrics.SetPrefixCounts({.named_hits = 3,
+                           .named_misses = 1,
+                           .automatic_hits = 5,
+                           .automatic_misses = 7,
+                           .evictions = 1,
+                           .expirations = 2,
+                           .bytes = 500,
+                           .named_entries = 1});
+  metrics.SetPrefixCounts({.named_hits = 1});
+  text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_queries_total{kind=\"named\"} 4")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_hits_total{kind=\"named\"} 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_evictions_total 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_bytes 0")));
+}
+
+}  // namespace
+}  // namespace kvserve::server

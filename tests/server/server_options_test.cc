@@ -1,0 +1,214 @@
+// Tests of ServerOptions: defaults, every flag parsed, bad values refused naming the flag,
+// --help.
+#include "server/server_options.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace kvserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// The outcome of one command line.
+struct Parsed {
+  absl::StatusOr<ServerOptions> options;
+  bool help = false;
+  std::string usage;
+};
+
+// Runs FromCommandLine on "kvserve" followed by `args`.
+Parsed Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "kvserve");
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  Parsed parsed;
+  parsed.options = ServerOptions::FromCommandLine(static_cast<int>(args.size()), argv.data(),
+                                                  &parsed.help, &parsed.usage);
+  return parsed;
+}
+
+// The message of a refused command line (empty when it was accepted).
+std::string Error(std::vector<std::string> args) {
+  const Parsed parsed = Parse(std::move(args));
+  EXPECT_EQ(parsed.options.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(parsed.options.status().message());
+}
+
+TEST(ServerOptionsTest, NoFlagsGiveTheDocumentedDefaults) {
+  const Parsed parsed = Parse({});
+  ASSERT_TRUE(parsed.options.ok()) << parsed.options.status();
+  EXPECT_FALSE(parsed.help);
+  const ServerOptions& o = *parsed.options;
+  EXPECT_EQ(o.model_dir, "");
+  EXPECT_EQ(o.listen, "127.0.0.1:50051");
+  EXPECT_EQ(o.metrics_listen, "");
+  EXPECT_EQ(o.device, "cpu");
+  EXPECT_EQ(o.dtype, "float32");
+  EXPECT_EQ(o.threads, 0);
+  EXPECT_EQ(o.scheduler.max_batch_size, 32);
+  EXPECT_EQ(o.scheduler.max_batch_tokens, 2048);
+  EXPECT_EQ(o.scheduler.max_queue, 256);
+  EXPECT_EQ(o.limits.max_new_tokens_limit, 4096);
+  EXPECT_EQ(o.prefix_cache_bytes, int64_t{2} << 30);
+  EXPECT_TRUE(o.auto_prefix_cache);
+  EXPECT_EQ(o.auto_prefix_min_tokens, 32);
+  EXPECT_EQ(o.state_dir, "");
+  EXPECT_EQ(o.prefixes_file, "");
+  EXPECT_EQ(o.kv_device_bytes, -1);
+  EXPECT_EQ(o.fault_inject_oom_rate, 0.0);
+  EXPECT_EQ(o.log_format, "text");
+  EXPECT_EQ(o.shutdown_grace, absl::Seconds(30));
+  EXPECT_TRUE(o.Validate().ok());
+  EXPECT_TRUE(ServerOptions().Validate().ok());
+}
+
+TEST(ServerOptionsTest, EveryFlagIsParsed) {
+  const Parsed parsed = Parse({"--model",
+                               "/models/tiny",
+                               "--listen",
+                               "0.0.0.0:7000",
+                               "--metrics-listen=127.0.0.1:9100",
+                               "--device",
+                               "cuda:1",
+                               "--dtype",
+                               "bfloat16",
+                               "--threads",
+                               "3",
+                               "--max-batch-size",
+                               "4",
+                               "--max-batch-tokens",
+                               "64",
+                               "--max-queue",
+                               "9",
+                               "--max-new-tokens-limit",
+                               "100",
+                               "--prefix-cache-bytes",
+                               "1000",
+                               "--no-auto-prefix-cache",
+                               "--auto-prefix-min-tokens",
+                               "8",
+                               "--state-dir",
+                               "/var/lib/kvserve",
+                               "--prefixes-file",
+                               "/etc/prefixes.yaml",
+                               "--kv-device-bytes",
+                               "123456",
+                               "--fault-inject-oom-rate",
+                               "0.25",
+                               "--log-format",
+                               "json",
+                               "--shutdown-grace-seconds",
+                               "1.5"});
+  ASSERT_TRUE(parsed.options.ok()) << parsed.options.status();
+  const ServerOptions& o = *parsed.options;
+  EXPECT_EQ(o.model_dir, "/models/tiny");
+  EXPECT_EQ(o.listen, "0.0.0.0:7000");
+  EXPECT_EQ(o.metrics_listen, "127.0.0.1:9100");
+  EXPECT_EQ(o.device, "cuda:1");
+  EXPECT_EQ(o.dtype, "bfloat16");
+  EXPECT_EQ(o.threads, 3);
+  EXPECT_EQ(o.scheduler.max_batch_size, 4);
+  EXPECT_EQ(o.scheduler.max_batch_tokens, 64);
+  EXPECT_EQ(o.scheduler.max_queue, 9);
+  EXPECT_EQ(o.limits.max_new_tokens_limit, 100);
+  EXPECT_EQ(o.prefix_cache_bytes, 1000);
+  EXPECT_FALSE(o.auto_prefix_cache);
+  EXPECT_EQ(o.auto_prefix_min_tokens, 8);
+  EXPECT_EQ(o.state_dir, "/var/lib/kvserve");
+  EXPECT_EQ(o.prefixes_file, "/etc/prefixes.yaml");
+  EXPECT_EQ(o.kv_device_bytes, 123456);
+  EXPECT_EQ(o.fault_inject_oom_rate, 0.25);
+  EXPECT_EQ(o.log_format, "json");
+  EXPECT_EQ(o.shutdown_grace, absl::Milliseconds(1500));
+}
+
+TEST(ServerOptionsTest, EqualsSignFormAndBooleanSwitchValues) {
+  const Parsed on = Parse({"--max-batch-size=2", "--no-auto-prefix-cache=false"});
+  ASSERT_TRUE(on.options.ok()) << on.options.status();
+  EXPECT_EQ(on.options->scheduler.max_batch_size, 2);
+  EXPECT_TRUE(on.options->auto_prefix_cache);
+  const Parsed off = Parse({"--no-auto-prefix-cache=true"});
+  ASSERT_TRUE(off.options.ok()) << off.options.status();
+  EXPECT_FALSE(off.options->auto_prefix_cache);
+}
+
+TEST(ServerOptionsTest, BatchTokensBelowBatchSizeIsRefused) {
+  EXPECT_THAT(Error({"--max-batch-size", "8", "--max-batch-tokens", "7"}),
+              HasSubstr("--max-batch-tokens"));
+  EXPECT_TRUE(Parse({"--max-batch-size", "8", "--max-batch-tokens", "8"}).options.ok());
+}
+
+TEST(ServerOptionsTest, UnknownDtypeIsRefused) {
+  EXPECT_THAT(Error({"--dtype", "foo"}), StartsWith("--dtype 'foo'"));
+}
+
+TEST(ServerOptionsTest, UnknownLogFormatIsRefused) {
+  EXPECT_THAT(Error({"--log-format", "xml"}), StartsWith("--log-format 'xml'"));
+}
+
+TEST(ServerOptionsTest, FaultRateOutsideZeroToOneIsRefused) {
+  EXPECT_THAT(Error({"--fault-inject-oom-rate", "2"}), HasSubstr("--fault-inject-oom-rate"));
+  EXPECT_THAT(Error({"--fault-inject-oom-rate", "-0.5"}), HasSubstr("--fault-inject-oom-rate"));
+  EXPECT_THAT(Error({"--fault-inject-oom-rate", "nan"}), HasSubstr("--fault-inject-oom-rate"));
+  EXPECT_TRUE(Parse({"--fault-inject-oom-rate", "1"}).options.ok());
+}
+
+TEST(ServerOptionsTest, ZeroPrefixCacheBytesIsRefused) {
+  EXPECT_THAT(Error({"--prefix-cache-bytes", "0"}), HasSubstr("--prefix-cache-bytes"));
+}
+
+TEST(ServerOptionsTest, OtherOutOfRangeValuesNameTheirFlag) {
+  EXPECT_THAT(Error({"--max-batch-size", "0"}), HasSubstr("--max-batch-size"));
+  EXPECT_THAT(Error({"--max-queue", "0"}), HasSubstr("--max-queue"));
+  EXPECT_THAT(Error({"--threads", "-1"}), HasSubstr("--threads"));
+  EXPECT_THAT(Error({"--auto-prefix-min-tokens", "0"}), HasSubstr("--auto-prefix-min-tokens"));
+  EXPECT_THAT(Error({"--max-new-tokens-limit", "0"}), HasSubstr("--max-new-tokens-limit"));
+  EXPECT_THAT(Error({"--shutdown-grace-seconds", "-1"}), HasSubstr("--shutdown-grace-seconds"));
+  EXPECT_THAT(Error({"--listen", ""}), HasSubstr("--listen"));
+}
+
+TEST(ServerOptionsTest, NonNumericValuesNameTheirFlag) {
+  EXPECT_THAT(Error({"--max-batch-size", "many"}), HasSubstr("--max-batch-size"));
+  EXPECT_THAT(Error({"--kv-device-bytes", "1GB"}), HasSubstr("--kv-device-bytes"));
+  EXPECT_THAT(Error({"--shutdown-grace-seconds", "soon"}), HasSubstr("--shutdown-grace-seconds"));
+}
+
+TEST(ServerOptionsTest, UnknownFlagIsRefusedByName) {
+  EXPECT_THAT(Error({"--max-batch-sise", "4"}), HasSubstr("--max-batch-sise"));
+}
+
+TEST(ServerOptionsTest, MissingValueIsRefused) {
+  EXPECT_THAT(Error({"--listen"}), HasSubstr("--listen"));
+}
+
+TEST(ServerOptionsTest, HelpSetsHelpAndFillsUsage) {
+  const Parsed parsed = Parse({"--max-batch-size", "4", "--help"});
+  ASSERT_TRUE(parsed.options.ok()) << parsed.options.status();
+  EXPECT_TRUE(parsed.help);
+  // The options are the defaults: flags next to --help are not applied.
+  EXPECT_EQ(parsed.options->scheduler.max_batch_size, 32);
+  EXPECT_THAT(parsed.usage, StartsWith("usage: kvserve [flags]\n"));
+  EXPECT_THAT(parsed.usage, HasSubstr("--kv-device-bytes"));
+  EXPECT_THAT(parsed.usage, HasSubstr("--no-auto-prefix-cache"));
+  EXPECT_THAT(parsed.usage, HasSubstr("(default: 127.0.0.1:50051)"));
+}
+
+TEST(ServerOptionsTest, ValidateChecksAHandBuiltStruct) {
+  ServerOptions o;
+  o.scheduler.max_batch_size = 16;
+  o.scheduler.max_batch_tokens = 15;
+  EXPECT_THAT(std::string(o.Validate().message()), HasSubstr("--max-batch-tokens"));
+  o.scheduler.max_batch_tokens = 16;
+  EXPECT_TRUE(o.Validate().ok());
+  o.dtype = "float64";
+  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvserve::server
