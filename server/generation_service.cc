@@ -227,31 +227,13 @@ class StreamGenerateCall final : public grpc::ServerWriteReactor<v1::GenerateStr
 
 }  // namespace
 
-void GenerationService::Attach(ServedModel model) {
-  absl::MutexLock lock(&mu_);
-  served_ = std::make_unique<const ServedModel>(std::move(model));
-}
-
-const ServedModel* GenerationService::served() const {
-  absl::MutexLock lock(&mu_);
-  return served_.get();
-}
-
-namespace {
-
-grpc::Status Loading() {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading; retry");
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const v1::GenerateRequest* request,
                                                       v1::GenerateResponse* response) {
-  const ServedModel* served = this->served();
+  const ServedModel* served = served_.get();
   if (served == nullptr) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(Loading());
+    reactor->Finish(ToGrpcStatus(ModelLoadingError()));
     return reactor;
   }
   auto* call = new UnaryGenerateCall(served->engine, response);
@@ -263,10 +245,10 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
 
 grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  const ServedModel* served = this->served();
+  const ServedModel* served = served_.get();
   auto* call = new StreamGenerateCall(served ? served->engine : nullptr);
   if (served == nullptr) {
-    call->Start(absl::UnavailableError("the model is still loading; retry"));
+    call->Start(ModelLoadingError());
     return call;
   }
   absl::StatusOr<GenerationRequest> parsed = served->parser->Parse(*request);
@@ -279,11 +261,8 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       const v1::TokenizeRequest* request,
                                                       v1::TokenizeResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedModel* served = this->served();
-  if (served == nullptr) {
-    reactor->Finish(Loading());
-    return reactor;
-  }
+  const ServedModel* served = served_.GetOrFinish(reactor);
+  if (served == nullptr) return reactor;
   absl::StatusOr<v1::TokenizeResponse> result = served->parser->Tokenize(*request);
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpcStatus(result.status()));
@@ -294,11 +273,8 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
                                                           const v1::GetModelInfoRequest* request,
                                                           v1::ModelInfo* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedModel* served = this->served();
-  if (served == nullptr) {
-    reactor->Finish(Loading());
-    return reactor;
-  }
+  const ServedModel* served = served_.GetOrFinish(reactor);
+  if (served == nullptr) return reactor;
   *response = served->info;
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -5,9 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "kvserve/v1/generation.grpc.pb.h"
+#include "server/attached.h"
 #include "server/request_parser.h"
 
 namespace kvserve::server {
@@ -29,7 +28,7 @@ class GenerationService final : public v1::Generation::CallbackService {
   GenerationService() = default;
 
   // Starts serving `model`. Call once; thread-safe.
-  void Attach(ServedModel model);
+  void Attach(ServedModel model) { served_.Attach(std::move(model)); }
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const v1::GenerateRequest* request,
@@ -44,11 +43,7 @@ class GenerationService final : public v1::Generation::CallbackService {
                                          v1::ModelInfo* response) override;
 
  private:
-  // The attached model, or null while loading.
-  const ServedModel* served() const;
-
-  mutable absl::Mutex mu_;
-  std::unique_ptr<const ServedModel> served_ ABSL_GUARDED_BY(mu_);
+  Attached<ServedModel> served_;
 };
 
 }  // namespace kvserve::server

@@ -15,10 +15,6 @@
 namespace kvserve::server {
 namespace {
 
-grpc::Status Loading() {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading; retry");
-}
-
 grpc::Status NotFound(const std::string& name) {
   return grpc::Status(grpc::StatusCode::NOT_FOUND,
                       absl::StrCat("name: no prefix named '", name, "' is registered"));
@@ -39,25 +35,12 @@ v1::Prefix ToProto(const cache::PrefixInfo& info, const v1::PrefixOptions& optio
   return out;
 }
 
-void PrefixService::Attach(ServedPrefixes served) {
-  absl::MutexLock lock(&mu_);
-  served_ = std::make_unique<const ServedPrefixes>(served);
-}
-
-const ServedPrefixes* PrefixService::served() const {
-  absl::MutexLock lock(&mu_);
-  return served_.get();
-}
-
 grpc::ServerUnaryReactor* PrefixService::RegisterPrefix(grpc::CallbackServerContext* context,
                                                         const v1::RegisterPrefixRequest* request,
                                                         v1::Prefix* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedPrefixes* served = this->served();
-  if (served == nullptr) {
-    reactor->Finish(Loading());
-    return reactor;
-  }
+  const ServedPrefixes* served = served_.GetOrFinish(reactor);
+  if (served == nullptr) return reactor;
   absl::StatusOr<PrefixRegistration> parsed = served->parser->ParseRegisterPrefix(*request);
   if (!parsed.ok()) {
     reactor->Finish(ToGrpcStatus(parsed.status()));
@@ -84,11 +67,8 @@ grpc::ServerUnaryReactor* PrefixService::GetPrefix(grpc::CallbackServerContext* 
                                                    const v1::GetPrefixRequest* request,
                                                    v1::Prefix* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedPrefixes* served = this->served();
-  if (served == nullptr) {
-    reactor->Finish(Loading());
-    return reactor;
-  }
+  const ServedPrefixes* served = served_.GetOrFinish(reactor);
+  if (served == nullptr) return reactor;
   std::optional<cache::PrefixInfo> info = served->store->Info(request->name());
   if (!info) {
     reactor->Finish(NotFound(request->name()));
@@ -104,11 +84,8 @@ grpc::ServerUnaryReactor* PrefixService::ListPrefixes(grpc::CallbackServerContex
                                                       const v1::ListPrefixesRequest* request,
                                                       v1::ListPrefixesResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedPrefixes* served = this->served();
-  if (served == nullptr) {
-    reactor->Finish(Loading());
-    return reactor;
-  }
+  const ServedPrefixes* served = served_.GetOrFinish(reactor);
+  if (served == nullptr) return reactor;
   for (const cache::PrefixInfo& info : served->store->List()) {
     *response->add_prefixes() =
         ToProto(info, served->registry->Options(info.name).value_or(v1::PrefixOptions()));
@@ -121,11 +98,8 @@ grpc::ServerUnaryReactor* PrefixService::DeletePrefix(grpc::CallbackServerContex
                                                       const v1::DeletePrefixRequest* request,
                                                       v1::DeletePrefixResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedPrefixes* served = this->served();
-  if (served == nullptr) {
-    reactor->Finish(Loading());
-    return reactor;
-  }
+  const ServedPrefixes* served = served_.GetOrFinish(reactor);
+  if (served == nullptr) return reactor;
   if (!served->store->DeleteNamed(request->name())) {
     reactor->Finish(NotFound(request->name()));
     return reactor;

@@ -4,9 +4,8 @@
 
 #include <memory>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "kvserve/v1/prefix.grpc.pb.h"
+#include "server/attached.h"
 
 namespace kvserve::cache {
 class PrefixStore;
@@ -33,7 +32,7 @@ class PrefixService final : public v1::PrefixCache::CallbackService {
  public:
   PrefixService() = default;
   // Starts serving. Call once; thread-safe.
-  void Attach(ServedPrefixes served);
+  void Attach(ServedPrefixes served) { served_.Attach(served); }
 
   grpc::ServerUnaryReactor* RegisterPrefix(grpc::CallbackServerContext* context,
                                            const v1::RegisterPrefixRequest* request,
@@ -49,10 +48,7 @@ class PrefixService final : public v1::PrefixCache::CallbackService {
                                          v1::DeletePrefixResponse* response) override;
 
  private:
-  const ServedPrefixes* served() const;
-
-  mutable absl::Mutex mu_;
-  std::unique_ptr<const ServedPrefixes> served_ ABSL_GUARDED_BY(mu_);
+  Attached<ServedPrefixes> served_;
 };
 
 // The wire form of a stored prefix; `options` as it was registered.
