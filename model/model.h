@@ -48,6 +48,9 @@ struct ModelInfo {
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;
   at::ScalarType dtype = at::kFloat;
+  // Storage dtype of the projection weights (the LM head's), which may be narrower than
+  // `dtype` on the CPU (TransformerOptions::weight_dtype).
+  at::ScalarType weight_dtype = at::kFloat;
   c10::Device device = c10::Device(c10::kCPU);
 };
 

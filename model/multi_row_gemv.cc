@@ -1,68 +1,172 @@
-// MultiRowGemv: a weight-streaming kernel for decode steps with a few sequences.
+// MultiRowGemv and WidenWeight (see multi_row_gemv.h).
 #include "model/multi_row_gemv.h"
 
+#include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
+#include <c10/util/Half.h>
 
 #include <algorithm>
-#include <thread>
+#include <cstring>
 #include <vector>
+
+#include "cache/torch_compat.h"
+#include "model/worker_pool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KVSERVE_GEMV_AVX2 1
+#include <immintrin.h>
+#endif
 
 namespace kvserve::model {
 namespace {
 
-// GCC/Clang vector extensions: four floats (baseline x86-64) or eight (AVX2).
-typedef float Float4 __attribute__((vector_size(16)));
-typedef float Float8 __attribute__((vector_size(32)));
+enum class WeightKind { kF32, kBF16, kF16 };
 
-// Output features per block: the block's weight rows (kBlock x in floats) stay in the L2
-// cache while every group of x rows passes over them, so the weight is read from memory once.
+// Output features per block: the block's weight rows stay in the L1/L2 cache while every
+// group of x rows passes over them, so the weight is read from memory once.
 constexpr int64_t kBlock = 16;
 
-// y[r, j] = x[r] . w[j] for the kRows rows starting at x (row stride `in`), j in [begin, end).
-// The accumulators are kRows registers, so kRows is a template constant.
-template <typename Vec, int kLanes, int kRows>
-inline void RowGroup(const float* x, const float* w, float* y, int64_t in, int64_t out,
-                     int64_t begin, int64_t end) {
-  const int64_t in_vec = in - in % kLanes;
+// Kernel signature: rows of x against output features [begin, end) of w.
+using KernelFn = void (*)(const float* x, const void* w, float* y, int64_t rows, int64_t in,
+                          int64_t out, int64_t begin, int64_t end);
+using WidenFn = void (*)(const void* w, float* dst, int64_t begin, int64_t end);
+
+// ---- Portable kernels: scalar, same per-row order as the vector ones within themselves.
+
+template <WeightKind K>
+inline float LoadScalar(const void* w, int64_t i) {
+  if constexpr (K == WeightKind::kF32) {
+    return static_cast<const float*>(w)[i];
+  } else if constexpr (K == WeightKind::kBF16) {
+    return static_cast<float>(static_cast<const c10::BFloat16*>(w)[i]);
+  } else {
+    return static_cast<float>(static_cast<const c10::Half*>(w)[i]);
+  }
+}
+
+template <WeightKind K>
+void KernelPortable(const float* x, const void* w, float* y, int64_t rows, int64_t in, int64_t out,
+                    int64_t begin, int64_t end) {
   for (int64_t j = begin; j < end; ++j) {
-    const float* wj = w + j * in;
-    Vec acc[kRows] = {};
-    for (int64_t i = 0; i < in_vec; i += kLanes) {
-      Vec wv;
-      __builtin_memcpy(&wv, wj + i, sizeof(wv));
-      for (int r = 0; r < kRows; ++r) {
-        Vec xv;
-        __builtin_memcpy(&xv, x + r * in + i, sizeof(xv));
-        acc[r] += wv * xv;
-      }
-    }
-    for (int r = 0; r < kRows; ++r) {
-      float sum = 0;
-      for (int l = 0; l < kLanes; ++l) sum += acc[r][l];
-      for (int64_t i = in_vec; i < in; ++i) sum += wj[i] * x[r * in + i];
+    for (int64_t r = 0; r < rows; ++r) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < in; ++i) sum += LoadScalar<K>(w, j * in + i) * x[r * in + i];
       y[r * out + j] = sum;
     }
   }
 }
 
-template <typename Vec, int kLanes>
-inline void KernelBody(const float* x, const float* w, float* y, int64_t rows, int64_t in,
-                       int64_t out, int64_t begin, int64_t end) {
+template <WeightKind K>
+void WidenPortable(const void* w, float* dst, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) dst[i] = LoadScalar<K>(w, i);
+}
+
+#if defined(KVSERVE_GEMV_AVX2)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+// Eight consecutive weight elements, widened to float32 (for WidenWeight).
+template <WeightKind K>
+inline __m256 Load8(const void* w, int64_t i) {
+  if constexpr (K == WeightKind::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+  } else if constexpr (K == WeightKind::kBF16) {
+    // A bfloat16 is the upper half of a float32: widen to 32 bits and shift into place.
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+    return _mm256_cvtph_ps(h);
+  }
+}
+
+// Sixteen consecutive weight elements as two float32 vectors. bfloat16 takes the cheapest
+// widening, interleaving each word with a zero word, which leaves the elements in the order
+// [0-3, 8-11] and [4-7, 12-15]; x is permuted the same way beforehand (PermuteForBf16).
+template <WeightKind K>
+inline void Load16(const void* w, int64_t i, __m256* lo, __m256* hi) {
+  if constexpr (K == WeightKind::kF32) {
+    *lo = _mm256_loadu_ps(static_cast<const float*>(w) + i);
+    *hi = _mm256_loadu_ps(static_cast<const float*>(w) + i + 8);
+  } else if constexpr (K == WeightKind::kBF16) {
+    const __m256i v =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+    const __m256i zero = _mm256_setzero_si256();
+    *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
+    *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(w) + i;
+    *lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    *hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  }
+}
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// How far ahead of the current element a weight row is prefetched. The hardware
+// prefetchers stop at page boundaries; a steady software prefetch keeps enough lines in
+// flight (measured on the 32000x512 LM head, bfloat16, 2 threads: 10.5 GB/s reading four
+// rows side by side, 14 GB/s one row at a time with this prefetch).
+constexpr int64_t kPrefetchBytes = 2048;
+
+// y[r, j] for kRows rows of x against weight row j, read front to back once. Each row has
+// two accumulators (the two halves of a 16-element chunk); y[r, j] is computed the same way
+// for any kRows. x is the prepared input (permuted for bfloat16; its tail past the last
+// whole chunk is not permuted).
+template <WeightKind K, int kRows>
+inline void RowTile(const float* x, const void* w, float* y, int64_t in, int64_t out, int64_t j) {
+  constexpr int64_t kElementBytes = K == WeightKind::kF32 ? 4 : 2;
+  const int64_t in16 = in - in % 16;
+  const char* row = static_cast<const char*>(w) + j * in * kElementBytes;
+  __m256 lo[kRows], hi[kRows];
+  for (int r = 0; r < kRows; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < in16; i += 16) {
+    _mm_prefetch(row + i * kElementBytes + kPrefetchBytes, _MM_HINT_T0);
+    __m256 wl, wh;
+    Load16<K>(w, j * in + i, &wl, &wh);
+    for (int r = 0; r < kRows; ++r) {
+      lo[r] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(x + r * in + i), lo[r]);
+      hi[r] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(x + r * in + i + 8), hi[r]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    float sum = HorizontalSum(_mm256_add_ps(lo[r], hi[r]));
+    for (int64_t i = in16; i < in; ++i) sum += LoadScalar<K>(w, j * in + i) * x[r * in + i];
+    y[r * out + j] = sum;
+  }
+}
+
+template <WeightKind K, int kRows>
+inline void RowGroup(const float* x, const void* w, float* y, int64_t in, int64_t out,
+                     int64_t begin, int64_t end) {
+  for (int64_t j = begin; j < end; ++j) RowTile<K, kRows>(x, w, y, in, out, j);
+}
+
+template <WeightKind K>
+void KernelAvx2(const float* x, const void* w, float* y, int64_t rows, int64_t in, int64_t out,
+                int64_t begin, int64_t end) {
   for (int64_t block = begin; block < end; block += kBlock) {
     const int64_t block_end = std::min(end, block + kBlock);
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
-      RowGroup<Vec, kLanes, 4>(x + r * in, w, y + r * out, in, out, block, block_end);
+      RowGroup<K, 4>(x + r * in, w, y + r * out, in, out, block, block_end);
     }
     switch (rows - r) {
       case 3:
-        RowGroup<Vec, kLanes, 3>(x + r * in, w, y + r * out, in, out, block, block_end);
+        RowGroup<K, 3>(x + r * in, w, y + r * out, in, out, block, block_end);
         break;
       case 2:
-        RowGroup<Vec, kLanes, 2>(x + r * in, w, y + r * out, in, out, block, block_end);
+        RowGroup<K, 2>(x + r * in, w, y + r * out, in, out, block, block_end);
         break;
       case 1:
-        RowGroup<Vec, kLanes, 1>(x + r * in, w, y + r * out, in, out, block, block_end);
+        RowGroup<K, 1>(x + r * in, w, y + r * out, in, out, block, block_end);
         break;
       default:
         break;
@@ -70,55 +174,158 @@ inline void KernelBody(const float* x, const float* w, float* y, int64_t rows, i
   }
 }
 
-__attribute__((target("avx2,fma"))) void KernelAvx2(const float* x, const float* w, float* y,
-                                                    int64_t rows, int64_t in, int64_t out,
-                                                    int64_t begin, int64_t end) {
-  KernelBody<Float8, 8>(x, w, y, rows, in, out, begin, end);
-}
-
-void KernelBaseline(const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t out,
-                    int64_t begin, int64_t end) {
-  KernelBody<Float4, 4>(x, w, y, rows, in, out, begin, end);
-}
-
-// The widest kernel this CPU runs.
-void Kernel(const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t out,
-            int64_t begin, int64_t end) {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2) {
-    KernelAvx2(x, w, y, rows, in, out, begin, end);
-  } else {
-    KernelBaseline(x, w, y, rows, in, out, begin, end);
+// x rearranged to meet Load16's bfloat16 lane order: within every whole 16-element chunk,
+// elements [0-3, 8-11, 4-7, 12-15].
+void PermuteForBf16(const float* x, float* dst, int64_t rows, int64_t in) {
+  const int64_t in16 = in - in % 16;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = x + r * in;
+    float* d = dst + r * in;
+    for (int64_t i = 0; i < in16; i += 16) {
+      std::memcpy(d + i, src + i, 4 * sizeof(float));
+      std::memcpy(d + i + 4, src + i + 8, 4 * sizeof(float));
+      std::memcpy(d + i + 8, src + i + 4, 4 * sizeof(float));
+      std::memcpy(d + i + 12, src + i + 12, 4 * sizeof(float));
+    }
+    std::memcpy(d + in16, src + in16, (in - in16) * sizeof(float));
   }
+}
+
+template <WeightKind K>
+void WidenAvx2(const void* w, float* dst, int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8) _mm256_storeu_ps(dst + i, Load8<K>(w, i));
+  for (; i < end; ++i) dst[i] = LoadScalar<K>(w, i);
+}
+
+#pragma GCC pop_options
+#endif  // KVSERVE_GEMV_AVX2
+
+bool HasAvx2() {
+#if defined(KVSERVE_GEMV_AVX2)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+template <WeightKind K>
+KernelFn PickKernel() {
+#if defined(KVSERVE_GEMV_AVX2)
+  if (HasAvx2()) return &KernelAvx2<K>;
+#endif
+  return &KernelPortable<K>;
+}
+
+template <WeightKind K>
+WidenFn PickWiden() {
+#if defined(KVSERVE_GEMV_AVX2)
+  if (HasAvx2()) return &WidenAvx2<K>;
+#endif
+  return &WidenPortable<K>;
+}
+
+WeightKind KindOf(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return WeightKind::kF32;
+    case at::kBFloat16:
+      return WeightKind::kBF16;
+    case at::kHalf:
+      return WeightKind::kF16;
+    default:
+      TORCH_CHECK(false, "MultiRowGemv: weight dtype ", dtype,
+                  " is not float32, bfloat16 or float16");
+  }
+}
+
+KernelFn KernelFor(at::ScalarType dtype) {
+  switch (KindOf(dtype)) {
+    case WeightKind::kF32:
+      return PickKernel<WeightKind::kF32>();
+    case WeightKind::kBF16:
+      return PickKernel<WeightKind::kBF16>();
+    case WeightKind::kF16:
+      return PickKernel<WeightKind::kF16>();
+  }
+  return nullptr;
+}
+
+WidenFn WidenFor(at::ScalarType dtype) {
+  switch (KindOf(dtype)) {
+    case WeightKind::kF32:
+      return PickWiden<WeightKind::kF32>();
+    case WeightKind::kBF16:
+      return PickWiden<WeightKind::kBF16>();
+    case WeightKind::kF16:
+      return PickWiden<WeightKind::kF16>();
+  }
+  return nullptr;
+}
+
+// Work split: a few parts per thread, so that a thread slowed by another process on its
+// core does not hold the step back, each a whole number of blocks.
+int64_t PartCount(int64_t blocks) {
+  return std::clamp<int64_t>(int64_t{4} * compat::NumThreads(), 1, blocks);
 }
 
 }  // namespace
 
-at::Tensor MultiRowGemv(const at::Tensor& x, const at::Tensor& w, int num_threads) {
+bool IsGemvWeightDtype(at::ScalarType dtype) {
+  return dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf;
+}
+
+at::Tensor MultiRowGemv(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "MultiRowGemv: shapes");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat,
-              "MultiRowGemv: float32 only");
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "MultiRowGemv: x must be float32");
   TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "MultiRowGemv: CPU only");
   TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "MultiRowGemv: contiguous inputs only");
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   TORCH_CHECK(rows >= 1 && rows <= kMultiRowGemvMaxRows, "MultiRowGemv: 1 to ",
               kMultiRowGemvMaxRows, " rows");
+  const KernelFn kernel = KernelFor(w.scalar_type());
   at::Tensor y = at::empty({rows, out}, x.options());
   const float* xp = x.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  // A thread is worth starting only for a large share of work (the LM head, not a layer).
-  const int threads =
-      static_cast<int>(std::clamp<int64_t>(num_threads, 1, std::max<int64_t>(1, out / 4096)));
-  const int64_t chunk = ((out + threads - 1) / threads + kBlock - 1) / kBlock * kBlock;
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads; ++t) {
-    const int64_t begin = std::min(out, t * chunk), end = std::min(out, begin + chunk);
-    if (begin < end) helpers.emplace_back([=] { Kernel(xp, wp, yp, rows, in, out, begin, end); });
+#if defined(KVSERVE_GEMV_AVX2)
+  thread_local std::vector<float> permuted;  // reused: no allocation per projection
+  if (w.scalar_type() == at::kBFloat16 && HasAvx2()) {
+    permuted.resize(static_cast<size_t>(rows * in));
+    PermuteForBf16(xp, permuted.data(), rows, in);
+    xp = permuted.data();
   }
-  Kernel(xp, wp, yp, rows, in, out, 0, std::min(out, chunk));
-  for (std::thread& t : helpers) t.join();
+#endif
+  const void* wp = w.data_ptr();
+  float* yp = y.data_ptr<float>();
+  const int64_t blocks = (out + kBlock - 1) / kBlock;
+  const int64_t parts = PartCount(blocks);
+  ParallelFor(parts, [&](int64_t part) {
+    const int64_t begin = std::min(out, blocks * part / parts * kBlock);
+    const int64_t end = std::min(out, blocks * (part + 1) / parts * kBlock);
+    if (begin < end) kernel(xp, wp, yp, rows, in, out, begin, end);
+  });
   return y;
+}
+
+at::Tensor WidenWeight(const at::Tensor& w, at::Tensor* scratch) {
+  TORCH_CHECK(w.device().is_cpu() && w.is_contiguous(), "WidenWeight: contiguous CPU weight");
+  const WidenFn widen = WidenFor(w.scalar_type());
+  const int64_t n = w.numel();
+  if (!scratch->defined() || scratch->numel() < n) {
+    *scratch = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
+  }
+  const void* src = w.data_ptr();
+  float* dst = scratch->data_ptr<float>();
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int64_t parts = std::clamp<int64_t>(int64_t{4} * compat::NumThreads(), 1, chunks);
+  ParallelFor(parts, [&](int64_t part) {
+    const int64_t begin = std::min(n, chunks * part / parts * kChunk);
+    const int64_t end = std::min(n, chunks * (part + 1) / parts * kChunk);
+    if (begin < end) widen(src, dst, begin, end);
+  });
+  return scratch->narrow(0, 0, n).view(w.sizes());
 }
 
 }  // namespace kvserve::model

@@ -8,36 +8,33 @@
 #include "cache/torch_compat.h"
 #include "model/attention.h"
 #include "model/checkpoint.h"
+#include "model/cpu_kernels.h"
 #include "model/multi_row_gemv.h"
 
 namespace kvserve::model {
 namespace {
 
-// A CPU float32 projection of 2..kMaxKernelRows rows runs MultiRowGemv, which reads the
-// weight once for all rows; OpenBLAS's GEMM repacks the weight and is several times slower
-// for few rows (2 threads, weights from memory: the 32000x512 LM head with 4 rows 7.4 ms vs
-// 31 ms, 8 rows 12 vs 29 ms, 16 rows 22 vs 28 ms; a 3072x512 layer weight with 8 rows 1.1
-// vs 1.4 ms, but with 16 rows 1.9 vs 1.7 ms, hence GEMM beyond 8 rows for weights that fit
-// the caches). One row stays on OpenBLAS's GEMV, the fastest for a single row.
-constexpr int64_t kMaxKernelRowsSmallWeight = 8;
-constexpr int64_t kLargeWeightElements = int64_t{8} << 20;
-
-// x [rows, in] times w^T [in, out] (+ b) -> [rows, out].
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  const int64_t rows = x.size(0);
-  if (rows == 1) {
-    const at::Tensor row = x.select(0, 0);
-    return (b.defined() ? at::addmv(b, w, row) : at::mv(w, row)).unsqueeze(0);
-  }
-  const int64_t max_kernel_rows =
-      w.numel() >= kLargeWeightElements ? kMultiRowGemvMaxRows : kMaxKernelRowsSmallWeight;
-  if (rows <= max_kernel_rows && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
-      w.scalar_type() == at::kFloat && w.is_contiguous()) {
-    at::Tensor y = MultiRowGemv(x.contiguous(), w, compat::NumThreads());
+// x [rows, in] times w^T [in, out] (+ b) -> [rows, out]. On the CPU with float32 x, up to
+// kMultiRowGemvMaxRows rows (a decode step) run MultiRowGemv, which reads the weight once
+// for all rows in whatever dtype it is stored, and computes each row the same way whatever
+// it is batched with. OpenBLAS's GEMV takes one row only, and its GEMM repacks the weight,
+// several times slower for few rows (2 threads, the 32000x512 LM head: 4 rows 7.4 ms vs
+// 31 ms, 16 rows 22 vs 28 ms). More rows (a prefill) run GEMM, a 16-bit weight widened
+// into `scratch` first.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                  at::Tensor* scratch) {
+  const bool cpu_float = x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+                         IsGemvWeightDtype(w.scalar_type()) && w.is_contiguous();
+  if (cpu_float && x.size(0) <= kMultiRowGemvMaxRows) {
+    at::Tensor y = MultiRowGemv(x.contiguous(), w);
     if (b.defined()) y.add_(b);
     return y;
   }
-  return b.defined() ? at::addmm(b, x, w.t()) : at::mm(x, w.t());
+  at::Tensor weight = w;
+  if (w.scalar_type() != x.scalar_type()) {
+    weight = cpu_float ? WidenWeight(w, scratch) : w.to(x.scalar_type());
+  }
+  return b.defined() ? at::addmm(b, x, weight.t()) : at::mm(x, weight.t());
 }
 
 // RMSNorm over the last dimension, computed in float32 as Transformers does. Float32 CPU
@@ -71,6 +68,15 @@ std::string LayerName(int64_t i, std::string_view suffix) {
 
 }  // namespace
 
+absl::StatusOr<std::optional<at::ScalarType>> ParseWeightDtype(std::string_view name) {
+  if (name == "auto") return std::optional<at::ScalarType>();
+  if (name == "float32" || name == "fp32") return std::optional<at::ScalarType>(at::kFloat);
+  if (name == "bfloat16" || name == "bf16") return std::optional<at::ScalarType>(at::kBFloat16);
+  if (name == "float16" || name == "fp16") return std::optional<at::ScalarType>(at::kHalf);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--weight-dtype '", std::string(name), "' is not one of auto, float32, bfloat16, float16"));
+}
+
 Transformer::Transformer(ModelConfig config, ModelInfo info, RotaryEmbedding rope)
     : config_(std::move(config)), info_(std::move(info)), rope_(std::move(rope)) {}
 
@@ -86,6 +92,19 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelSource
   }
   if (!at::isFloatingType(options.dtype)) {
     return absl::InvalidArgumentError("dtype must be a floating-point type");
+  }
+  if (options.weight_dtype.has_value() && *options.weight_dtype != options.dtype) {
+    if (!IsGemvWeightDtype(*options.weight_dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("weight_dtype ",
+                                                     c10::toString(*options.weight_dtype),
+                                                     " is not float32, bfloat16 or float16"));
+    }
+    if (!options.device.is_cpu() || options.dtype != at::kFloat) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weight_dtype ", c10::toString(*options.weight_dtype), " differs from dtype ",
+          c10::toString(options.dtype),
+          ", which only CPU float32 inference supports; on this device set dtype instead"));
+    }
   }
   absl::StatusOr<RotaryEmbedding> rope =
       RotaryEmbedding::Create(*config, options.dtype, options.device);
@@ -154,10 +173,28 @@ absl::Status Transformer::LoadWeights(const ModelSource& source,
   }
   if (absl::Status s = checkpoint->CheckNames(expected); !s.ok()) return s;
 
+  // Projection and embedding weights may stay narrower than the activations (see
+  // TransformerOptions::weight_dtype); norms and biases always take the runtime dtype.
+  const bool narrow_allowed = options.device.is_cpu() && options.dtype == at::kFloat;
+  auto weight_dtype = [&](const std::string& name) -> at::ScalarType {
+    if (!narrow_allowed) return options.dtype;
+    if (options.weight_dtype.has_value()) return *options.weight_dtype;
+    switch (checkpoint->Dtype(name).value_or(SafetensorsDtype::kF32)) {
+      case SafetensorsDtype::kBF16:
+        return at::kBFloat16;
+      case SafetensorsDtype::kF16:
+        return at::kHalf;
+      default:
+        return options.dtype;
+    }
+  };
+
   absl::Status status;
-  auto load = [&](const std::string& name, std::vector<int64_t> shape) -> at::Tensor {
+  auto load = [&](const std::string& name, std::vector<int64_t> shape,
+                  bool projection = false) -> at::Tensor {
     if (!status.ok()) return at::Tensor();
-    absl::StatusOr<at::Tensor> t = checkpoint->Load(name, options.dtype);
+    absl::StatusOr<at::Tensor> t =
+        checkpoint->Load(name, projection ? weight_dtype(name) : options.dtype);
     if (!t.ok()) {
       status = t.status();
       return at::Tensor();
@@ -175,10 +212,11 @@ absl::Status Transformer::LoadWeights(const ModelSource& source,
   const int64_t q_rows = c.num_attention_heads * c.head_dim;
   const int64_t kv_rows = c.num_key_value_heads * c.head_dim;
   const int64_t inter = c.intermediate_size;
-  embed_ = load("model.embed_tokens.weight", {c.vocab_size, hidden});
+  embed_ = load("model.embed_tokens.weight", {c.vocab_size, hidden}, true);
   final_norm_ = load("model.norm.weight", {hidden});
-  lm_head_ =
-      expected.contains("lm_head.weight") ? load("lm_head.weight", {c.vocab_size, hidden}) : embed_;
+  lm_head_ = expected.contains("lm_head.weight")
+                 ? load("lm_head.weight", {c.vocab_size, hidden}, true)
+                 : embed_;
   layers_.resize(c.num_hidden_layers);
   for (int64_t i = 0; i < c.num_hidden_layers && status.ok(); ++i) {
     Layer& l = layers_[i];
@@ -186,12 +224,13 @@ absl::Status Transformer::LoadWeights(const ModelSource& source,
     l.post_norm = load(LayerName(i, "post_attention_layernorm.weight"), {hidden});
     if (c.fused_qkv) {
       l.qkv_weight =
-          load(LayerName(i, "self_attn.qkv_proj.weight"), {q_rows + 2 * kv_rows, hidden});
+          load(LayerName(i, "self_attn.qkv_proj.weight"), {q_rows + 2 * kv_rows, hidden}, true);
     } else {
-      l.qkv_weight = at::cat({load(LayerName(i, "self_attn.q_proj.weight"), {q_rows, hidden}),
-                              load(LayerName(i, "self_attn.k_proj.weight"), {kv_rows, hidden}),
-                              load(LayerName(i, "self_attn.v_proj.weight"), {kv_rows, hidden})},
-                             0);
+      l.qkv_weight =
+          at::cat({load(LayerName(i, "self_attn.q_proj.weight"), {q_rows, hidden}, true),
+                   load(LayerName(i, "self_attn.k_proj.weight"), {kv_rows, hidden}, true),
+                   load(LayerName(i, "self_attn.v_proj.weight"), {kv_rows, hidden}, true)},
+                  0);
       if (c.attention_bias) {
         l.qkv_bias = at::cat({load(LayerName(i, "self_attn.q_proj.bias"), {q_rows}),
                               load(LayerName(i, "self_attn.k_proj.bias"), {kv_rows}),
@@ -200,21 +239,22 @@ absl::Status Transformer::LoadWeights(const ModelSource& source,
       }
     }
     if (!status.ok()) break;
-    l.o_weight = load(LayerName(i, "self_attn.o_proj.weight"), {hidden, q_rows});
+    l.o_weight = load(LayerName(i, "self_attn.o_proj.weight"), {hidden, q_rows}, true);
     if (o_bias) l.o_bias = load(LayerName(i, "self_attn.o_proj.bias"), {hidden});
     if (c.qk_norm) {
       l.q_norm = load(LayerName(i, "self_attn.q_norm.weight"), {c.head_dim});
       l.k_norm = load(LayerName(i, "self_attn.k_norm.weight"), {c.head_dim});
     }
     if (c.fused_gate_up) {
-      l.gate_up_weight = load(LayerName(i, "mlp.gate_up_proj.weight"), {2 * inter, hidden});
+      l.gate_up_weight = load(LayerName(i, "mlp.gate_up_proj.weight"), {2 * inter, hidden}, true);
     } else {
-      at::Tensor gate = load(LayerName(i, "mlp.gate_proj.weight"), {inter, hidden});
-      at::Tensor up = load(LayerName(i, "mlp.up_proj.weight"), {inter, hidden});
+      at::Tensor gate = load(LayerName(i, "mlp.gate_proj.weight"), {inter, hidden}, true);
+      at::Tensor up = load(LayerName(i, "mlp.up_proj.weight"), {inter, hidden}, true);
       if (status.ok()) l.gate_up_weight = at::cat({gate, up}, 0);
     }
-    l.down_weight = load(LayerName(i, "mlp.down_proj.weight"), {hidden, inter});
+    l.down_weight = load(LayerName(i, "mlp.down_proj.weight"), {hidden, inter}, true);
   }
+  if (status.ok()) info_.weight_dtype = lm_head_.scalar_type();
   return status;
 }
 
@@ -271,10 +311,12 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
   const auto [cos, sin] = rope_.CosSin(pos_t, longest);
   std::vector<MaskCache> masks(num_seqs);        // per sequence, shared by its layers
   at::Tensor x = embed_.index_select(0, ids_t);  // [total, hidden]
+  if (x.scalar_type() != info_.dtype) x = x.to(info_.dtype);
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     const cache::LayerSpec& spec = info_.layer_specs[li];
-    const at::Tensor qkv = Linear(RmsNorm(x, l.input_norm, eps), l.qkv_weight, l.qkv_bias);
+    const at::Tensor qkv =
+        Linear(RmsNorm(x, l.input_norm, eps), l.qkv_weight, l.qkv_bias, &widen_scratch_);
     at::Tensor q = qkv.narrow(1, 0, heads * head_dim).view({total, heads, head_dim});
     at::Tensor k =
         qkv.narrow(1, heads * head_dim, kv_heads * head_dim).view({total, kv_heads, head_dim});
@@ -284,8 +326,8 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
       q = RmsNorm(q, l.q_norm, eps);
       k = RmsNorm(k, l.k_norm, eps);
     }
-    rope_.Rotate(q, cos, sin);
-    rope_.Rotate(k, cos, sin);
+    if (!FusedRotateHalf(q, cos, sin, rope_.rotary_dim())) rope_.Rotate(q, cos, sin);
+    if (!FusedRotateHalf(k, cos, sin, rope_.rotary_dim())) rope_.Rotate(k, cos, sin);
 
     at::Tensor attn;  // [total, heads * head_dim]
     for (size_t s = 0; s < num_seqs; ++s) {
@@ -304,7 +346,12 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
         }
         view = *std::move(updated);
       }
-      at::Tensor out = Attend(q.narrow(0, begin, n), view, starts[s], spec, scale, &masks[s]);
+      // A few queries (decode) take the fused loop; a prefill's many take batched GEMMs.
+      at::Tensor out;
+      const at::Tensor queries = q.narrow(0, begin, n);
+      if (n > kMultiRowGemvMaxRows || !FusedAttend(queries, view, starts[s], spec, scale, &out)) {
+        out = Attend(queries, view, starts[s], spec, scale, &masks[s]);
+      }
       if (num_seqs == 1) {
         attn = std::move(out);
       } else {
@@ -312,10 +359,15 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
         attn.narrow(0, begin, n).copy_(out);
       }
     }
-    x.add_(Linear(attn, l.o_weight, l.o_bias));
-    const at::Tensor gate_up = Linear(RmsNorm(x, l.post_norm, eps), l.gate_up_weight, {});
-    const at::Tensor act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
-    x.add_(Linear(act, l.down_weight, {}));
+    x.add_(Linear(attn, l.o_weight, l.o_bias, &widen_scratch_));
+    const at::Tensor gate_up =
+        Linear(RmsNorm(x, l.post_norm, eps), l.gate_up_weight, {}, &widen_scratch_);
+    at::Tensor act;
+    if (total <= kMultiRowGemvMaxRows) act = FusedSiluMul(gate_up, inter);
+    if (!act.defined()) {
+      act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    }
+    x.add_(Linear(act, l.down_weight, {}, &widen_scratch_));
   }
 
   // Logits only where asked: the last position of each sequence, or all of its positions.
@@ -336,7 +388,9 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
                               .to(info_.device));
   }
   const at::Tensor logits =
-      Linear(RmsNorm(selected, final_norm_, eps), lm_head_, {}).to(at::kFloat).to(at::kCPU);
+      Linear(RmsNorm(selected, final_norm_, eps), lm_head_, {}, &widen_scratch_)
+          .to(at::kFloat)
+          .to(at::kCPU);
 
   ForwardOutput output;
   output.logits.reserve(num_seqs);

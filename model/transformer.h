@@ -5,7 +5,9 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,9 +21,20 @@ namespace kvserve::model {
 struct TransformerOptions {
   // Runtime dtype of weights and activations (checkpoints in F32/F16/BF16 are converted).
   at::ScalarType dtype = at::kFloat;
+  // Storage dtype of the projection and embedding weights, which on the CPU with float32
+  // activations may be narrower than `dtype`: each weight element is widened to float32 in
+  // registers, so a 16-bit weight halves the memory a decode step streams. nullopt (auto)
+  // keeps each such tensor's checkpoint dtype when it is bfloat16 or float16, since widening
+  // those is exact, and uses `dtype` otherwise. A value converts every such weight to it
+  // (float32, bfloat16 or float16); anything but `dtype` needs float32 on the CPU.
+  std::optional<at::ScalarType> weight_dtype;
   // Device the weights and caches live on.
   c10::Device device = c10::Device(c10::kCPU);
 };
+
+// Parses a --weight-dtype value: "auto" (nullopt), "float32", "bfloat16" or "float16"
+// (also fp32, bf16, fp16). InvalidArgument naming the flag and the accepted values.
+absl::StatusOr<std::optional<at::ScalarType>> ParseWeightDtype(std::string_view name);
 
 // Weights are stored fused (q/k/v in one matrix, gate/up in one) so that a step runs two
 // GEMMs (GEMVs for a single token) per block instead of five. Immutable after Load, but
@@ -61,6 +74,8 @@ class Transformer final : public Model {
   at::Tensor embed_;       // [vocab, hidden]
   at::Tensor final_norm_;  // [hidden]
   at::Tensor lm_head_;     // [vocab, hidden] (the embedding when tied)
+  // Float32 copy of a 16-bit weight for a prefill's GEMM, reused across projections.
+  at::Tensor widen_scratch_;
 };
 
 }  // namespace kvserve::model

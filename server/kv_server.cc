@@ -72,6 +72,7 @@ v1::ModelInfo ToProto(const model::ModelInfo& info, const std::string& name,
   for (int32_t id : info.eos_token_ids) out.add_eos_token_ids(id);
   if (info.bos_token_id) out.set_bos_token_id(*info.bos_token_id);
   out.set_dtype(DtypeName(info.dtype));
+  out.set_weight_dtype(DtypeName(info.weight_dtype));
   out.set_device(info.device.str());
   out.set_max_new_tokens_limit(static_cast<int32_t>(limits.max_new_tokens_limit));
   return out;
@@ -115,6 +116,10 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
   absl::StatusOr<at::ScalarType> dtype = ParseDtype(options.dtype);
   if (!dtype.ok()) return dtype.status();
   transformer.dtype = *dtype;
+  absl::StatusOr<std::optional<at::ScalarType>> weight_dtype =
+      model::ParseWeightDtype(options.weight_dtype);
+  if (!weight_dtype.ok()) return weight_dtype.status();
+  transformer.weight_dtype = *weight_dtype;
   try {
     transformer.device = c10::Device(options.device);
   } catch (const c10::Error&) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/cli/command_line.h"
+#include "model/transformer.h"
 
 namespace kvserve::server {
 namespace {
@@ -19,6 +20,10 @@ std::vector<cli::FlagSpec> Flags() {
       {"metrics-listen", "Prometheus /metrics listen address", "off"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
+      {"weight-dtype",
+       "auto | float32 | bfloat16 | float16: storage of the projection weights on the CPU with "
+       "float32 activations (auto: the checkpoint's when it is 16-bit)",
+       "auto"},
       {"threads", "CPU threads for LibTorch (0: every core)", "0"},
       {"max-batch-size", "sequences in the running batch at most", "32"},
       {"max-batch-tokens", "tokens per step at most (long prefills are chunked to fit)", "2048"},
@@ -54,6 +59,7 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.metrics_listen = cl->GetString("metrics-listen", "");
   o.device = cl->GetString("device", o.device);
   o.dtype = cl->GetString("dtype", o.dtype);
+  o.weight_dtype = cl->GetString("weight-dtype", o.weight_dtype);
   o.log_format = cl->GetString("log-format", o.log_format);
   absl::StatusOr<int64_t> threads = cl->GetInt("threads", 0);
   absl::StatusOr<int64_t> batch = cl->GetInt("max-batch-size", o.scheduler.max_batch_size);
@@ -101,6 +107,10 @@ absl::Status ServerOptions::Validate() const {
   if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16") {
     return absl::InvalidArgumentError(
         absl::StrCat("--dtype '", dtype, "' is not one of float32, bfloat16, float16"));
+  }
+  if (absl::StatusOr<std::optional<at::ScalarType>> w = model::ParseWeightDtype(weight_dtype);
+      !w.ok()) {
+    return w.status();
   }
   if (log_format != "text" && log_format != "json") {
     return absl::InvalidArgumentError(

@@ -22,6 +22,8 @@ struct ServerOptions {
   std::string device = "cpu";
   // --dtype: "float32", "bfloat16" or "float16".
   std::string dtype = "float32";
+  // --weight-dtype: "auto", "float32", "bfloat16" or "float16" (TransformerOptions).
+  std::string weight_dtype = "auto";
   // --threads: CPU threads for LibTorch; 0: every core.
   int threads = 0;
   // --max-batch-size, --max-batch-tokens, --max-queue.

@@ -34,6 +34,10 @@ std::vector<kvserve::cli::FlagSpec> Flags() {
       {"max-new-tokens", "tokens to generate", "32"},
       {"threads", "CPU threads for LibTorch", "all cores"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
+      {"weight-dtype",
+       "auto | float32 | bfloat16 | float16: storage of the projection weights on the CPU with "
+       "float32 activations (auto: the checkpoint's when it is 16-bit)",
+       "auto"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"do-sample", "sample instead of greedy decoding", "", true},
       {"temperature", "sampling temperature", "1.0"},
@@ -76,6 +80,10 @@ absl::Status Run(const CommandLine& cl) {
   absl::StatusOr<at::ScalarType> dtype = ParseDtype(cl.GetString("dtype", "float32"));
   if (!dtype.ok()) return dtype.status();
   options.dtype = *dtype;
+  absl::StatusOr<std::optional<at::ScalarType>> weight_dtype =
+      m::ParseWeightDtype(cl.GetString("weight-dtype", "auto"));
+  if (!weight_dtype.ok()) return weight_dtype.status();
+  options.weight_dtype = *weight_dtype;
   try {
     options.device = c10::Device(cl.GetString("device", "cpu"));
   } catch (const c10::Error&) {

@@ -2,6 +2,7 @@
 // ragged batches equal solo runs, and loading errors name what is wrong.
 #include "model/transformer.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "cache/kv_cache.h"
@@ -197,6 +198,74 @@ TEST(TransformerTest, Bf16CheckpointLoadsAsFloat32) {
   // bf16 weights round to 8 bits of mantissa: close, and the same argmax on peaked logits.
   EXPECT_LT(MaxAbsDiff(la->logits[0], lb->logits[0]), 0.5);
   EXPECT_EQ(la->logits[0].argmax().item<int64_t>(), lb->logits[0].argmax().item<int64_t>());
+}
+
+// A bfloat16 checkpoint keeps its projection weights in bfloat16 (auto), which widens
+// exactly: its logits equal those of the same checkpoint converted to float32 at load, up to
+// summation order; prefill (GEMM on widened weights) and decode (the 16-bit kernel) agree
+// with recomputation as for float32.
+TEST(TransformerTest, Bf16WeightsStayBf16AndComputeLikeFloat32) {
+  auto config = *PresetConfig("qwen3", "tiny");
+  auto files = *MakeModelFiles(config, 5, WeightsDtype::kBF16);
+  auto narrow = *Transformer::Load(ModelSource::FromMemory(files), {});
+  TransformerOptions wide_options;
+  wide_options.weight_dtype = at::kFloat;
+  auto wide = *Transformer::Load(ModelSource::FromMemory(files), wide_options);
+  EXPECT_EQ(narrow->info().weight_dtype, at::kBFloat16);
+  EXPECT_EQ(narrow->info().dtype, at::kFloat);
+  EXPECT_EQ(wide->info().weight_dtype, at::kFloat);
+
+  const std::vector<int32_t> ids = Prompt(40);
+  auto cache = *cache::KvCache::CreateDynamic(narrow->info().layer_specs);
+  std::vector<int32_t> prompt(ids.begin(), ids.begin() + 30);
+  Batch prefill;
+  prefill.sequences.push_back({prompt, cache.get(), false});
+  ASSERT_TRUE(narrow->Forward(prefill).ok());
+  for (size_t t = 30; t < ids.size(); ++t) {
+    Batch step;
+    step.sequences.push_back({absl::MakeConstSpan(&ids[t], 1), cache.get(), false});
+    auto cached = narrow->Forward(step);
+    std::vector<int32_t> upto(ids.begin(), ids.begin() + static_cast<int64_t>(t) + 1);
+    Batch full;
+    full.sequences.push_back({upto, nullptr, false});
+    auto recomputed = narrow->Forward(full);
+    auto reference = wide->Forward(full);
+    ASSERT_TRUE(cached.ok() && recomputed.ok() && reference.ok());
+    EXPECT_LT(MaxAbsDiff(cached->logits[0], recomputed->logits[0]), 1e-4) << t;
+    EXPECT_LT(MaxAbsDiff(recomputed->logits[0], reference->logits[0]), 1e-4) << t;
+  }
+
+  // A float32 checkpoint can be narrowed on request; the embedding follows.
+  auto f32_files = *MakeModelFiles(config, 5, WeightsDtype::kF32);
+  TransformerOptions half_options;
+  half_options.weight_dtype = at::kHalf;
+  auto half = *Transformer::Load(ModelSource::FromMemory(f32_files), half_options);
+  EXPECT_EQ(half->info().weight_dtype, at::kHalf);
+  Batch batch;
+  batch.sequences.push_back({ids, nullptr, false});
+  auto f32_model = *Transformer::Load(ModelSource::FromMemory(f32_files), {});
+  EXPECT_EQ(f32_model->info().weight_dtype, at::kFloat);
+  auto a = f32_model->Forward(batch);
+  auto b = half->Forward(batch);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->logits[0].argmax().item<int64_t>(), b->logits[0].argmax().item<int64_t>());
+}
+
+TEST(TransformerTest, WeightDtypeCombinationsItCannotRunAreRefused) {
+  auto files = *MakeModelFiles(*PresetConfig("llama", "tiny"), 5, WeightsDtype::kF32);
+  TransformerOptions options;
+  options.weight_dtype = at::kDouble;
+  options.dtype = at::kFloat;
+  auto bad = Transformer::Load(ModelSource::FromMemory(files), options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("weight_dtype"));
+  options.weight_dtype = at::kHalf;
+  options.dtype = at::kBFloat16;  // narrow weights need float32 activations
+  bad = Transformer::Load(ModelSource::FromMemory(files), options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("weight_dtype"));
+  options.weight_dtype = at::kBFloat16;  // equal to dtype: plain bfloat16 inference
+  EXPECT_TRUE(Transformer::Load(ModelSource::FromMemory(files), options).ok());
 }
 
 }  // namespace

@@ -351,6 +351,7 @@ TEST_F(KvServerTest, TokenizeAndModelInfo) {
   EXPECT_EQ(info.vocab_size(), model_->info().vocab_size);
   EXPECT_EQ(info.layers_size(), model_->info().num_layers);
   EXPECT_EQ(info.dtype(), "float32");
+  EXPECT_EQ(info.weight_dtype(), "float32");  // the embedded model is a float32 checkpoint
   EXPECT_EQ(info.max_new_tokens_limit(), 4096);
 }
 

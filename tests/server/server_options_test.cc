@@ -148,6 +148,12 @@ TEST(ServerOptionsTest, UnknownDtypeIsRefused) {
   EXPECT_THAT(Error({"--dtype", "foo"}), StartsWith("--dtype 'foo'"));
 }
 
+TEST(ServerOptionsTest, WeightDtypeIsAutoOrAKnownDtype) {
+  EXPECT_EQ(Parse({}).options->weight_dtype, "auto");
+  EXPECT_EQ(Parse({"--weight-dtype", "bfloat16"}).options->weight_dtype, "bfloat16");
+  EXPECT_THAT(Error({"--weight-dtype", "int8"}), StartsWith("--weight-dtype 'int8'"));
+}
+
 TEST(ServerOptionsTest, UnknownLogFormatIsRefused) {
   EXPECT_THAT(Error({"--log-format", "xml"}), StartsWith("--log-format 'xml'"));
 }

@@ -1,0 +1,228 @@
+// Fused float32 CPU kernels (see cpu_kernels.h).
+#include "model/cpu_kernels.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "model/worker_pool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KVSERVE_KERNELS_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace kvserve::model {
+namespace {
+
+bool IsCpuFloat(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat;
+}
+
+float DotPortable(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// y += alpha * x
+void AxpyPortable(float* y, float alpha, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+#if defined(KVSERVE_KERNELS_AVX2)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+float DotAvx2(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  }
+  const __m256 acc = _mm256_add_ps(acc0, acc1);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  float sum = _mm_cvtss_f32(s);
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void AxpyAvx2(float* y, float alpha, const float* x, int64_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+#pragma GCC pop_options
+#endif  // KVSERVE_KERNELS_AVX2
+
+bool HasAvx2() {
+#if defined(KVSERVE_KERNELS_AVX2)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+using DotFn = float (*)(const float*, const float*, int64_t);
+using AxpyFn = void (*)(float*, float, const float*, int64_t);
+
+DotFn Dot() {
+#if defined(KVSERVE_KERNELS_AVX2)
+  if (HasAvx2()) return &DotAvx2;
+#endif
+  return &DotPortable;
+}
+
+AxpyFn Axpy() {
+#if defined(KVSERVE_KERNELS_AVX2)
+  if (HasAvx2()) return &AxpyAvx2;
+#endif
+  return &AxpyPortable;
+}
+
+// Whether key column j (absolute position j + kv_offset) is visible to the query at q_pos,
+// as VisibilityMask decides it.
+inline bool Visible(int64_t j, int64_t q_pos, const cache::LayerView& kv,
+                    const cache::LayerSpec& layer) {
+  const int64_t k_pos = j + kv.kv_offset;
+  if (j >= kv.num_valid || k_pos > q_pos) return false;
+  switch (layer.type) {
+    case cache::LayerType::kFullAttention:
+      return true;
+    case cache::LayerType::kSlidingAttention:
+      return k_pos > q_pos - layer.window;
+    case cache::LayerType::kChunkedAttention:
+      return k_pos / layer.window == q_pos / layer.window;
+  }
+  return false;
+}
+
+// Attention work below this many multiply-adds runs on the calling thread alone.
+constexpr int64_t kParallelAttendWork = int64_t{1} << 15;
+
+}  // namespace
+
+bool FusedRotateHalf(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rot_dim) {
+  if (!IsCpuFloat(x) || !IsCpuFloat(cos) || !IsCpuFloat(sin) || x.dim() != 3 || x.stride(2) != 1 ||
+      !cos.is_contiguous() || !sin.is_contiguous() || cos.dim() != 2 || cos.size(0) != x.size(0) ||
+      cos.size(1) != rot_dim || !sin.sizes().equals(cos.sizes()) || rot_dim % 2 != 0 ||
+      rot_dim > x.size(2)) {
+    return false;
+  }
+  const int64_t tokens = x.size(0), heads = x.size(1), half = rot_dim / 2;
+  float* base = x.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* c = cp + t * rot_dim;
+    const float* s = sp + t * rot_dim;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* p = base + t * x.stride(0) + h * x.stride(1);
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = p[i], b = p[i + half];
+        p[i] = a * c[i] - b * s[i];
+        p[i + half] = b * c[i + half] + a * s[i + half];
+      }
+    }
+  }
+  return true;
+}
+
+at::Tensor FusedSiluMul(const at::Tensor& gate_up, int64_t inter) {
+  if (!IsCpuFloat(gate_up) || gate_up.dim() != 2 || !gate_up.is_contiguous() ||
+      gate_up.size(1) != 2 * inter) {
+    return at::Tensor();
+  }
+  const int64_t rows = gate_up.size(0);
+  at::Tensor out = at::empty({rows, inter}, gate_up.options());
+  const float* in = gate_up.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = in + r * 2 * inter;
+    const float* u = g + inter;
+    float* y = o + r * inter;
+    for (int64_t i = 0; i < inter; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+  return out;
+}
+
+bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
+                 const cache::LayerSpec& layer, double scale, at::Tensor* out) {
+  if (!IsCpuFloat(queries) || !IsCpuFloat(kv.keys) || !IsCpuFloat(kv.values) ||
+      queries.dim() != 3 || queries.stride(2) != 1 || kv.keys.dim() != 4 || kv.keys.size(0) != 1 ||
+      kv.keys.stride(3) != 1 || kv.values.stride(3) != 1 ||
+      !kv.values.sizes().equals(kv.keys.sizes()) || kv.keys.size(3) != queries.size(2)) {
+    return false;
+  }
+  const int64_t n = queries.size(0), heads = queries.size(1), d = queries.size(2);
+  const int64_t kv_heads = kv.keys.size(1), kv_len = kv.keys.size(2);
+  if (kv_heads == 0 || heads % kv_heads != 0) return false;
+  const int64_t group = heads / kv_heads;
+  *out = at::empty({n, heads * d}, queries.options());
+
+  const float* qp = queries.data_ptr<float>();
+  const float* kp = kv.keys.data_ptr<float>();
+  const float* vp = kv.values.data_ptr<float>();
+  float* op = out->data_ptr<float>();
+  const int64_t qs0 = queries.stride(0), qs1 = queries.stride(1);
+  const int64_t ks1 = kv.keys.stride(1), ks2 = kv.keys.stride(2);
+  const int64_t vs1 = kv.values.stride(1), vs2 = kv.values.stride(2);
+  const float fscale = static_cast<float>(scale);
+  const DotFn dot = Dot();
+  const AxpyFn axpy = Axpy();
+
+  // One task: one query position against one kv head, for every query head of its group.
+  auto task = [&](int64_t index) {
+    thread_local std::vector<float> probs;
+    probs.resize(static_cast<size_t>(kv_len));
+    const int64_t kh = index / n, t = index % n;
+    const int64_t q_pos = q_start + t;
+    const float* keys = kp + kh * ks1;
+    const float* values = vp + kh * vs1;
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = kh * group + g;
+      const float* q = qp + t * qs0 + h * qs1;
+      float* o = op + t * heads * d + h * d;
+      float max_score = -std::numeric_limits<float>::infinity();
+      bool any = false;
+      for (int64_t j = 0; j < kv_len; ++j) {
+        if (!Visible(j, q_pos, kv, layer)) continue;
+        const float s = dot(q, keys + j * ks2, d) * fscale;
+        probs[j] = s;
+        max_score = any ? std::max(max_score, s) : s;
+        any = true;
+      }
+      for (int64_t i = 0; i < d; ++i) o[i] = 0.0f;
+      if (!any) continue;
+      float sum = 0.0f;
+      for (int64_t j = 0; j < kv_len; ++j) {
+        if (!Visible(j, q_pos, kv, layer)) continue;
+        const float p = std::exp(probs[j] - max_score);
+        sum += p;
+        axpy(o, p, values + j * vs2, d);
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t i = 0; i < d; ++i) o[i] *= inv;
+    }
+  };
+  const int64_t tasks = kv_heads * n;
+  if (tasks > 1 && n * heads * kv_len * d >= kParallelAttendWork) {
+    ParallelFor(tasks, task);
+  } else {
+    for (int64_t i = 0; i < tasks; ++i) task(i);
+  }
+  return true;
+}
+
+}  // namespace kvserve::model

@@ -1,0 +1,34 @@
+// Fused float32 CPU kernels for a decode step's small element-wise work.
+//
+// A decode step's matrices are small, so each ATen operator's fixed cost (dispatch, output
+// allocation) outweighs its arithmetic: rotating q and k took eight operators per layer,
+// attention a dozen. These loops do the same arithmetic in one pass each. Every function
+// returns false, having done nothing, when its inputs are not float32 CPU tensors of the
+// layout it takes; callers then run the ATen expression. The same inputs give the same
+// results whatever else is in the batch.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "cache/cache_layer.h"
+#include "cache/layer_type.h"
+
+namespace kvserve::model {
+
+// x: [tokens, heads, head_dim] (any strides, last dimension contiguous); cos, sin:
+// [tokens, rot_dim] contiguous. Rotates the first rot_dim features of every head in place:
+// x = x * cos + rotate_half(x) * sin, rotate_half(a, b) = (-b, a).
+bool FusedRotateHalf(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rot_dim);
+
+// gate_up: [rows, 2 * inter] contiguous. Returns silu(gate) * up as [rows, inter], or an
+// undefined tensor when the input does not qualify.
+at::Tensor FusedSiluMul(const at::Tensor& gate_up, int64_t inter);
+
+// Attention of n queries ([n, heads, head_dim], last dimension contiguous) at positions
+// q_start.. against a cache view (keys/values [1, kv_heads, kv_len, head_dim], last
+// dimension contiguous), with the layer's mask computed inline. Writes [n, heads *
+// head_dim] into *out (allocated here). Rows with no visible key are zeros, as in Attend.
+bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
+                 const cache::LayerSpec& layer, double scale, at::Tensor* out);
+
+}  // namespace kvserve::model

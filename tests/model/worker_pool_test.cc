@@ -1,0 +1,73 @@
+// Tests of WorkerPool and ParallelFor: every part runs exactly once, on several threads,
+// loops follow each other (including after the workers have gone to sleep), and callers
+// from several threads take turns.
+#include "model/worker_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "cache/torch_compat.h"
+
+namespace kvserve::model {
+namespace {
+
+TEST(WorkerPoolTest, RunsEveryPartOnceForManyLoops) {
+  WorkerPool pool(3);
+  EXPECT_EQ(pool.threads(), 3);
+  for (int64_t parts : {0, 1, 2, 3, 7, 64}) {
+    for (int loop = 0; loop < 200; ++loop) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(parts));
+      pool.Run(parts, [&](int64_t p) { hits[static_cast<size_t>(p)].fetch_add(1); });
+      for (int64_t p = 0; p < parts; ++p) ASSERT_EQ(hits[p].load(), 1) << parts << "/" << p;
+    }
+  }
+}
+
+TEST(WorkerPoolTest, WorkersTakePartsAndWakeFromSleep) {
+  WorkerPool pool(2);
+  std::mutex mutex;
+  std::set<std::thread::id> seen;
+  for (int loop = 0; loop < 20; ++loop) {
+    // Long enough parts that the worker claims some; pauses let it fall asleep.
+    pool.Run(8, [&](int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::lock_guard<std::mutex> lock(mutex);
+      seen.insert(std::this_thread::get_id());
+    });
+    if (loop % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(seen.size(), 2u);
+}
+
+TEST(WorkerPoolTest, ConcurrentCallersTakeTurns) {
+  WorkerPool pool(2);
+  std::atomic<int64_t> total{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c) {
+    callers.emplace_back([&] {
+      for (int loop = 0; loop < 100; ++loop) pool.Run(5, [&](int64_t p) { total += p + 1; });
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(total.load(), 3 * 100 * 15);
+}
+
+TEST(WorkerPoolTest, ParallelForFollowsTheThreadCount) {
+  const int saved = compat::NumThreads();
+  for (int threads : {1, 2, 3, 2}) {
+    compat::SetNumThreads(threads);
+    std::vector<std::atomic<int>> hits(10);
+    ParallelFor(10, [&](int64_t p) { hits[static_cast<size_t>(p)].fetch_add(1); });
+    for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  }
+  compat::SetNumThreads(saved);
+}
+
+}  // namespace
+}  // namespace kvserve::model
