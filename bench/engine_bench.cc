@@ -67,6 +67,11 @@ int Run(const kvserve::cli::CommandLine& cl) {
   const int max_new = static_cast<int>(cl.GetInt("max-new-tokens", 32).value_or(32));
   const int threads = static_cast<int>(cl.GetInt("threads", 2).value_or(2));
   const std::string preset = cl.GetString("preset", "bench-small");
+  const std::string weights = cl.GetString("weights-dtype", "f32");
+  if (weights != "f32" && weights != "bf16") {
+    std::cerr << "--weights-dtype must be f32 or bf16\n";
+    return 2;
+  }
   const std::string cache_name = cl.GetString("cache-implementation", "dynamic");
   const int64_t kv_device_bytes = cl.GetInt("kv-device-bytes", -1).value_or(-1);
   absl::StatusOr<kvserve::cache::CacheSpec> spec = kvserve::cache::CacheSpec::Parse(cache_name);
@@ -75,7 +80,12 @@ int Run(const kvserve::cli::CommandLine& cl) {
     return 2;
   }
   kvserve::compat::SetNumThreads(threads);
-  auto files = kvserve::model::MakeTinyModel({.arch = "llama", .preset = preset, .seed = 1});
+  auto files = kvserve::model::MakeTinyModel(
+      {.arch = "llama",
+       .preset = preset,
+       .seed = 1,
+       .weights_dtype = weights == "bf16" ? kvserve::model::WeightsDtype::kBF16
+                                          : kvserve::model::WeightsDtype::kF32});
   if (!files.ok()) {
     std::cerr << files.status() << "\n";
     return 1;
@@ -161,16 +171,17 @@ int Run(const kvserve::cli::CommandLine& cl) {
   const kvserve::server::EngineStats stats = (*engine)->Stats();
   std::printf(
       "{\"engine\": true, \"cache\": \"%s\", \"kv_device_bytes\": %lld, \"oom_events\": %lld, "
-      "\"offload_fallbacks\": %lld, \"preset\": \"%s\", \"threads\": %d, \"concurrency\": %d, "
+      "\"offload_fallbacks\": %lld, \"preset\": \"%s\", \"weights\": \"%s\", \"threads\": %d, "
+      "\"concurrency\": %d, "
       "\"requests\": "
       "%d, \"prompt_tokens\": %d, \"max_new_tokens\": %d, \"errors\": %d, \"wall_s\": %.3f, "
       "\"output_tokens_per_s\": %.1f, \"ttft_ms_p50\": %.1f, \"ttft_ms_p99\": %.1f, "
       "\"itl_ms_p50\": %.2f, \"itl_ms_p99\": %.2f}\n",
       cache_name.c_str(), static_cast<long long>(kv_device_bytes),
       static_cast<long long>(stats.num_oom_events),
-      static_cast<long long>(stats.num_offload_fallbacks), preset.c_str(), threads, concurrency,
-      requests, prompt_tokens, max_new, errors, wall_s, tokens / wall_s, Percentile(ttft, 50),
-      Percentile(ttft, 99), Percentile(itl, 50), Percentile(itl, 99));
+      static_cast<long long>(stats.num_offload_fallbacks), preset.c_str(), weights.c_str(), threads,
+      concurrency, requests, prompt_tokens, max_new, errors, wall_s, tokens / wall_s,
+      Percentile(ttft, 50), Percentile(ttft, 99), Percentile(itl, 50), Percentile(itl, 99));
   return errors == 0 ? 0 : 1;
 }
 
@@ -185,6 +196,7 @@ int main(int argc, char** argv) {
        {"max-new-tokens", "tokens generated per request", "32"},
        {"threads", "CPU threads", "2"},
        {"preset", "tiny-model-maker preset (llama)", "bench-small"},
+       {"weights-dtype", "f32 | bf16: the checkpoint's dtype (bf16 stays bf16 in memory)", "f32"},
        {"cache-implementation", "dynamic | static | offloaded | offloaded_static | quantized",
         "dynamic"},
        {"kv-device-bytes", "KV device budget (out-of-memory fallback beyond it)", "unlimited"}});

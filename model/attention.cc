@@ -3,7 +3,15 @@
 
 #include <limits>
 
+#include "model/cpu_kernels.h"
+
 namespace kvserve::model {
+namespace {
+
+// Below this many scores one thread's softmax is faster than handing out slices.
+constexpr int64_t kParallelSoftmaxElements = int64_t{1} << 16;
+
+}  // namespace
 
 at::Tensor VisibilityMask(int64_t n, int64_t q_start, const cache::LayerView& kv,
                           const cache::LayerSpec& layer, const c10::Device& device) {
@@ -124,7 +132,10 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
                  .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity())
                  .view({kv_heads, group * n, kv_len});
   }
-  at::Tensor probs = at::softmax(scores, -1);
+  // A prefill's scores are large: their softmax runs over the worker threads.
+  at::Tensor probs;
+  if (scores.numel() >= kParallelSoftmaxElements) probs = ParallelSoftmax(scores);
+  if (!probs.defined()) probs = at::softmax(scores, -1);
   // Rows with no visible key would be NaN after softmax; they cannot occur for causal masks
   // but must not poison the output if a caller passes an empty view.
   if (kv.num_valid == 0) probs.zero_();

@@ -1,10 +1,12 @@
 // Fused float32 CPU kernels (see cpu_kernels.h).
 #include "model/cpu_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "cache/torch_compat.h"
 #include "model/worker_pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -108,6 +110,10 @@ inline bool Visible(int64_t j, int64_t q_pos, const cache::LayerView& kv,
   return false;
 }
 
+// SiLU-times-up rows up to which the scalar fused loop beats ATen's vectorized kernels (whose
+// fixed cost dominates for a decode step).
+constexpr int64_t kFusedLoopRows = 16;
+
 // Attention work below this many multiply-adds runs on the calling thread alone.
 constexpr int64_t kParallelAttendWork = int64_t{1} << 15;
 
@@ -146,6 +152,18 @@ at::Tensor FusedSiluMul(const at::Tensor& gate_up, int64_t inter) {
   }
   const int64_t rows = gate_up.size(0);
   at::Tensor out = at::empty({rows, inter}, gate_up.options());
+  if (rows > kFusedLoopRows) {
+    const int64_t parts = std::min(rows, int64_t{4} * compat::NumThreads());
+    ParallelFor(parts, [&](int64_t part) {
+      const int64_t begin = rows * part / parts, end = rows * (part + 1) / parts;
+      if (begin == end) return;
+      const at::Tensor slice = gate_up.narrow(0, begin, end - begin);
+      at::Tensor o = out.narrow(0, begin, end - begin);
+      at::silu_out(o, slice.narrow(1, 0, inter));
+      o.mul_(slice.narrow(1, inter, inter));
+    });
+    return out;
+  }
   const float* in = gate_up.data_ptr<float>();
   float* o = out.data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r) {
@@ -154,6 +172,23 @@ at::Tensor FusedSiluMul(const at::Tensor& gate_up, int64_t inter) {
     float* y = o + r * inter;
     for (int64_t i = 0; i < inter; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   }
+  return out;
+}
+
+at::Tensor ParallelSoftmax(const at::Tensor& scores) {
+  if (!IsCpuFloat(scores) || scores.dim() < 2 || !scores.is_contiguous()) return at::Tensor();
+  const int64_t cols = scores.size(-1);
+  const at::Tensor rows = scores.view({-1, cols});
+  const int64_t n = rows.size(0);
+  at::Tensor out = at::empty_like(scores);
+  const at::Tensor out_rows = out.view({-1, cols});
+  const int64_t parts = std::min(n, int64_t{4} * compat::NumThreads());
+  ParallelFor(parts, [&](int64_t part) {
+    const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
+    if (begin == end) return;
+    at::Tensor o = out_rows.narrow(0, begin, end - begin);
+    at::_softmax_out(o, rows.narrow(0, begin, end - begin), -1, false);
+  });
   return out;
 }
 

@@ -21,8 +21,14 @@ namespace kvserve::model {
 bool FusedRotateHalf(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rot_dim);
 
 // gate_up: [rows, 2 * inter] contiguous. Returns silu(gate) * up as [rows, inter], or an
-// undefined tensor when the input does not qualify.
+// undefined tensor when the input does not qualify. A few rows take one fused loop; many
+// (a prefill) run ATen's vectorized kernels on row slices over ParallelFor's threads.
 at::Tensor FusedSiluMul(const at::Tensor& gate_up, int64_t inter);
+
+// softmax over the last dimension of a float32 CPU tensor, computed on slices of its leading
+// rows over ParallelFor's threads (LibTorch's own pool is kept at one thread, see
+// compat::SetNumThreads). Undefined when the input does not qualify.
+at::Tensor ParallelSoftmax(const at::Tensor& scores);
 
 // Attention of n queries ([n, heads, head_dim], last dimension contiguous) at positions
 // q_start.. against a cache view (keys/values [1, kv_heads, kv_len, head_dim], last

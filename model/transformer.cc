@@ -362,8 +362,7 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
     x.add_(Linear(attn, l.o_weight, l.o_bias, &widen_scratch_));
     const at::Tensor gate_up =
         Linear(RmsNorm(x, l.post_norm, eps), l.gate_up_weight, {}, &widen_scratch_);
-    at::Tensor act;
-    if (total <= kMultiRowGemvMaxRows) act = FusedSiluMul(gate_up, inter);
+    at::Tensor act = FusedSiluMul(gate_up, inter);
     if (!act.defined()) {
       act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
     }

@@ -11,7 +11,9 @@ namespace {
 
 // How long an idle worker polls for the next loop before it sleeps. A decode step's loops
 // follow each other within tens of microseconds; between steps the engine samples and
-// schedules for about as long.
+// schedules for about as long. After kPureSpin the worker yields between polls, so that
+// another pool's thread on the same core (OpenBLAS's, during a prefill GEMM) runs first.
+constexpr auto kPureSpin = std::chrono::microseconds(30);
 constexpr auto kSpin = std::chrono::microseconds(300);
 
 inline void CpuRelax() {
@@ -48,11 +50,20 @@ void WorkerPool::RunParts() {
 
 void WorkerPool::WorkerLoop(uint64_t seen) {
   while (true) {
-    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    const auto spin_start = std::chrono::steady_clock::now();
+    bool yielding = false;
     uint64_t now = generation_.load(std::memory_order_acquire);
     for (int i = 0; now == seen; ++i) {
-      CpuRelax();
-      if ((i & 63) == 63 && std::chrono::steady_clock::now() > spin_until) {
+      if (yielding) {
+        std::this_thread::yield();
+      } else {
+        CpuRelax();
+      }
+      const bool check_clock = yielding || (i & 63) == 63;
+      const auto elapsed =
+          check_clock ? std::chrono::steady_clock::now() - spin_start : std::chrono::nanoseconds(0);
+      yielding = elapsed > kPureSpin;
+      if (elapsed > kSpin) {
         // Announce the sleep before re-checking the generation: Run either sees the count
         // and notifies, or this check sees its new generation (both sequentially
         // consistent), so no loop is missed.
@@ -87,8 +98,17 @@ void WorkerPool::Run(int64_t parts, absl::FunctionRef<void(int64_t)> fn) {
     sleep_cv_.notify_all();
   }
   RunParts();
+  // Wait for the workers' last parts. Yield after a short spin: on a busy machine a worker
+  // may have been preempted, and spinning would only keep it off the core longer.
   const int workers = static_cast<int>(workers_.size());
-  while (finished_.load(std::memory_order_acquire) < workers) CpuRelax();
+  const auto wait_start = std::chrono::steady_clock::now();
+  for (int i = 0; finished_.load(std::memory_order_acquire) < workers; ++i) {
+    if (i < 64 || std::chrono::steady_clock::now() - wait_start < kPureSpin) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   fn_ = nullptr;
 }
 

@@ -80,7 +80,9 @@ absl::StatusOr<std::string> ModelFingerprint(const model::ModelSource& source,
     digest.Add(file);
     digest.Add((*mapped)->bytes());
   }
-  std::string runtime = absl::StrCat("dtype=", static_cast<int>(info.dtype), ";layers=");
+  std::string runtime =
+      absl::StrCat("dtype=", static_cast<int>(info.dtype),
+                   ";weight_dtype=", static_cast<int>(info.weight_dtype), ";layers=");
   for (const cache::LayerSpec& layer : info.layer_specs) {
     absl::StrAppend(&runtime, cache::LayerTypeName(layer.type), ":", layer.window, ",");
   }

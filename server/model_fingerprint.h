@@ -1,6 +1,6 @@
 // ModelFingerprint: a digest of everything a prefix snapshot depends on (weights, config,
-// tokenizer, runtime dtype and layer types), so that a snapshot is only ever used with the
-// model that made it.
+// tokenizer, runtime and weight dtypes, layer types), so that a snapshot is only ever used
+// with the model that made it.
 #pragma once
 
 #include <string>

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "cache/torch_compat.h"
 #include "model/attention.h"
 
@@ -107,7 +109,31 @@ TEST(FusedSiluMulTest, EqualsSiluTimesUp) {
   ASSERT_TRUE(fused.defined());
   EXPECT_LT(MaxDiff(fused, expected), 1e-5);
   EXPECT_FALSE(FusedSiluMul(gate_up, 36).defined());
+  // Many rows (a prefill) take ATen's kernels on row slices over the worker threads.
+  const at::Tensor many = at::randn({300, 2 * 37}) * 4;
+  for (int threads : {1, 2}) {
+    compat::SetNumThreads(threads);
+    const at::Tensor parallel = FusedSiluMul(many, 37);
+    ASSERT_TRUE(parallel.defined());
+    EXPECT_TRUE(at::equal(parallel, at::silu(many.narrow(1, 0, 37)) * many.narrow(1, 37, 37)));
+  }
+  compat::SetNumThreads(1);
   EXPECT_FALSE(FusedSiluMul(gate_up.to(at::kDouble), 37).defined());
+}
+
+TEST(ParallelSoftmaxTest, EqualsSoftmaxWithMaskedColumns) {
+  at::manual_seed(14);
+  at::Tensor scores = at::randn({4, 300, 64}) * 3;
+  scores.narrow(2, 40, 24).fill_(-std::numeric_limits<float>::infinity());
+  for (int threads : {1, 2, 3}) {
+    compat::SetNumThreads(threads);
+    const at::Tensor probs = ParallelSoftmax(scores);
+    ASSERT_TRUE(probs.defined());
+    EXPECT_TRUE(at::equal(probs, at::softmax(scores, -1))) << threads;
+  }
+  compat::SetNumThreads(1);
+  EXPECT_FALSE(ParallelSoftmax(scores.transpose(0, 2)).defined());
+  EXPECT_FALSE(ParallelSoftmax(scores.to(at::kDouble)).defined());
 }
 
 }  // namespace

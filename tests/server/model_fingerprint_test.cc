@@ -88,6 +88,9 @@ TEST(ModelFingerprintTest, RuntimeDtypeChangesIt) {
   EXPECT_NE(Fingerprint(files, bf16), original);
   EXPECT_NE(Fingerprint(files, f16), original);
   EXPECT_NE(Fingerprint(files, f16), Fingerprint(files, bf16));
+  model::ModelInfo bf16_weights = TinyInfo();  // float32 compute over bfloat16 weights
+  bf16_weights.weight_dtype = at::kBFloat16;
+  EXPECT_NE(Fingerprint(files, bf16_weights), original);
 }
 
 TEST(ModelFingerprintTest, LayerTypesAndWindowsChangeIt) {
