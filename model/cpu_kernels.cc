@@ -6,13 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "cache/torch_compat.h"
+#include "model/simd.h"
 #include "model/worker_pool.h"
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define KVSERVE_KERNELS_AVX2 1
-#include <immintrin.h>
-#endif
 
 namespace kvserve::model {
 namespace {
@@ -32,9 +27,9 @@ void AxpyPortable(float* y, float alpha, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-#if defined(KVSERVE_KERNELS_AVX2)
+#if defined(KVSERVE_SIMD_AVX2)
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 
 float DotAvx2(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -46,11 +41,7 @@ float DotAvx2(const float* a, const float* b, int64_t n) {
   for (; i + 8 <= n; i += 8) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
   }
-  const __m256 acc = _mm256_add_ps(acc0, acc1);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  float sum = _mm_cvtss_f32(s);
+  float sum = HorizontalSum(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
@@ -65,30 +56,21 @@ void AxpyAvx2(float* y, float alpha, const float* x, int64_t n) {
 }
 
 #pragma GCC pop_options
-#endif  // KVSERVE_KERNELS_AVX2
-
-bool HasAvx2() {
-#if defined(KVSERVE_KERNELS_AVX2)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return avx2;
-#else
-  return false;
-#endif
-}
+#endif  // KVSERVE_SIMD_AVX2
 
 using DotFn = float (*)(const float*, const float*, int64_t);
 using AxpyFn = void (*)(float*, float, const float*, int64_t);
 
 DotFn Dot() {
-#if defined(KVSERVE_KERNELS_AVX2)
-  if (HasAvx2()) return &DotAvx2;
+#if defined(KVSERVE_SIMD_AVX2)
+  if (CpuHasAvx2()) return &DotAvx2;
 #endif
   return &DotPortable;
 }
 
 AxpyFn Axpy() {
-#if defined(KVSERVE_KERNELS_AVX2)
-  if (HasAvx2()) return &AxpyAvx2;
+#if defined(KVSERVE_SIMD_AVX2)
+  if (CpuHasAvx2()) return &AxpyAvx2;
 #endif
   return &AxpyPortable;
 }
@@ -153,10 +135,7 @@ at::Tensor FusedSiluMul(const at::Tensor& gate_up, int64_t inter) {
   const int64_t rows = gate_up.size(0);
   at::Tensor out = at::empty({rows, inter}, gate_up.options());
   if (rows > kFusedLoopRows) {
-    const int64_t parts = std::min(rows, int64_t{4} * compat::NumThreads());
-    ParallelFor(parts, [&](int64_t part) {
-      const int64_t begin = rows * part / parts, end = rows * (part + 1) / parts;
-      if (begin == end) return;
+    ParallelForRange(rows, 1, [&](int64_t begin, int64_t end) {
       const at::Tensor slice = gate_up.narrow(0, begin, end - begin);
       at::Tensor o = out.narrow(0, begin, end - begin);
       at::silu_out(o, slice.narrow(1, 0, inter));
@@ -182,10 +161,7 @@ at::Tensor ParallelSoftmax(const at::Tensor& scores) {
   const int64_t n = rows.size(0);
   at::Tensor out = at::empty_like(scores);
   const at::Tensor out_rows = out.view({-1, cols});
-  const int64_t parts = std::min(n, int64_t{4} * compat::NumThreads());
-  ParallelFor(parts, [&](int64_t part) {
-    const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
-    if (begin == end) return;
+  ParallelForRange(n, 1, [&](int64_t begin, int64_t end) {
     at::Tensor o = out_rows.narrow(0, begin, end - begin);
     at::_softmax_out(o, rows.narrow(0, begin, end - begin), -1, false);
   });

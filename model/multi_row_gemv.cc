@@ -9,13 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cache/torch_compat.h"
+#include "model/simd.h"
 #include "model/worker_pool.h"
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define KVSERVE_GEMV_AVX2 1
-#include <immintrin.h>
-#endif
 
 namespace kvserve::model {
 namespace {
@@ -61,7 +56,7 @@ void WidenPortable(const void* w, float* dst, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) dst[i] = LoadScalar<K>(w, i);
 }
 
-#if defined(KVSERVE_GEMV_AVX2)
+#if defined(KVSERVE_SIMD_AVX2)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
@@ -101,13 +96,6 @@ inline void Load16(const void* w, int64_t i, __m256* lo, __m256* hi) {
     *lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     *hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
   }
-}
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
 }
 
 // How far ahead of the current element a weight row is prefetched. The hardware
@@ -199,30 +187,20 @@ void WidenAvx2(const void* w, float* dst, int64_t begin, int64_t end) {
 }
 
 #pragma GCC pop_options
-#endif  // KVSERVE_GEMV_AVX2
-
-bool HasAvx2() {
-#if defined(KVSERVE_GEMV_AVX2)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
-  return avx2;
-#else
-  return false;
-#endif
-}
+#endif  // KVSERVE_SIMD_AVX2
 
 template <WeightKind K>
 KernelFn PickKernel() {
-#if defined(KVSERVE_GEMV_AVX2)
-  if (HasAvx2()) return &KernelAvx2<K>;
+#if defined(KVSERVE_SIMD_AVX2)
+  if (CpuHasAvx2()) return &KernelAvx2<K>;
 #endif
   return &KernelPortable<K>;
 }
 
 template <WeightKind K>
 WidenFn PickWiden() {
-#if defined(KVSERVE_GEMV_AVX2)
-  if (HasAvx2()) return &WidenAvx2<K>;
+#if defined(KVSERVE_SIMD_AVX2)
+  if (CpuHasAvx2()) return &WidenAvx2<K>;
 #endif
   return &WidenPortable<K>;
 }
@@ -265,12 +243,6 @@ WidenFn WidenFor(at::ScalarType dtype) {
   return nullptr;
 }
 
-// Work split: a few parts per thread, so that a thread slowed by another process on its
-// core does not hold the step back, each a whole number of blocks.
-int64_t PartCount(int64_t blocks) {
-  return std::clamp<int64_t>(int64_t{4} * compat::NumThreads(), 1, blocks);
-}
-
 }  // namespace
 
 bool IsGemvWeightDtype(at::ScalarType dtype) {
@@ -288,9 +260,9 @@ at::Tensor MultiRowGemv(const at::Tensor& x, const at::Tensor& w) {
   const KernelFn kernel = KernelFor(w.scalar_type());
   at::Tensor y = at::empty({rows, out}, x.options());
   const float* xp = x.data_ptr<float>();
-#if defined(KVSERVE_GEMV_AVX2)
+#if defined(KVSERVE_SIMD_AVX2)
   thread_local std::vector<float> permuted;  // reused: no allocation per projection
-  if (w.scalar_type() == at::kBFloat16 && HasAvx2()) {
+  if (w.scalar_type() == at::kBFloat16 && CpuHasAvx2()) {
     permuted.resize(static_cast<size_t>(rows * in));
     PermuteForBf16(xp, permuted.data(), rows, in);
     xp = permuted.data();
@@ -298,12 +270,8 @@ at::Tensor MultiRowGemv(const at::Tensor& x, const at::Tensor& w) {
 #endif
   const void* wp = w.data_ptr();
   float* yp = y.data_ptr<float>();
-  const int64_t blocks = (out + kBlock - 1) / kBlock;
-  const int64_t parts = PartCount(blocks);
-  ParallelFor(parts, [&](int64_t part) {
-    const int64_t begin = std::min(out, blocks * part / parts * kBlock);
-    const int64_t end = std::min(out, blocks * (part + 1) / parts * kBlock);
-    if (begin < end) kernel(xp, wp, yp, rows, in, out, begin, end);
+  ParallelForRange(out, kBlock, [&](int64_t begin, int64_t end) {
+    kernel(xp, wp, yp, rows, in, out, begin, end);
   });
   return y;
 }
@@ -317,14 +285,8 @@ at::Tensor WidenWeight(const at::Tensor& w, at::Tensor* scratch) {
   }
   const void* src = w.data_ptr();
   float* dst = scratch->data_ptr<float>();
-  constexpr int64_t kChunk = int64_t{1} << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  const int64_t parts = std::clamp<int64_t>(int64_t{4} * compat::NumThreads(), 1, chunks);
-  ParallelFor(parts, [&](int64_t part) {
-    const int64_t begin = std::min(n, chunks * part / parts * kChunk);
-    const int64_t end = std::min(n, chunks * (part + 1) / parts * kChunk);
-    if (begin < end) widen(src, dst, begin, end);
-  });
+  ParallelForRange(n, int64_t{1} << 16,
+                   [&](int64_t begin, int64_t end) { widen(src, dst, begin, end); });
   return scratch->narrow(0, 0, n).view(w.sizes());
 }
 

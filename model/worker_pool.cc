@@ -1,6 +1,7 @@
 // The spin-then-sleep worker pool behind kvserve's CPU kernels (see worker_pool.h).
 #include "model/worker_pool.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -42,9 +43,10 @@ WorkerPool::~WorkerPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void WorkerPool::RunParts() {
-  for (int64_t part = next_part_.fetch_add(1); part < parts_; part = next_part_.fetch_add(1)) {
-    (*fn_)(part);
+void WorkerPool::RunParts(Job& job) {
+  for (int64_t part = job.next.fetch_add(1); part < job.parts; part = job.next.fetch_add(1)) {
+    job.fn(part);
+    job.done.fetch_add(1, std::memory_order_release);
   }
 }
 
@@ -76,8 +78,12 @@ void WorkerPool::WorkerLoop(uint64_t seen) {
     }
     seen = now;
     if (stop_) return;
-    RunParts();
-    finished_.fetch_add(1, std::memory_order_acq_rel);
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(job_mutex_);
+      job = job_;
+    }
+    if (job != nullptr) RunParts(*job);
   }
 }
 
@@ -88,28 +94,30 @@ void WorkerPool::Run(int64_t parts, absl::FunctionRef<void(int64_t)> fn) {
     for (int64_t p = 0; p < parts; ++p) fn(p);
     return;
   }
-  fn_ = &fn;
-  parts_ = parts;
-  next_part_.store(0, std::memory_order_relaxed);
-  finished_.store(0, std::memory_order_relaxed);
-  generation_.fetch_add(1);  // publishes fn_, parts_ and the counters
+  const auto job = std::make_shared<Job>(fn, parts);
+  {
+    std::lock_guard<std::mutex> job_lock(job_mutex_);
+    job_ = job;
+  }
+  generation_.fetch_add(1);
   if (sleeping_.load() > 0) {
     std::lock_guard<std::mutex> sleep_lock(sleep_mutex_);
     sleep_cv_.notify_all();
   }
-  RunParts();
-  // Wait for the workers' last parts. Yield after a short spin: on a busy machine a worker
-  // may have been preempted, and spinning would only keep it off the core longer.
-  const int workers = static_cast<int>(workers_.size());
+  RunParts(*job);
+  // Every part is claimed now; wait for those a worker is still running. Yield after a short
+  // spin: on a busy machine that worker may have been preempted, and spinning would only
+  // keep it off the core longer.
   const auto wait_start = std::chrono::steady_clock::now();
-  for (int i = 0; finished_.load(std::memory_order_acquire) < workers; ++i) {
+  for (int i = 0; job->done.load(std::memory_order_acquire) < parts; ++i) {
     if (i < 64 || std::chrono::steady_clock::now() - wait_start < kPureSpin) {
       CpuRelax();
     } else {
       std::this_thread::yield();
     }
   }
-  fn_ = nullptr;
+  std::lock_guard<std::mutex> job_lock(job_mutex_);
+  job_.reset();
 }
 
 void ParallelFor(int64_t parts, absl::FunctionRef<void(int64_t)> fn) {
@@ -129,6 +137,19 @@ void ParallelFor(int64_t parts, absl::FunctionRef<void(int64_t)> fn) {
     current = pool;
   }
   current->Run(parts, fn);
+}
+
+void ParallelForRange(int64_t size, int64_t grain,
+                      absl::FunctionRef<void(int64_t begin, int64_t end)> fn) {
+  if (size <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t units = (size + grain - 1) / grain;
+  const int64_t parts = std::clamp<int64_t>(int64_t{4} * compat::NumThreads(), 1, units);
+  ParallelFor(parts, [&](int64_t part) {
+    const int64_t begin = std::min(size, units * part / parts * grain);
+    const int64_t end = std::min(size, units * (part + 1) / parts * grain);
+    if (begin < end) fn(begin, end);
+  });
 }
 
 }  // namespace kvserve::model

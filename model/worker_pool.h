@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,32 +30,48 @@ class WorkerPool {
 
   // Calls fn(part) once for every part in [0, parts), on the calling thread and the
   // workers, and returns when all calls have returned. Parts are claimed dynamically, so
-  // they may run in any order on any thread. Callers are serialized: a second caller waits
-  // for the first loop to finish. fn must not call Run on the same pool.
+  // they may run in any order on any thread, and the caller never waits for a worker that
+  // has not claimed a part (one the OS has not scheduled yet, on a busy machine). Callers are
+  // serialized: a second caller waits for the first loop to finish. fn must not call Run on
+  // the same pool.
   void Run(int64_t parts, absl::FunctionRef<void(int64_t)> fn);
 
  private:
+  // One loop. A worker that wakes late may still hold it after Run returned: it then finds
+  // every part claimed and never calls fn.
+  struct Job {
+    Job(absl::FunctionRef<void(int64_t)> f, int64_t n) : fn(f), parts(n) {}
+    absl::FunctionRef<void(int64_t)> fn;
+    int64_t parts;
+    std::atomic<int64_t> next{0};  // the next part to claim
+    std::atomic<int64_t> done{0};  // parts whose call has returned
+  };
+
   void WorkerLoop(uint64_t seen);
-  void RunParts();
+  static void RunParts(Job& job);
 
   std::mutex run_mutex_;  // one loop at a time
   std::vector<std::thread> workers_;
   // Incremented to publish a loop (or the stop request) to the workers.
   std::atomic<uint64_t> generation_{0};
+  std::mutex job_mutex_;      // guards job_
+  std::shared_ptr<Job> job_;  // the loop being run, if any
   // Workers that stopped spinning wait on sleep_cv_; Run notifies only when there are some.
   std::mutex sleep_mutex_;
   std::condition_variable sleep_cv_;
   std::atomic<int> sleeping_{0};
-  std::atomic<int> finished_{0};  // workers done with the current generation
-  std::atomic<int64_t> next_part_{0};
-  int64_t parts_ = 0;
-  const absl::FunctionRef<void(int64_t)>* fn_ = nullptr;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
 };
 
 // Runs fn(part) for part in [0, parts) over compat::NumThreads() threads: inline when that
 // is 1 or there is one part, otherwise on a process-wide WorkerPool of that size (rebuilt
 // when the count changes). Any thread may call; loops from different threads take turns.
 void ParallelFor(int64_t parts, absl::FunctionRef<void(int64_t)> fn);
+
+// Splits [0, size) into ranges of whole multiples of `grain` (the last may end short), a few
+// per thread so that a thread slowed by another process does not hold the loop back, and
+// calls fn(begin, end) for each over ParallelFor.
+void ParallelForRange(int64_t size, int64_t grain,
+                      absl::FunctionRef<void(int64_t begin, int64_t end)> fn);
 
 }  // namespace kvserve::model

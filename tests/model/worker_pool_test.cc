@@ -69,5 +69,23 @@ TEST(WorkerPoolTest, ParallelForFollowsTheThreadCount) {
   compat::SetNumThreads(saved);
 }
 
+TEST(WorkerPoolTest, ParallelForRangeCoversTheRangeInWholeGrains) {
+  const int saved = compat::NumThreads();
+  for (int threads : {1, 2, 3}) {
+    compat::SetNumThreads(threads);
+    for (int64_t size : {0, 1, 15, 16, 17, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(size));
+      std::atomic<int> misaligned{0};
+      ParallelForRange(size, 16, [&](int64_t begin, int64_t end) {
+        if (begin % 16 != 0 || (end % 16 != 0 && end != size) || begin >= end) ++misaligned;
+        for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      EXPECT_EQ(misaligned.load(), 0) << size;
+      for (int64_t i = 0; i < size; ++i) ASSERT_EQ(hits[i].load(), 1) << size << "/" << i;
+    }
+  }
+  compat::SetNumThreads(saved);
+}
+
 }  // namespace
 }  // namespace kvserve::model

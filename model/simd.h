@@ -1,0 +1,42 @@
+// What kvserve's hand-vectorized CPU kernels need to know about the CPU they run on.
+//
+// The kernels are compiled for AVX2 + FMA (+ F16C) inside `#pragma GCC target` regions,
+// whatever the build's -march, and chosen at run time; other compilers and CPUs take the
+// portable loops. KVSERVE_SIMD_AVX2 is defined where those regions compile.
+#pragma once
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KVSERVE_SIMD_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace kvserve::model {
+
+// True when this CPU runs the AVX2 + FMA + F16C kernels (always false without
+// KVSERVE_SIMD_AVX2).
+inline bool CpuHasAvx2() {
+#if defined(KVSERVE_SIMD_AVX2)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+#if defined(KVSERVE_SIMD_AVX2)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+// The sum of a vector's eight lanes, in a fixed order.
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+#pragma GCC pop_options
+#endif
+
+}  // namespace kvserve::model
