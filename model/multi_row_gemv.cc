@@ -26,7 +26,8 @@ using KernelFn = void (*)(const float* x, const void* w, float* y, int64_t rows,
                           int64_t out, int64_t begin, int64_t end);
 using WidenFn = void (*)(const void* w, float* dst, int64_t begin, int64_t end);
 
-// ---- Portable kernels: scalar, same per-row order as the vector ones within themselves.
+// Portable kernels (no AVX2): scalar; like the vector kernels, each row of y is computed the
+// same way whatever else is in the batch.
 
 template <WeightKind K>
 inline float LoadScalar(const void* w, int64_t i) {
