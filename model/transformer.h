@@ -32,6 +32,11 @@ struct TransformerOptions {
   c10::Device device = c10::Device(c10::kCPU);
 };
 
+// The --weight-dtype flag's help text, shared by kvserve and kvserve-generate.
+inline constexpr char kWeightDtypeFlagHelp[] =
+    "auto | float32 | bfloat16 | float16: storage of the projection weights on the CPU with "
+    "float32 activations (auto: the checkpoint's when it is 16-bit)";
+
 // Parses a --weight-dtype value: "auto" (nullopt), "float32", "bfloat16" or "float16"
 // (also fp32, bf16, fp16). InvalidArgument naming the flag and the accepted values.
 absl::StatusOr<std::optional<at::ScalarType>> ParseWeightDtype(std::string_view name);

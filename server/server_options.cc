@@ -20,10 +20,7 @@ std::vector<cli::FlagSpec> Flags() {
       {"metrics-listen", "Prometheus /metrics listen address", "off"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
-      {"weight-dtype",
-       "auto | float32 | bfloat16 | float16: storage of the projection weights on the CPU with "
-       "float32 activations (auto: the checkpoint's when it is 16-bit)",
-       "auto"},
+      {"weight-dtype", model::kWeightDtypeFlagHelp, "auto"},
       {"threads", "CPU threads for LibTorch (0: every core)", "0"},
       {"max-batch-size", "sequences in the running batch at most", "32"},
       {"max-batch-tokens", "tokens per step at most (long prefills are chunked to fit)", "2048"},

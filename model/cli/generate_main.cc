@@ -34,10 +34,7 @@ std::vector<kvserve::cli::FlagSpec> Flags() {
       {"max-new-tokens", "tokens to generate", "32"},
       {"threads", "CPU threads for LibTorch", "all cores"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
-      {"weight-dtype",
-       "auto | float32 | bfloat16 | float16: storage of the projection weights on the CPU with "
-       "float32 activations (auto: the checkpoint's when it is 16-bit)",
-       "auto"},
+      {"weight-dtype", kvserve::model::kWeightDtypeFlagHelp, "auto"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"do-sample", "sample instead of greedy decoding", "", true},
       {"temperature", "sampling temperature", "1.0"},
