@@ -26,8 +26,8 @@ inline void CpuRelax() {
 }  // namespace
 
 WorkerPool::WorkerPool(int threads) {
-  // Each worker starts from the generation at construction: one that starts late must still
-  // take part in a loop published before it ran.
+  // Each worker starts from the generation at construction, so that one whose thread starts
+  // late still wakes for a loop published before it ran (and helps if parts are left).
   const uint64_t start = generation_.load();
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, start] { WorkerLoop(start); });
 }
