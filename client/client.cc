@@ -2,6 +2,8 @@
 #include "client/client.h"
 
 #include <chrono>
+#include <map>
+#include <string>
 #include <utility>
 
 #include <grpcpp/grpcpp.h>
@@ -9,12 +11,22 @@
 namespace kvserve::client {
 namespace {
 
-// A context with the call's deadline, if any.
+// A context with the call's deadline and routing key, if any.
 void ApplyOptions(const CallOptions& options, grpc::ClientContext& context) {
   if (options.timeout.has_value()) {
     context.set_deadline(std::chrono::system_clock::now() +
                          absl::ToChronoMicroseconds(*options.timeout));
   }
+  if (!options.route.empty()) context.AddMetadata(kRouteMetadataKey, options.route);
+}
+
+// Fills `info` (when not null) from the finished call's trailing metadata.
+void TakeCallInfo(const grpc::ClientContext& context, CallInfo* info) {
+  if (info == nullptr) return;
+  const std::multimap<grpc::string_ref, grpc::string_ref>& trailers =
+      context.GetServerTrailingMetadata();
+  const auto it = trailers.find(kReplicaMetadataKey);
+  info->replica_id = it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
 }
 
 }  // namespace
@@ -35,11 +47,13 @@ std::unique_ptr<Client> Client::Connect(const std::string& target) {
 }
 
 absl::StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest& request,
-                                                      const CallOptions& options) const {
+                                                      const CallOptions& options,
+                                                      CallInfo* info) const {
   grpc::ClientContext context;
   ApplyOptions(options, context);
   v1::GenerateResponse response;
   grpc::Status status = generation_->Generate(&context, request, &response);
+  TakeCallInfo(context, info);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }
@@ -47,7 +61,7 @@ absl::StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest&
 absl::Status Client::GenerateStream(
     const v1::GenerateRequest& request,
     absl::FunctionRef<bool(const v1::GenerateStreamResponse&)> on_message,
-    const CallOptions& options) const {
+    const CallOptions& options, CallInfo* info) const {
   grpc::ClientContext context;
   ApplyOptions(options, context);
   std::unique_ptr<grpc::ClientReader<v1::GenerateStreamResponse>> reader =
@@ -62,74 +76,89 @@ absl::Status Client::GenerateStream(
       break;
     }
   }
-  return FromGrpcStatus(reader->Finish());
+  const grpc::Status status = reader->Finish();
+  TakeCallInfo(context, info);
+  return FromGrpcStatus(status);
 }
 
 absl::StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& request,
-                                                      const CallOptions& options) const {
+                                                      const CallOptions& options,
+                                                      CallInfo* info) const {
   grpc::ClientContext context;
   ApplyOptions(options, context);
   v1::TokenizeResponse response;
   grpc::Status status = generation_->Tokenize(&context, request, &response);
+  TakeCallInfo(context, info);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }
 
-absl::StatusOr<v1::ModelInfo> Client::GetModelInfo(const CallOptions& options) const {
+absl::StatusOr<v1::ModelInfo> Client::GetModelInfo(const CallOptions& options,
+                                                   CallInfo* info) const {
   grpc::ClientContext context;
   ApplyOptions(options, context);
   v1::ModelInfo response;
   grpc::Status status = generation_->GetModelInfo(&context, v1::GetModelInfoRequest(), &response);
+  TakeCallInfo(context, info);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }
 
 absl::StatusOr<v1::Prefix> Client::RegisterPrefix(const v1::RegisterPrefixRequest& request,
-                                                  const CallOptions& options) const {
+                                                  const CallOptions& options,
+                                                  CallInfo* info) const {
   grpc::ClientContext context;
   ApplyOptions(options, context);
   v1::Prefix response;
   grpc::Status status = prefix_cache_->RegisterPrefix(&context, request, &response);
+  TakeCallInfo(context, info);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }
 
-absl::StatusOr<v1::Prefix> Client::GetPrefix(const std::string& name,
-                                             const CallOptions& options) const {
+absl::StatusOr<v1::Prefix> Client::GetPrefix(const std::string& name, const CallOptions& options,
+                                             CallInfo* info) const {
   grpc::ClientContext context;
   ApplyOptions(options, context);
   v1::GetPrefixRequest request;
   request.set_name(name);
   v1::Prefix response;
   grpc::Status status = prefix_cache_->GetPrefix(&context, request, &response);
+  TakeCallInfo(context, info);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }
 
-absl::StatusOr<v1::ListPrefixesResponse> Client::ListPrefixes(const CallOptions& options) const {
+absl::StatusOr<v1::ListPrefixesResponse> Client::ListPrefixes(const CallOptions& options,
+                                                              CallInfo* info) const {
   grpc::ClientContext context;
   ApplyOptions(options, context);
   v1::ListPrefixesResponse response;
   grpc::Status status = prefix_cache_->ListPrefixes(&context, v1::ListPrefixesRequest(), &response);
+  TakeCallInfo(context, info);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }
 
-absl::Status Client::DeletePrefix(const std::string& name, const CallOptions& options) const {
+absl::Status Client::DeletePrefix(const std::string& name, const CallOptions& options,
+                                  CallInfo* info) const {
   grpc::ClientContext context;
   ApplyOptions(options, context);
   v1::DeletePrefixRequest request;
   request.set_name(name);
   v1::DeletePrefixResponse response;
-  return FromGrpcStatus(prefix_cache_->DeletePrefix(&context, request, &response));
+  const grpc::Status status = prefix_cache_->DeletePrefix(&context, request, &response);
+  TakeCallInfo(context, info);
+  return FromGrpcStatus(status);
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::CheckHealth(
-    const CallOptions& options) const {
+    const CallOptions& options, CallInfo* info) const {
   grpc::ClientContext context;
   ApplyOptions(options, context);
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status status = health_->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+  TakeCallInfo(context, info);
   if (!status.ok()) return FromGrpcStatus(status);
   return response.status();
 }

@@ -16,18 +16,36 @@
 
 namespace kvserve::client {
 
+// The gRPC metadata a client sends to say which replica of a fleet should serve a call: a
+// gateway hashes it consistently onto the replicas, so that calls with one key keep reaching
+// the replica whose prefix cache holds their shared prompt. kvserve only logs it.
+inline constexpr char kRouteMetadataKey[] = "x-kvserve-route";
+// The trailing metadata in which a kvserve replica names itself (its --replica-id).
+inline constexpr char kReplicaMetadataKey[] = "x-kvserve-replica";
+
 // Options of one call.
 struct CallOptions {
+  // (Each field has an initializer so that designated initializers may name any subset.)
   // The call's deadline, counted from when it starts; nullopt (default): none.
-  std::optional<absl::Duration> timeout;
+  std::optional<absl::Duration> timeout = std::nullopt;
+  // The routing key, sent as kRouteMetadataKey; empty (default): none is sent.
+  std::string route{};
+};
+
+// What a call learnt besides its answer.
+struct CallInfo {
+  // The replica that served the call (kReplicaMetadataKey); empty when the server sent none.
+  std::string replica_id;
 };
 
 // The same code and message as `status` (gRPC and absl share the canonical codes).
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-// One connection to a kvserve server. Every method blocks until the call ends, may be called
-// from any number of threads at once, and returns the server's error (or UNAVAILABLE when the
-// server cannot be reached, DEADLINE_EXCEEDED when the timeout passes) as an absl::Status.
+// One connection to a kvserve server (or to a gateway in front of several). Every method blocks
+// until the call ends, may be called from any number of threads at once, and returns the
+// server's error (or UNAVAILABLE when the server cannot be reached, DEADLINE_EXCEEDED when the
+// timeout passes) as an absl::Status. When `info` is not null, it receives what the call learnt,
+// whether the call succeeded or not.
 class Client {
  public:
   // Uses `channel` (shared with whoever else holds it).
@@ -38,40 +56,46 @@ class Client {
 
   // Generation.Generate: the whole completion.
   absl::StatusOr<v1::GenerateResponse> Generate(const v1::GenerateRequest& request,
-                                                const CallOptions& options = {}) const;
+                                                const CallOptions& options = {},
+                                                CallInfo* info = nullptr) const;
 
   // Generation.GenerateStream: calls `on_message` with each message as it arrives, on the
   // calling thread. When `on_message` returns false the call is cancelled and the result is
   // CANCELLED (or OK when the server had already finished). OK once the stream is complete.
   absl::Status GenerateStream(const v1::GenerateRequest& request,
                               absl::FunctionRef<bool(const v1::GenerateStreamResponse&)> on_message,
-                              const CallOptions& options = {}) const;
+                              const CallOptions& options = {}, CallInfo* info = nullptr) const;
 
   // Generation.Tokenize.
   absl::StatusOr<v1::TokenizeResponse> Tokenize(const v1::TokenizeRequest& request,
-                                                const CallOptions& options = {}) const;
+                                                const CallOptions& options = {},
+                                                CallInfo* info = nullptr) const;
 
   // Generation.GetModelInfo.
-  absl::StatusOr<v1::ModelInfo> GetModelInfo(const CallOptions& options = {}) const;
+  absl::StatusOr<v1::ModelInfo> GetModelInfo(const CallOptions& options = {},
+                                             CallInfo* info = nullptr) const;
 
   // PrefixCache.RegisterPrefix: the prefix as the server now holds it.
   absl::StatusOr<v1::Prefix> RegisterPrefix(const v1::RegisterPrefixRequest& request,
-                                            const CallOptions& options = {}) const;
+                                            const CallOptions& options = {},
+                                            CallInfo* info = nullptr) const;
 
   // PrefixCache.GetPrefix: the prefix registered under `name` (NOT_FOUND when there is none).
-  absl::StatusOr<v1::Prefix> GetPrefix(const std::string& name,
-                                       const CallOptions& options = {}) const;
+  absl::StatusOr<v1::Prefix> GetPrefix(const std::string& name, const CallOptions& options = {},
+                                       CallInfo* info = nullptr) const;
 
   // PrefixCache.ListPrefixes: every registered prefix, sorted by name.
-  absl::StatusOr<v1::ListPrefixesResponse> ListPrefixes(const CallOptions& options = {}) const;
+  absl::StatusOr<v1::ListPrefixesResponse> ListPrefixes(const CallOptions& options = {},
+                                                        CallInfo* info = nullptr) const;
 
   // PrefixCache.DeletePrefix: removes the prefix registered under `name` (NOT_FOUND when there
   // is none).
-  absl::Status DeletePrefix(const std::string& name, const CallOptions& options = {}) const;
+  absl::Status DeletePrefix(const std::string& name, const CallOptions& options = {},
+                            CallInfo* info = nullptr) const;
 
   // grpc.health.v1.Health.Check of the server as a whole (empty service name).
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
-      const CallOptions& options = {}) const;
+      const CallOptions& options = {}, CallInfo* info = nullptr) const;
 
  private:
   std::shared_ptr<grpc::Channel> channel_;

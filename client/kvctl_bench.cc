@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 
@@ -36,10 +37,12 @@ struct Sample {
   std::optional<double> ttft_ms;
   std::vector<double> itl_ms;  // one per token after the first message's
   int64_t tokens = 0;
+  std::string replica_id;  // who served it; empty when unknown
 };
 
 Sample RunOne(const Client& client, const v1::GenerateRequest& request, const CallOptions& call) {
   Sample sample;
+  CallInfo info;
   const SteadyClock::time_point sent = SteadyClock::now();
   SteadyClock::time_point last = sent;
   sample.status = client.GenerateStream(
@@ -58,7 +61,8 @@ Sample RunOne(const Client& client, const v1::GenerateRequest& request, const Ca
         sample.tokens += n;
         return true;
       },
-      call);
+      call, &info);
+  sample.replica_id = std::move(info.replica_id);
   return sample;
 }
 
@@ -235,6 +239,7 @@ BenchReport RunBench(const Client& client, const BenchOptions& options, const v1
   std::vector<double> ttft_ms;
   std::vector<double> itl_ms;
   for (const Sample& s : samples) {
+    ++report.requests_by_replica[s.replica_id];
     report.output_tokens += s.tokens;
     if (s.status.ok()) {
       ++report.succeeded;
@@ -270,6 +275,16 @@ std::string BenchReportText(const BenchReport& r) {
   absl::StrAppend(
       &out, absl::StrFormat("output tokens: %d in %.3f s: %.1f tokens/s, %.2f requests/s\n",
                             r.output_tokens, r.wall_s, r.output_tokens_per_s, r.requests_per_s));
+  // Through a gateway: how the requests spread over the replicas.
+  const bool any_named = std::any_of(r.requests_by_replica.begin(), r.requests_by_replica.end(),
+                                     [](const auto& entry) { return !entry.first.empty(); });
+  if (any_named) {
+    std::vector<std::string> counts;
+    for (const auto& [replica, n] : r.requests_by_replica) {
+      counts.push_back(absl::StrCat(replica.empty() ? "unknown" : replica, "=", n));
+    }
+    absl::StrAppend(&out, "replicas: ", absl::StrJoin(counts, " "), "\n");
+  }
   return out;
 }
 
@@ -293,6 +308,8 @@ std::string BenchReportJson(const BenchReport& r) {
       {"requests_per_s", r.requests_per_s},
       {"ttft_ms", SummaryJson(r.ttft_ms)},
       {"itl_ms", SummaryJson(r.itl_ms)},
+      {"route", o.call.route},
+      {"requests_by_replica", r.requests_by_replica},
   };
   return json.dump();
 }

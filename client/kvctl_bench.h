@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct BenchReport {
   double requests_per_s = 0;  // succeeded / wall_s
   LatencySummary ttft_ms;     // send to first message with tokens, per request
   LatencySummary itl_ms;      // gap between token arrivals, per token
+  // Requests (failed ones included) by the replica that served them (x-kvserve-replica); those
+  // whose server named none are under "".
+  std::map<std::string, int> requests_by_replica;
 };
 
 // The flags of `kvctl bench`.

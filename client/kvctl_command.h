@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "client/client.h"
 #include "client/flags.h"
 #include "model/cli/command_line.h"
@@ -18,12 +19,23 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitRpcError = 1;  // also: not SERVING
 inline constexpr int kExitBadFlags = 2;
 
-// What every command takes: where to connect, the per-call deadline, the output format.
+// What every command takes: where to connect, the per-call deadline and routing key, the
+// output format.
 struct Globals {
   std::string target;  // "host:port"
   CallOptions call;    // applied to each call
   bool json = false;   // --output json: proto3 JSON instead of text
 };
+
+// The flags every command takes (--target, --timeout-ms, --output, --route), before or after
+// the command's name.
+std::vector<cli::FlagSpec> GlobalFlagSpecs();
+
+// The global flags' values from a command's parsed flags. The routing key is --route when
+// given (`--route=` sends none), else the command's --prefix, else its --name (prefix
+// register/get/delete), so that a prefix's registration and the requests naming it reach the
+// same replica; else none. InvalidArgument naming the flag for a malformed value.
+absl::StatusOr<Globals> ParseGlobals(const ParsedFlags& flags);
 
 // A command's body: runs with its flags parsed against its specs and returns the exit code.
 using RunFn = int (*)(const Globals&, const ParsedFlags&);

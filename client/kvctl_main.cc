@@ -23,14 +23,6 @@
 namespace kvserve::client {
 namespace {
 
-std::vector<cli::FlagSpec> GlobalFlagSpecs() {
-  return {
-      {"target", "server address HOST:PORT", "127.0.0.1:50051"},
-      {"timeout-ms", "deadline of each call in milliseconds", "none"},
-      {"output", "text or json (proto3 JSON mapping)", "text"},
-  };
-}
-
 bool IsGlobalValueFlag(const std::string& name) {
   for (const cli::FlagSpec& spec : GlobalFlagSpecs()) {
     if (spec.name == name) return true;
@@ -38,11 +30,17 @@ bool IsGlobalValueFlag(const std::string& name) {
   return false;
 }
 
+// " replica=ID" when the server named itself; empty otherwise.
+std::string ReplicaSuffix(const CallInfo& info) {
+  return info.replica_id.empty() ? "" : absl::StrCat(" replica=", info.replica_id);
+}
+
 int RunGenerate(const Globals& globals, const ParsedFlags& flags) {
   absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest(flags);
   if (!request.ok()) return BadFlags("generate", request.status());
+  CallInfo info;
   absl::StatusOr<v1::GenerateResponse> response =
-      Client::Connect(globals.target)->Generate(*request, globals.call);
+      Client::Connect(globals.target)->Generate(*request, globals.call, &info);
   if (!response.ok()) return RpcError(response.status());
   if (globals.json) {
     std::cout << ToJson(*response) << std::endl;
@@ -51,7 +49,7 @@ int RunGenerate(const Globals& globals, const ParsedFlags& flags) {
   std::cout << response->text() << std::endl;
   std::cerr << GenerationSummary(response->finish_reason(), response->usage(), response->timings(),
                                  response->cache_report())
-            << std::endl;
+            << ReplicaSuffix(info) << std::endl;
   return kExitOk;
 }
 
@@ -59,6 +57,7 @@ int RunStream(const Globals& globals, const ParsedFlags& flags) {
   absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest(flags);
   if (!request.ok()) return BadFlags("stream", request.status());
   std::optional<v1::GenerateStreamResponse> last;
+  CallInfo info;
   const absl::Status status = Client::Connect(globals.target)
                                   ->GenerateStream(
                                       *request,
@@ -71,13 +70,13 @@ int RunStream(const Globals& globals, const ParsedFlags& flags) {
                                         if (message.has_usage()) last = message;
                                         return true;
                                       },
-                                      globals.call);
+                                      globals.call, &info);
   if (!globals.json) std::cout << std::endl;
   if (!status.ok()) return RpcError(status);
   if (!globals.json && last.has_value()) {
     std::cerr << GenerationSummary(last->finish_reason(), last->usage(), last->timings(),
                                    last->cache_report())
-              << std::endl;
+              << ReplicaSuffix(info) << std::endl;
   }
   return kExitOk;
 }
@@ -199,8 +198,8 @@ std::string GroupUsage(const CommandGroup& group) {
 std::string TopUsage(const std::vector<Command>& commands,
                      const std::vector<CommandGroup>& groups) {
   std::string out =
-      "usage: kvctl [--target HOST:PORT] [--timeout-ms MS] [--output text|json] <command> "
-      "[flags]\n\ncommands:\n";
+      "usage: kvctl [--target HOST:PORT] [--timeout-ms MS] [--output text|json] [--route KEY] "
+      "<command> [flags]\n\ncommands:\n";
   for (const Command& command : commands) {
     absl::StrAppend(&out, absl::StrFormat("  %-9s %s\n", command.name, command.summary));
   }
@@ -219,23 +218,6 @@ std::string TopUsage(const std::vector<Command>& commands,
                   "\nexit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad flags.\n"
                   "'kvctl <command> --help' lists a command's flags.\n");
   return out;
-}
-
-absl::StatusOr<Globals> ParseGlobals(const ParsedFlags& flags) {
-  Globals globals;
-  globals.target = flags.flags.GetString("target", "127.0.0.1:50051");
-  const std::string output = flags.flags.GetString("output", "text");
-  if (output != "text" && output != "json") {
-    return absl::InvalidArgumentError("--output must be text or json");
-  }
-  globals.json = output == "json";
-  absl::StatusOr<std::optional<int64_t>> timeout_ms = flags.GetInt64("timeout-ms");
-  if (!timeout_ms.ok()) return timeout_ms.status();
-  if (timeout_ms->has_value()) {
-    if (**timeout_ms <= 0) return absl::InvalidArgumentError("--timeout-ms must be > 0");
-    globals.call.timeout = absl::Milliseconds(**timeout_ms);
-  }
-  return globals;
 }
 
 bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h"; }

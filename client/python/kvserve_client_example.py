@@ -3,7 +3,11 @@
 
 Uses Debian's python3-grpcio and python3-protobuf and the stubs generated at build time:
   PYTHONPATH=build/proto/python /usr/bin/python3 client/python/kvserve_client_example.py \
-      --target 127.0.0.1:50051
+      --target 127.0.0.1:50051 [--route KEY]
+
+With --route, every call carries the routing key as gRPC metadata x-kvserve-route, which a
+gateway in front of several replicas hashes to pick the replica; each replica names itself in
+the trailing metadata x-kvserve-replica, printed as "replica:".
 """
 import argparse
 import os
@@ -31,18 +35,33 @@ def summary(message) -> str:
     )
 
 
+ROUTE_METADATA_KEY = "x-kvserve-route"
+REPLICA_METADATA_KEY = "x-kvserve-replica"
+
+
+def replica_of(call) -> str:
+    """The replica that served a finished call, from its trailing metadata ("-" when none)."""
+    for key, value in call.trailing_metadata() or ():
+        if key == REPLICA_METADATA_KEY:
+            return value
+    return "-"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="127.0.0.1:50051", help="kvserve address HOST:PORT")
     parser.add_argument("--prompt", default="Hello, my name is", help="text to continue")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
+    parser.add_argument("--route", default="",
+                        help="routing key sent as x-kvserve-route metadata (default: none)")
     args = parser.parse_args()
+    metadata = ((ROUTE_METADATA_KEY, args.route),) if args.route else None
 
     with grpc.insecure_channel(args.target) as channel:
         try:
             health = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=args.timeout)
+                health_pb2.HealthCheckRequest(), timeout=args.timeout, metadata=metadata)
             print("health:", health_pb2.HealthCheckResponse.ServingStatus.Name(health.status))
 
             stub = generation_pb2_grpc.GenerationStub(channel)
@@ -50,19 +69,23 @@ def main() -> int:
                 prompt=args.prompt,
                 sampling=generation_pb2.SamplingParams(max_new_tokens=args.max_new_tokens))
 
-            response = stub.Generate(request, timeout=args.timeout)
+            response, call = stub.Generate.with_call(request, timeout=args.timeout,
+                                                     metadata=metadata)
             print(f"generate: {response.text!r}")
             print(f"  token_ids: {list(response.token_ids)}")
             print(f"  {summary(response)}")
+            print(f"  replica: {replica_of(call)}")
 
             print("stream: ", end="", flush=True)
             last = None
-            for message in stub.GenerateStream(request, timeout=args.timeout):
+            stream = stub.GenerateStream(request, timeout=args.timeout, metadata=metadata)
+            for message in stream:
                 print(message.text, end="", flush=True)
                 last = message
             print()
             if last is not None:
                 print(f"  {summary(last)}")
+            print(f"  replica: {replica_of(stream)}")
         except grpc.RpcError as error:
             print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
             return 1

@@ -1,5 +1,6 @@
 // Tests of the C++ client against an in-process fake server: every call (prefix calls
-// included), stream cancel and deadline, and gRPC-to-absl status conversion.
+// included), stream cancel and deadline, the routing key and replica metadata, and
+// gRPC-to-absl status conversion.
 #include "client/client.h"
 
 #include <vector>
@@ -174,15 +175,94 @@ TEST_F(ClientTest, RegisterPrefixErrorKeepsCodeAndMessage) {
   EXPECT_EQ(prefix.status().message(), "content: one of text, token_ids, messages is required");
 }
 
+TEST(ClientRouteTest, EveryCallSendsTheRouteAndLearnsTheReplica) {
+  FakeServer server("replica-7");
+  const std::unique_ptr<Client> client = Client::Connect(server.target());
+  const CallOptions call{.timeout = absl::Seconds(10), .route = "tenant-a"};
+  v1::GenerateRequest generate;
+  generate.set_prompt("abc");
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text("A");
+  v1::RegisterPrefixRequest prefix;
+  prefix.set_name("sys");
+  prefix.set_text("Hi");
+  // Each call starts with an info naming another replica, which the call must overwrite.
+  auto fresh = [] { return CallInfo{.replica_id = "stale"}; };
+  std::vector<std::string> replicas;
+
+  CallInfo info = fresh();
+  ASSERT_TRUE(client->Generate(generate, call, &info).ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client
+                  ->GenerateStream(
+                      generate, [](const auto&) { return true; }, call, &info)
+                  .ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client->Tokenize(tokenize, call, &info).ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client->GetModelInfo(call, &info).ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client->RegisterPrefix(prefix, call, &info).ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client->GetPrefix("sys", call, &info).ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client->ListPrefixes(call, &info).ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client->DeletePrefix("sys", call, &info).ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client->CheckHealth(call, &info).ok());
+  replicas.push_back(info.replica_id);
+
+  EXPECT_EQ(replicas, std::vector<std::string>(9, "replica-7"));
+  EXPECT_EQ(server.replica().routes(), std::vector<std::string>(9, "tenant-a"));
+}
+
+TEST(ClientRouteTest, NoRouteSendsNoMetadata) {
+  FakeServer server;
+  const std::unique_ptr<Client> client = Client::Connect(server.target());
+  ASSERT_TRUE(client->GetModelInfo(CallOptions{.timeout = absl::Seconds(10)}).ok());
+  ASSERT_TRUE(client->ListPrefixes().ok());
+  EXPECT_THAT(server.replica().routes(), ElementsAre("", ""));
+}
+
+TEST(ClientRouteTest, AFailedCallStillNamesItsReplica) {
+  FakeServer server("replica-2");
+  const std::unique_ptr<Client> client = Client::Connect(server.target());
+  CallInfo info;
+  absl::StatusOr<v1::GenerateResponse> response =
+      client->Generate(v1::GenerateRequest(), CallOptions{.route = "k"}, &info);
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(info.replica_id, "replica-2");
+  v1::GenerateRequest bad;
+  bad.set_prompt("x");
+  bad.mutable_cache()->set_cache_implementation("unknown");
+  info = CallInfo();
+  EXPECT_FALSE(client
+                   ->GenerateStream(
+                       bad, [](const auto&) { return true; }, {}, &info)
+                   .ok());
+  EXPECT_EQ(info.replica_id, "replica-2");
+}
+
 TEST(ClientUnreachableTest, NoServerIsAnError) {
   std::string target;
   {
     FakeServer gone;
     target = gone.target();
   }
+  CallInfo info{.replica_id = "stale"};
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> health =
-      Client::Connect(target)->CheckHealth(CallOptions{.timeout = absl::Seconds(10)});
+      Client::Connect(target)->CheckHealth(CallOptions{.timeout = absl::Seconds(10)}, &info);
   ASSERT_FALSE(health.ok());
+  EXPECT_EQ(info.replica_id, "");  // no replica answered
   EXPECT_THAT(health.status().code(), ::testing::AnyOf(absl::StatusCode::kUnavailable,
                                                        absl::StatusCode::kDeadlineExceeded));
 }

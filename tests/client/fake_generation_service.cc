@@ -2,6 +2,7 @@
 #include "fake_generation_service.h"
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -121,6 +122,7 @@ v1::ModelInfo FakeModelInfo() {
 grpc::ServerUnaryReactor* FakeGenerationService::Generate(grpc::CallbackServerContext* context,
                                                           const v1::GenerateRequest* request,
                                                           v1::GenerateResponse* response) {
+  replica_->Serve(context);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (request->input_case() == v1::GenerateRequest::INPUT_NOT_SET) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -142,12 +144,14 @@ grpc::ServerUnaryReactor* FakeGenerationService::Generate(grpc::CallbackServerCo
 
 grpc::ServerWriteReactor<v1::GenerateStreamResponse>* FakeGenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  replica_->Serve(context);
   return new StreamReactor(*request);
 }
 
 grpc::ServerUnaryReactor* FakeGenerationService::Tokenize(grpc::CallbackServerContext* context,
                                                           const v1::TokenizeRequest* request,
                                                           v1::TokenizeResponse* response) {
+  replica_->Serve(context);
   if (!request->has_add_special_tokens() || request->add_special_tokens()) {
     response->add_token_ids(1);
   }
@@ -160,6 +164,7 @@ grpc::ServerUnaryReactor* FakeGenerationService::Tokenize(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* FakeGenerationService::GetModelInfo(
     grpc::CallbackServerContext* context, const v1::GetModelInfoRequest* request,
     v1::ModelInfo* response) {
+  replica_->Serve(context);
   *response = FakeModelInfo();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -169,6 +174,7 @@ grpc::ServerUnaryReactor* FakeGenerationService::GetModelInfo(
 grpc::ServerUnaryReactor* FakeHealthService::Check(
     grpc::CallbackServerContext* context, const grpc::health::v1::HealthCheckRequest* request,
     grpc::health::v1::HealthCheckResponse* response) {
+  replica_->Serve(context);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!request->service().empty()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service"));
@@ -179,7 +185,7 @@ grpc::ServerUnaryReactor* FakeHealthService::Check(
   return reactor;
 }
 
-FakeServer::FakeServer() {
+FakeServer::FakeServer(std::string replica_id) : replica_(std::move(replica_id)) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);

@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "fake_prefix_cache_service.h"
+#include "fake_replica.h"
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "kvserve/v1/generation.grpc.pb.h"
 
@@ -26,8 +27,11 @@ v1::ModelInfo FakeModelInfo();
 // - Tokenize: one id per byte of text (the byte's value), BOS first unless
 //   add_special_tokens=false.
 // - GetModelInfo: FakeModelInfo().
+// Every call is served as `replica` (its routing key logged, the replica's id sent back).
 class FakeGenerationService final : public v1::Generation::CallbackService {
  public:
+  explicit FakeGenerationService(FakeReplica* replica) : replica_(replica) {}
+
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const v1::GenerateRequest* request,
                                      v1::GenerateResponse* response) override;
@@ -39,36 +43,47 @@ class FakeGenerationService final : public v1::Generation::CallbackService {
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request,
                                          v1::ModelInfo* response) override;
+
+ private:
+  FakeReplica* const replica_;  // not owned
 };
 
-// Health.Check answers `status` for the empty service name, NOT_FOUND for any other.
+// Health.Check answers `status` for the empty service name, NOT_FOUND for any other; served as
+// `replica`.
 class FakeHealthService final : public grpc::health::v1::Health::CallbackService {
  public:
-  explicit FakeHealthService(grpc::health::v1::HealthCheckResponse::ServingStatus status)
-      : status_(status) {}
+  FakeHealthService(FakeReplica* replica,
+                    grpc::health::v1::HealthCheckResponse::ServingStatus status)
+      : replica_(replica), status_(status) {}
   grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
                                   const grpc::health::v1::HealthCheckRequest* request,
                                   grpc::health::v1::HealthCheckResponse* response) override;
 
  private:
+  FakeReplica* const replica_;  // not owned
   grpc::health::v1::HealthCheckResponse::ServingStatus status_;
 };
 
 // The fakes (Generation, PrefixCache, Health) served on 127.0.0.1 at a free port until
-// destroyed.
+// destroyed, as one replica called `replica_id`.
 class FakeServer {
  public:
-  FakeServer();
+  static constexpr char kDefaultReplicaId[] = "fake-replica";
+
+  explicit FakeServer(std::string replica_id = kDefaultReplicaId);
   ~FakeServer();
   // "127.0.0.1:PORT".
   std::string target() const { return target_; }
   // The PrefixCache fake, to see what the client sent.
   const FakePrefixCacheService& prefix_cache() const { return prefix_cache_; }
+  // The replica every fake serves as, to see the routing keys the client sent.
+  const FakeReplica& replica() const { return replica_; }
 
  private:
-  FakeGenerationService generation_;
-  FakePrefixCacheService prefix_cache_;
-  FakeHealthService health_{grpc::health::v1::HealthCheckResponse::SERVING};
+  FakeReplica replica_;
+  FakeGenerationService generation_{&replica_};
+  FakePrefixCacheService prefix_cache_{&replica_};
+  FakeHealthService health_{&replica_, grpc::health::v1::HealthCheckResponse::SERVING};
   std::unique_ptr<grpc::Server> server_;
   std::string target_;
 };

@@ -41,6 +41,7 @@ grpc::Status NotFound(const std::string& name) {
 grpc::ServerUnaryReactor* FakePrefixCacheService::RegisterPrefix(
     grpc::CallbackServerContext* context, const v1::RegisterPrefixRequest* request,
     v1::Prefix* response) {
+  replica_->Serve(context);
   absl::MutexLock lock(&mu_);
   last_register_request_ = *request;
   if (request->name().empty()) {
@@ -72,6 +73,7 @@ grpc::ServerUnaryReactor* FakePrefixCacheService::RegisterPrefix(
 grpc::ServerUnaryReactor* FakePrefixCacheService::GetPrefix(grpc::CallbackServerContext* context,
                                                             const v1::GetPrefixRequest* request,
                                                             v1::Prefix* response) {
+  replica_->Serve(context);
   absl::MutexLock lock(&mu_);
   auto it = prefixes_.find(request->name());
   if (it == prefixes_.end()) return FinishWith(context, NotFound(request->name()));
@@ -82,6 +84,7 @@ grpc::ServerUnaryReactor* FakePrefixCacheService::GetPrefix(grpc::CallbackServer
 grpc::ServerUnaryReactor* FakePrefixCacheService::ListPrefixes(
     grpc::CallbackServerContext* context, const v1::ListPrefixesRequest* request,
     v1::ListPrefixesResponse* response) {
+  replica_->Serve(context);
   absl::MutexLock lock(&mu_);
   for (const auto& [name, prefix] : prefixes_) *response->add_prefixes() = prefix;
   return FinishWith(context, grpc::Status::OK);
@@ -90,6 +93,7 @@ grpc::ServerUnaryReactor* FakePrefixCacheService::ListPrefixes(
 grpc::ServerUnaryReactor* FakePrefixCacheService::DeletePrefix(
     grpc::CallbackServerContext* context, const v1::DeletePrefixRequest* request,
     v1::DeletePrefixResponse* response) {
+  replica_->Serve(context);
   absl::MutexLock lock(&mu_);
   if (prefixes_.erase(request->name()) == 0) return FinishWith(context, NotFound(request->name()));
   return FinishWith(context, grpc::Status::OK);

@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/synchronization/mutex.h"
+#include "fake_replica.h"
 #include "kvserve/v1/prefix.grpc.pb.h"
 
 namespace kvserve::client::testing {
@@ -22,8 +23,11 @@ namespace kvserve::client::testing {
 //   true, cache_implementation "static").
 // - GetPrefix, DeletePrefix: NOT_FOUND "prefix 'NAME' is not registered" for an unknown name.
 // - ListPrefixes: every prefix, sorted by name.
+// Every call is served as `replica` (its routing key logged, the replica's id sent back).
 class FakePrefixCacheService final : public v1::PrefixCache::CallbackService {
  public:
+  explicit FakePrefixCacheService(FakeReplica* replica) : replica_(replica) {}
+
   static constexpr int64_t kFakeBytesPerToken = 256;
   static constexpr int64_t kFakeCreatedAtSeconds = 1700000000;  // 2023-11-14T22:13:20Z
   static constexpr char kFakeFingerprint[] = "0123456789abcdef0123456789abcdef";
@@ -45,6 +49,7 @@ class FakePrefixCacheService final : public v1::PrefixCache::CallbackService {
   v1::RegisterPrefixRequest last_register_request() const;
 
  private:
+  FakeReplica* const replica_;  // not owned
   mutable absl::Mutex mu_;
   std::map<std::string, v1::Prefix> prefixes_ ABSL_GUARDED_BY(mu_);
   int64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;

@@ -2,7 +2,10 @@
 // in-process fake server with exact counts.
 #include "client/kvctl_bench.h"
 
+#include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -123,6 +126,7 @@ TEST(RunBenchTest, CountsEveryTokenAgainstAFakeServer) {
   options.prompt_tokens = 6;
   options.max_new_tokens = 4;
   options.warmup = 1;
+  options.call.route = "bench-key";
   std::vector<std::pair<std::string, int>> ends;
   const BenchReport report =
       RunBench(*client, options, FakeModelInfo(), [&](const std::string& phase, int done, int n) {
@@ -148,6 +152,13 @@ TEST(RunBenchTest, CountsEveryTokenAgainstAFakeServer) {
   EXPECT_TRUE(json["ttft_ms"]["p50"].is_number());
   EXPECT_TRUE(json["itl_ms"]["p99"].is_number());
   EXPECT_THAT(BenchReportText(report), HasSubstr("succeeded: 5  errors: 0"));
+
+  // Every request (warm-up included) carried the route; the replica served the measured ones.
+  EXPECT_EQ(server.replica().routes(), std::vector<std::string>(6, "bench-key"));
+  EXPECT_EQ(report.requests_by_replica, (std::map<std::string, int>{{"fake-replica", 5}}));
+  EXPECT_EQ(json["route"], "bench-key");
+  EXPECT_EQ(json["requests_by_replica"], nlohmann::json({{"fake-replica", 5}}));
+  EXPECT_THAT(BenchReportText(report), HasSubstr("replicas: fake-replica=5\n"));
 }
 
 TEST(RunBenchTest, FailedRequestsAreCountedNotFatal) {
@@ -167,6 +178,9 @@ TEST(RunBenchTest, FailedRequestsAreCountedNotFatal) {
   const nlohmann::json json = nlohmann::json::parse(BenchReportJson(report));
   EXPECT_TRUE(json["ttft_ms"]["p50"].is_null());
   EXPECT_EQ(json["requests_per_s"], 0.0);
+  // Failed requests count by replica too; no route was sent.
+  EXPECT_EQ(report.requests_by_replica, (std::map<std::string, int>{{"fake-replica", 4}}));
+  EXPECT_EQ(server.replica().routes(), std::vector<std::string>(4, ""));
 }
 
 }  // namespace
