@@ -9,7 +9,8 @@ packages=(
   libspdlog-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libre2-dev prometheus-cpp-dev
   libonig-dev libutf8proc-dev libyaml-cpp-dev
-  python3-grpcio python3-protobuf python3-numpy
+  python3-grpcio python3-protobuf python3-numpy python3-yaml
+  nginx
 )
 
 missing=()
@@ -26,6 +27,13 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # The gateway test runs its own nginx on loopback ports; the system service that Debian starts
+  # when it installs nginx (on port 80) is not needed. Stopped only when installed just now.
+  if [[ " ${missing[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null 2>&1 &&
+    systemctl is-active --quiet nginx 2>/dev/null; then
+    echo "setup: stopping and disabling the nginx service that the install started"
+    "${sudo_cmd[@]}" systemctl disable --now nginx || true
+  fi
 else
   echo "setup: all ${#packages[@]} Debian packages present"
 fi
