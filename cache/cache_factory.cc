@@ -11,6 +11,7 @@
 #include "cache/offload_stream.h"
 #include "cache/offloaded_layer.h"
 #include "cache/quantized_layer.h"
+#include "cache/quantizer.h"
 #include "cache/quanto_quantizer.h"
 #include "cache/static_layer.h"
 #include "cache/static_sliding_window_layer.h"
@@ -58,7 +59,37 @@ absl::StatusOr<std::unique_ptr<CacheLayer>> MakeLayer(const CacheSpec& spec,
   return absl::InternalError("no layer class for this cache spec");
 }
 
+// A quantized cache refuses sliding and chunked layers, as the reference does.
+absl::Status CheckLayerTypes(const CacheSpec& spec, const std::vector<LayerSpec>& layers) {
+  if (spec.implementation != CacheImplementation::kQuantized) return absl::OkStatus();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].is_sliding()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cache_implementation 'quantized' supports only full_attention layers; layer ", i, " is ",
+          std::string(LayerTypeName(layers[i].type))));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status CheckSpecForModel(const CacheSpec& spec, const std::vector<LayerSpec>& layers,
+                               int64_t head_dim) {
+  if (absl::Status s = CheckLayerTypes(spec, layers); !s.ok()) return s;
+  if (spec.implementation != CacheImplementation::kQuantized) return absl::OkStatus();
+  const QuantizedSpec& q = spec.quantized;
+  if (q.backend == QuantizationBackend::kFp8) return absl::OkStatus();
+  // Quanto groups per token along axis 0, HQQ along axis 1; per-token groups split head_dim.
+  const int per_token_axis = q.backend == QuantizationBackend::kQuanto ? 0 : 1;
+  for (int axis : {q.axis_key, q.axis_value}) {
+    const GroupAxis group_axis =
+        axis == per_token_axis ? GroupAxis::kPerToken : GroupAxis::kPerChannel;
+    absl::StatusOr<int64_t> group = EffectiveGroup(group_axis, q.q_group_size, head_dim);
+    if (!group.ok()) return group.status();
+  }
+  return absl::OkStatus();
+}
 
 int64_t StaticCacheLength(int64_t max_length, std::optional<int64_t> configured) {
   return std::max<int64_t>(max_length - 1, configured.value_or(0));
@@ -74,12 +105,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const CacheSpec& spec,
   }
   for (size_t i = 0; i < layers.size(); ++i) {
     if (absl::Status s = ValidateLayerSpec(layers[i], static_cast<int>(i)); !s.ok()) return s;
-    if (spec.implementation == CacheImplementation::kQuantized && layers[i].is_sliding()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cache_implementation 'quantized' supports only full_attention layers; layer ", i, " is ",
-          std::string(LayerTypeName(layers[i].type))));
-    }
   }
+  if (absl::Status s = CheckLayerTypes(spec, layers); !s.ok()) return s;
   std::shared_ptr<OffloadStream> stream;
   if (spec.is_offloaded()) stream = std::make_shared<OffloadStream>();
   std::vector<std::unique_ptr<CacheLayer>> made;

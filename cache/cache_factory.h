@@ -24,6 +24,14 @@ namespace kvserve::cache {
 absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(const CacheSpec& spec,
                                                    const std::vector<LayerSpec>& layers);
 
+// Whether `spec` can serve a model with `layers` of `head_dim`, checked before any cache is
+// built (so a request is refused at validation, not at its first step). InvalidArgument
+// starting with the parameter at fault: a quantized cache meets a sliding or chunked layer
+// ("cache_implementation ..."), or a per-token q_group_size does not divide head_dim
+// ("cache_config.q_group_size ...").
+absl::Status CheckSpecForModel(const CacheSpec& spec, const std::vector<LayerSpec>& layers,
+                               int64_t head_dim);
+
 // The cache of an encoder-decoder model as the reference's generate() builds it: the
 // self-attention cache from `spec` and `decoder_layers`; the cross-attention cache (full
 // attention, one layer per decoder layer) dynamic for 'dynamic' and 'offloaded', and for

@@ -25,6 +25,16 @@ constexpr std::array<std::pair<std::string_view, CacheImplementation>, 5> kImple
     {"quantized", CacheImplementation::kQuantized},
 }};
 
+// A caller's string as an error message quotes it: at most 64 bytes (cut on a UTF-8 character
+// boundary), so that a huge value cannot make the error itself too large to send.
+std::string Quoted(std::string_view value) {
+  constexpr size_t kMaxBytes = 64;
+  if (value.size() <= kMaxBytes) return std::string(value);
+  size_t cut = kMaxBytes;
+  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(std::string(value.substr(0, cut)), "... (", value.size(), " bytes)");
+}
+
 absl::StatusOr<CacheImplementation> ParseImplementation(std::string_view name) {
   if (name.empty()) return CacheImplementation::kDynamic;
   for (const auto& [n, impl] : kImplementations) {
@@ -53,7 +63,7 @@ absl::StatusOr<CacheImplementation> ParseImplementation(std::string_view name) {
         "cache_implementation 'paged' is not supported (kvserve batches requests itself); ",
         kImplementationsAllowed));
   }
-  return absl::InvalidArgumentError(absl::StrCat("cache_implementation '", std::string(name),
+  return absl::InvalidArgumentError(absl::StrCat("cache_implementation '", Quoted(name),
                                                  "' is not supported; ", kImplementationsAllowed));
 }
 
@@ -100,7 +110,7 @@ absl::StatusOr<QuantizedSpec> ParseQuantized(const QuantizationConfig& config) {
   } else if (backend == "fp8") {
     q.backend = QuantizationBackend::kFp8;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("cache_config.backend '", backend,
+    return absl::InvalidArgumentError(absl::StrCat("cache_config.backend '", Quoted(backend),
                                                    "' is not supported; allowed: quanto, hqq, "
                                                    "fp8 (case-sensitive)"));
   }
@@ -175,7 +185,7 @@ absl::StatusOr<QuantizationConfig> ParseQuantizationConfigJson(std::string_view 
   nlohmann::json parsed = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cache_config is not valid JSON: ", std::string(json)));
+        absl::StrCat("cache_config is not valid JSON: ", Quoted(json)));
   }
   if (!parsed.is_object()) {
     return absl::InvalidArgumentError("cache_config must be a JSON object");
@@ -197,12 +207,12 @@ absl::StatusOr<QuantizationConfig> ParseQuantizationConfigJson(std::string_view 
     if (key == "q_group_size") field = &config.q_group_size;
     if (key == "residual_length") field = &config.residual_length;
     if (field == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cache_config key '", key, "' is not supported; ", kConfigKeysAllowed));
+      return absl::InvalidArgumentError(absl::StrCat("cache_config key '", Quoted(key),
+                                                     "' is not supported; ", kConfigKeysAllowed));
     }
     if (!value.is_number_integer()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cache_config.", key, " must be an integer, got ", value.dump()));
+          absl::StrCat("cache_config.", key, " must be an integer, got ", Quoted(value.dump())));
     }
     *field = value.get<int64_t>();
   }

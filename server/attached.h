@@ -2,15 +2,12 @@
 // loading, so that health can answer); until then its calls are UNAVAILABLE.
 #pragma once
 
-#include <grpcpp/support/server_callback.h>
-
 #include <memory>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "server/status_mapping.h"
 
 namespace kvserve::server {
 
@@ -32,13 +29,6 @@ class Attached {
   const T* get() const {
     absl::MutexLock lock(&mu_);
     return value_.get();
-  }
-  // The attached value; while the model loads, finishes `reactor` with UNAVAILABLE and
-  // returns null (the handler then returns the reactor).
-  const T* GetOrFinish(grpc::ServerUnaryReactor* reactor) const {
-    const T* value = get();
-    if (value == nullptr) reactor->Finish(ToGrpcStatus(ModelLoadingError()));
-    return value;
   }
 
  private:

@@ -1,7 +1,13 @@
 // GenerationService: unary and streaming reactors that connect gRPC calls to engine sinks.
+//
+// Lifetimes: a Generate reactor is shared by gRPC (until OnDone) and the engine (until it
+// drops the request's sink, after the terminal event). Each holds a reference; the last one
+// released deletes the reactor, so neither side can touch it after the other freed it.
 #include "server/generation_service.h"
 
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +18,8 @@
 #include "absl/time/clock.h"
 #include "server/engine.h"
 #include "server/status_mapping.h"
+#include "server/unary_answer.h"
+#include "server/wire_codec.h"
 
 namespace kvserve::server {
 namespace {
@@ -45,90 +53,150 @@ void SetSummary(const GenerationSummary& s, Message* m) {
   m->mutable_cache_report()->set_offload_fallback(s.offload_fallback);
 }
 
-// The request's arrival time and the client's deadline (InfiniteFuture when it set none).
-void Stamp(const grpc::CallbackServerContext& context, GenerationRequest* request) {
-  request->arrival_time = absl::Now();
+// The client's deadline, InfiniteFuture when it set none.
+absl::Time ClientDeadline(const grpc::CallbackServerContext& context) {
   const auto deadline = context.deadline();
   // gRPC reports "no deadline" as a time far in the future.
   if (deadline < std::chrono::system_clock::now() + std::chrono::hours(24 * 365 * 100)) {
-    request->deadline = absl::FromChrono(deadline);
+    return absl::FromChrono(deadline);
   }
+  return absl::InfiniteFuture();
 }
 
-// Starts a Generate call of either kind: submits `request` with a sink of the call's own Sink
-// type and remembers the engine's id (for OnCancel), or finishes the call with the error.
+// Parses and validates a raw GenerateRequest into what the engine runs, stamped with its
+// arrival time and deadline. Tokenizing and rendering stop when the client cancels.
+absl::StatusOr<GenerationRequest> ParseGenerate(grpc::CallbackServerContext* context,
+                                                const grpc::ByteBuffer& raw,
+                                                const ServedModel* served) {
+  if (served == nullptr) return ModelLoadingError();
+  const absl::Time arrival = absl::Now();
+  v1::GenerateRequest request;
+  absl::Status wire = ParseWireMessage(raw, &request);
+  if (!wire.ok()) return wire;
+  const ParseContext parse_context{.deadline = ClientDeadline(*context),
+                                   .cancelled = [context] { return context->IsCancelled(); }};
+  absl::StatusOr<GenerationRequest> parsed = served->parser->Parse(request, parse_context);
+  if (!parsed.ok()) return parsed;
+  parsed->arrival_time = arrival;
+  parsed->deadline = parse_context.deadline;
+  return parsed;
+}
+
+// The engine's handle on a call: forwards its events and keeps the call alive until the
+// engine drops it.
 template <typename Call>
-void SubmitOrFinish(Call& call, absl::StatusOr<GenerationRequest> request) {
-  if (!request.ok()) {
-    call.Finish(ToGrpcStatus(request.status()));
-    return;
-  }
-  absl::StatusOr<RequestId> id =
-      call.engine_->Submit(*std::move(request), std::make_shared<typename Call::Sink>(&call));
-  if (!id.ok()) {
-    call.Finish(ToGrpcStatus(id.status()));
-    return;
-  }
-  absl::MutexLock lock(&call.mu_);
-  call.id_ = *id;
-}
-
-// Unary Generate: the engine's outputs accumulate in the response; the terminal event
-// finishes the call. Only the engine thread calls the sink, so it needs no lock.
-class UnaryGenerateCall final : public grpc::ServerUnaryReactor {
+class CallSink final : public RequestSink {
  public:
-  UnaryGenerateCall(Engine* engine, v1::GenerateResponse* response)
-      : engine_(engine), response_(response) {}
+  explicit CallSink(Call* call) : call_(call) { call_->Ref(); }
+  ~CallSink() override { call_->Unref(); }
+  CallSink(const CallSink&) = delete;
+  CallSink& operator=(const CallSink&) = delete;
 
-  // Submits `request`, or finishes the call at once with its error.
-  void Start(absl::StatusOr<GenerationRequest> request) {
-    SubmitOrFinish(*this, std::move(request));
+  void OnOutput(std::string_view text, absl::Span<const int32_t> token_ids) override {
+    call_->OnEngineOutput(text, token_ids);
   }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    if (id_) engine_->Cancel(*id_);
-  }
-  void OnDone() override { delete this; }
+  void OnFinish(const GenerationSummary& summary) override { call_->OnEngineFinish(summary); }
+  void OnError(const absl::Status& status) override { call_->OnEngineError(status); }
 
  private:
-  template <typename Call>
-  friend void SubmitOrFinish(Call& call, absl::StatusOr<GenerationRequest> request);
+  Call* const call_;
+};
 
-  class Sink final : public RequestSink {
-   public:
-    explicit Sink(UnaryGenerateCall* call) : call_(call) {}
-    void OnOutput(std::string_view text, absl::Span<const int32_t> token_ids) override {
-      call_->response_->mutable_text()->append(text);
-      for (int32_t id : token_ids) call_->response_->add_token_ids(id);
+// The part every Generate reactor shares: the two references (gRPC's and the engine's), the
+// engine's id of the request, and a cancel that may arrive before that id is known.
+// `Reactor` is grpc::ServerUnaryReactor or grpc::ServerWriteReactor<grpc::ByteBuffer>;
+// `Derived` implements the OnEngine* events and FinishWithError.
+template <typename Derived, typename Reactor>
+class EngineCall : public Reactor {
+ public:
+  EngineCall(Engine* engine, std::string request_id)
+      : engine_(engine), request_id_(std::move(request_id)) {}
+
+  void OnCancel() final {
+    absl::MutexLock lock(&id_mu_);
+    cancelled_ = true;
+    if (id_) engine_->Cancel(*id_);
+  }
+  void OnDone() final { Unref(); }
+
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // Parses the raw request and submits it with a sink that holds a reference to this call,
+  // or finishes the call with the request's error (an exception escaping the parser becomes
+  // INTERNAL naming the request id). Called once, from the handler.
+  void Start(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
+             const ServedModel* served, std::string_view method) {
+    // The handler's own reference: the engine may finish the request, and gRPC release its
+    // reference, before this function returns.
+    Ref();
+    absl::StatusOr<GenerationRequest> request;
+    try {
+      request = ParseGenerate(context, raw, served);
+    } catch (const std::exception& e) {
+      request = InternalErrorFor(request_id_, method, &e);
     }
-    void OnFinish(const GenerationSummary& summary) override {
-      SetSummary(summary, call_->response_);
-      call_->Finish(grpc::Status::OK);
+    Derived* self = static_cast<Derived*>(this);
+    if (!request.ok()) {
+      self->FinishWithError(ToGrpcStatus(request.status()));
+    } else {
+      absl::StatusOr<RequestId> id =
+          engine_->Submit(*std::move(request), std::make_shared<CallSink<Derived>>(self));
+      if (!id.ok()) {
+        self->FinishWithError(ToGrpcStatus(id.status()));
+      } else {
+        absl::MutexLock lock(&id_mu_);
+        id_ = *id;
+        // The client cancelled before the engine's id was known: pass it on now.
+        if (cancelled_) engine_->Cancel(*id_);
+      }
     }
-    void OnError(const absl::Status& status) override { call_->Finish(ToGrpcStatus(status)); }
+    Unref();
+  }
 
-   private:
-    UnaryGenerateCall* call_;
-  };
+ private:
+  Engine* const engine_;  // null while the model loads (every call then fails at parsing)
+  const std::string request_id_;
+  std::atomic<int> refs_{1};  // gRPC's, released in OnDone
+  absl::Mutex id_mu_;
+  std::optional<RequestId> id_ ABSL_GUARDED_BY(id_mu_);
+  bool cancelled_ ABSL_GUARDED_BY(id_mu_) = false;
+};
 
-  Engine* engine_;
-  v1::GenerateResponse* response_;
-  absl::Mutex mu_;
-  std::optional<RequestId> id_ ABSL_GUARDED_BY(mu_);
+// Unary Generate: the engine's outputs accumulate in the response; the terminal event
+// finishes the call. Only the engine thread touches the response, so it needs no lock.
+class UnaryGenerateCall final : public EngineCall<UnaryGenerateCall, grpc::ServerUnaryReactor> {
+ public:
+  UnaryGenerateCall(Engine* engine, std::string request_id, grpc::ByteBuffer* raw_response)
+      : EngineCall(engine, std::move(request_id)), raw_response_(raw_response) {}
+
+  void OnEngineOutput(std::string_view text, absl::Span<const int32_t> token_ids) {
+    response_.mutable_text()->append(text);
+    for (int32_t id : token_ids) response_.add_token_ids(id);
+  }
+  void OnEngineFinish(const GenerationSummary& summary) {
+    SetSummary(summary, &response_);
+    Finish(ToGrpcStatus(SerializeWireMessage(response_, raw_response_)));
+  }
+  void OnEngineError(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+
+  void FinishWithError(const grpc::Status& status) { Finish(status); }
+
+ private:
+  grpc::ByteBuffer* const raw_response_;  // gRPC's, valid until OnDone
+  v1::GenerateResponse response_;
 };
 
 // GenerateStream: the engine's outputs become messages; while a write is in flight new
 // output is merged into the next message, so at most one write is ever outstanding and a
 // slow client costs memory only for text it has not read yet.
-class StreamGenerateCall final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
+class StreamGenerateCall final
+    : public EngineCall<StreamGenerateCall, grpc::ServerWriteReactor<grpc::ByteBuffer>> {
  public:
-  explicit StreamGenerateCall(Engine* engine) : engine_(engine) {}
-
-  // Submits `request`, or finishes the call at once with its error.
-  void Start(absl::StatusOr<GenerationRequest> request) {
-    SubmitOrFinish(*this, std::move(request));
-  }
+  StreamGenerateCall(Engine* engine, std::string request_id)
+      : EngineCall(engine, std::move(request_id)) {}
 
   void OnWriteDone(bool ok) override {
     {
@@ -138,51 +206,38 @@ class StreamGenerateCall final : public grpc::ServerWriteReactor<v1::GenerateStr
     }
     Pump();
   }
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    if (id_) engine_->Cancel(*id_);
+
+  void OnEngineOutput(std::string_view text, absl::Span<const int32_t> token_ids) {
+    {
+      absl::MutexLock lock(&mu_);
+      pending_.mutable_text()->append(text);
+      for (int32_t id : token_ids) pending_.add_token_ids(id);
+    }
+    Pump();
   }
-  void OnDone() override { delete this; }
+  void OnEngineFinish(const GenerationSummary& summary) {
+    {
+      absl::MutexLock lock(&mu_);
+      SetSummary(summary, &pending_);
+      ended_ = true;
+    }
+    Pump();
+  }
+  void OnEngineError(const absl::Status& status) { FinishWithError(ToGrpcStatus(status)); }
+
+  void FinishWithError(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      error_ = status;
+      ended_ = true;
+    }
+    Pump();
+  }
 
  private:
-  template <typename Call>
-  friend void SubmitOrFinish(Call& call, absl::StatusOr<GenerationRequest> request);
-
-  class Sink final : public RequestSink {
-   public:
-    explicit Sink(StreamGenerateCall* call) : call_(call) {}
-    void OnOutput(std::string_view text, absl::Span<const int32_t> token_ids) override {
-      {
-        absl::MutexLock lock(&call_->mu_);
-        call_->pending_.mutable_text()->append(text);
-        for (int32_t id : token_ids) call_->pending_.add_token_ids(id);
-      }
-      call_->Pump();
-    }
-    void OnFinish(const GenerationSummary& summary) override {
-      {
-        absl::MutexLock lock(&call_->mu_);
-        SetSummary(summary, &call_->pending_);
-        call_->ended_ = true;
-      }
-      call_->Pump();
-    }
-    void OnError(const absl::Status& status) override {
-      {
-        absl::MutexLock lock(&call_->mu_);
-        call_->error_ = ToGrpcStatus(status);
-        call_->ended_ = true;
-      }
-      call_->Pump();
-    }
-
-   private:
-    StreamGenerateCall* call_;
-  };
-
   // Starts the next write or finishes the call, whichever the state allows. The decision is
-  // made under the lock and acted on outside it: gRPC may run reactions inline. After Finish
-  // nothing touches the reactor, which OnDone deletes.
+  // made under the lock and acted on outside it: gRPC may run reactions inline. Finish is
+  // called once; the references keep the reactor valid for a Pump that comes after it.
   void Pump() {
     enum class Action { kNone, kWrite, kFinish } action = Action::kNone;
     grpc::Status finish_status;
@@ -194,11 +249,16 @@ class StreamGenerateCall final : public grpc::ServerWriteReactor<v1::GenerateStr
         action = Action::kFinish;
         finish_status = *error_;
       } else if (!write_failed_ && (has_output || (ended_ && !final_sent_))) {
-        in_flight_ = std::move(pending_);
+        absl::Status serialized = SerializeWireMessage(pending_, &in_flight_);
         pending_.Clear();
-        writing_ = true;
-        if (ended_) final_sent_ = true;
-        action = Action::kWrite;
+        if (!serialized.ok()) {
+          action = Action::kFinish;
+          finish_status = ToGrpcStatus(serialized);
+        } else {
+          writing_ = true;
+          if (ended_) final_sent_ = true;
+          action = Action::kWrite;
+        }
       } else if (ended_) {
         // Everything is written (or the client stopped reading): the stream is over.
         action = Action::kFinish;
@@ -212,11 +272,9 @@ class StreamGenerateCall final : public grpc::ServerWriteReactor<v1::GenerateStr
     if (action == Action::kFinish) Finish(finish_status);
   }
 
-  Engine* engine_;
   absl::Mutex mu_;
-  std::optional<RequestId> id_ ABSL_GUARDED_BY(mu_);
   v1::GenerateStreamResponse pending_ ABSL_GUARDED_BY(mu_);  // output not yet written
-  v1::GenerateStreamResponse in_flight_;                     // the write in flight
+  grpc::ByteBuffer in_flight_;                               // the write in flight
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;       // the engine sent its terminal event
@@ -228,56 +286,51 @@ class StreamGenerateCall final : public grpc::ServerWriteReactor<v1::GenerateStr
 }  // namespace
 
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
-                                                      const v1::GenerateRequest* request,
-                                                      v1::GenerateResponse* response) {
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
   const ServedModel* served = served_.get();
-  if (served == nullptr) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(ModelLoadingError()));
-    return reactor;
-  }
-  auto* call = new UnaryGenerateCall(served->engine, response);
-  absl::StatusOr<GenerationRequest> parsed = served->parser->Parse(*request);
-  if (parsed.ok()) Stamp(*context, &*parsed);
-  call->Start(std::move(parsed));
+  auto* call = new UnaryGenerateCall(served ? served->engine : nullptr,
+                                     BeginCall(context, *replica_, "Generate"), response);
+  call->Start(context, *request, served, "Generate");
   return call;
 }
 
-grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerationService::GenerateStream(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::GenerateStream(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   const ServedModel* served = served_.get();
-  auto* call = new StreamGenerateCall(served ? served->engine : nullptr);
-  if (served == nullptr) {
-    call->Start(ModelLoadingError());
-    return call;
-  }
-  absl::StatusOr<GenerationRequest> parsed = served->parser->Parse(*request);
-  if (parsed.ok()) Stamp(*context, &*parsed);
-  call->Start(std::move(parsed));
+  auto* call = new StreamGenerateCall(served ? served->engine : nullptr,
+                                      BeginCall(context, *replica_, "GenerateStream"));
+  call->Start(context, *request, served, "GenerateStream");
   return call;
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
-                                                      const v1::TokenizeRequest* request,
-                                                      v1::TokenizeResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedModel* served = served_.GetOrFinish(reactor);
-  if (served == nullptr) return reactor;
-  absl::StatusOr<v1::TokenizeResponse> result = served->parser->Tokenize(*request);
-  if (result.ok()) *response = *std::move(result);
-  reactor->Finish(ToGrpcStatus(result.status()));
-  return reactor;
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  return AnswerUnary<v1::TokenizeRequest, v1::TokenizeResponse>(
+      context, *replica_, "Tokenize", request, response,
+      [this](const v1::TokenizeRequest& in, v1::TokenizeResponse* out) -> absl::Status {
+        const ServedModel* served = served_.get();
+        if (served == nullptr) return ModelLoadingError();
+        absl::StatusOr<v1::TokenizeResponse> result = served->parser->Tokenize(in);
+        if (!result.ok()) return result.status();
+        *out = *std::move(result);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
-                                                          const v1::GetModelInfoRequest* request,
-                                                          v1::ModelInfo* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedModel* served = served_.GetOrFinish(reactor);
-  if (served == nullptr) return reactor;
-  *response = served->info;
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return AnswerUnary<v1::GetModelInfoRequest, v1::ModelInfo>(
+      context, *replica_, "GetModelInfo", request, response,
+      [this](const v1::GetModelInfoRequest&, v1::ModelInfo* out) -> absl::Status {
+        const ServedModel* served = served_.get();
+        if (served == nullptr) return ModelLoadingError();
+        *out = served->info;
+        out->set_replica_id(replica_->Get());
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace kvserve::server

@@ -7,6 +7,7 @@
 
 #include "kvserve/v1/generation.grpc.pb.h"
 #include "server/attached.h"
+#include "server/call_context.h"
 #include "server/request_parser.h"
 
 namespace kvserve::server {
@@ -20,29 +21,39 @@ struct ServedModel {
   v1::ModelInfo info;
 };
 
+// Every method takes the request's raw bytes (see wire_codec.h), so that malformed bytes are
+// INVALID_ARGUMENT rather than gRPC's own UNIMPLEMENTED.
+using RawGenerationService = v1::Generation::WithRawCallbackMethod_Generate<
+    v1::Generation::WithRawCallbackMethod_GenerateStream<
+        v1::Generation::WithRawCallbackMethod_Tokenize<
+            v1::Generation::WithRawCallbackMethod_GetModelInfo<v1::Generation::Service>>>>;
+
 // Handlers never block and never touch a tensor: tokenization and validation run on the
 // gRPC thread, generation on the engine thread. Until Attach every call is UNAVAILABLE, so
-// the port can be bound (and health answered) while the model loads.
-class GenerationService final : public v1::Generation::CallbackService {
+// the port can be bound (and health answered) while the model loads. Every response carries
+// the trailing metadata of BeginCall (replica and request id).
+class GenerationService final : public RawGenerationService {
  public:
-  GenerationService() = default;
+  // `replica` must outlive the service.
+  explicit GenerationService(const ReplicaIdentity* replica) : replica_(replica) {}
 
   // Starts serving `model`. Call once; thread-safe.
   void Attach(ServedModel model) { served_.Attach(std::move(model)); }
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
-                                     const v1::GenerateRequest* request,
-                                     v1::GenerateResponse* response) override;
-  grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerateStream(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
-                                     const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
-                                         const v1::GetModelInfoRequest* request,
-                                         v1::ModelInfo* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
  private:
+  const ReplicaIdentity* const replica_;
   Attached<ServedModel> served_;
 };
 

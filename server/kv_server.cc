@@ -16,9 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "cache/cache_factory.h"
 #include "cache/prefix_store.h"
 #include "cache/torch_compat.h"
 #include "model/embedded_model.h"
+#include "model/generator.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "server/engine.h"
@@ -78,27 +80,26 @@ v1::ModelInfo ToProto(const model::ModelInfo& info, const std::string& name,
   return out;
 }
 
-// Receives the warm-up generation's end.
-class WarmupSink final : public RequestSink {
- public:
-  void OnOutput(std::string_view, absl::Span<const int32_t>) override {}
-  void OnFinish(const GenerationSummary&) override { done_.Notify(); }
-  void OnError(const absl::Status& status) override {
-    status_ = status;
-    done_.Notify();
+// Runs one short generation straight on the model, before the engine exists, so that the
+// first client does not pay for lazy initialisation (allocator pools, thread pools, kernels).
+// It is not a request: no metric counts it and no injected fault reaches it.
+absl::Status WarmUp(model::Model& model) {
+  const model::ModelInfo& info = model.info();
+  model::GenerateOptions options;
+  options.max_new_tokens = std::min<int64_t>(2, info.max_position_embeddings - 1);
+  options.ignore_eos = true;
+  if (options.max_new_tokens < 1) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<cache::KvCache>> cache =
+      cache::MakeCache(cache::CacheSpec(), info.layer_specs);
+  if (!cache.ok()) return cache.status();
+  const int32_t prompt[1] = {info.bos_token_id.value_or(0)};
+  try {
+    return model::Generate(model, prompt, cache->get(), options).status();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("the warm-up generation failed: ", e.what_without_backtrace()));
   }
-  // The warm-up's outcome, once it ended within `timeout`.
-  absl::Status Wait(absl::Duration timeout) {
-    if (!done_.WaitForNotificationWithTimeout(timeout)) {
-      return absl::DeadlineExceededError("the warm-up generation did not finish");
-    }
-    return status_;
-  }
-
- private:
-  absl::Notification done_;
-  absl::Status status_;  // written before done_ is notified
-};
+}
 
 }  // namespace
 
@@ -169,8 +170,9 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
 KvServer::KvServer(const ServerOptions& options)
     : options_(options),
       metrics_(std::make_unique<ServerMetrics>()),
-      generation_(std::make_unique<GenerationService>()),
-      prefixes_(std::make_unique<PrefixService>()) {}
+      replica_(std::make_unique<ReplicaIdentity>()),
+      generation_(std::make_unique<GenerationService>(replica_.get())),
+      prefixes_(std::make_unique<PrefixService>(replica_.get())) {}
 
 absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& options) {
   absl::Status valid = options.Validate();
@@ -198,6 +200,10 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
         absl::StrCat("--listen ", options.listen, ": cannot bind the address"));
   }
   server->server_->GetHealthCheckService()->SetServingStatus(false);
+  server->replica_->Set(
+      options.replica_id.empty()
+          ? absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", server->port_)
+          : options.replica_id);
   return server;
 }
 
@@ -243,27 +249,13 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
     if (free_bytes > 0) engine_options.kv_budget.device_limit_bytes = free_bytes / 10 * 9;
   }
   engine_options.kv_budget.fault_inject_oom_rate = options_.fault_inject_oom_rate;
+  if (absl::Status warm = WarmUp(*model_.model); !warm.ok()) return warm;
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(engine_options, model_.model.get(), model_.tokenizer.get(), metrics_.get(),
                      prefix_store_.get());
   if (!engine.ok()) return engine.status();
   engine_ = *std::move(engine);
-
-  // Warm-up: one short generation so that the first client does not pay for lazy
-  // initialisation (allocator pools, thread pools, kernels).
-  GenerationRequest warmup;
   const model::ModelInfo& info = model_.model->info();
-  warmup.prompt_ids = {info.bos_token_id.value_or(0)};
-  warmup.max_new_tokens = std::min<int64_t>(2, info.max_position_embeddings - 1);
-  warmup.ignore_eos = true;
-  warmup.arrival_time = absl::Now();
-  if (warmup.max_new_tokens >= 1) {
-    auto sink = std::make_shared<WarmupSink>();
-    absl::StatusOr<RequestId> id = engine_->Submit(std::move(warmup), sink);
-    if (!id.ok()) return id.status();
-    absl::Status warm = sink->Wait(absl::Minutes(10));
-    if (!warm.ok()) return warm;
-  }
   // Prefixes registered before a restart, then the deployment's list; health stays
   // NOT_SERVING until they are all warm.
   for (const v1::RegisterPrefixRequest& prefix : startup_prefixes) {

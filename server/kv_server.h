@@ -30,6 +30,7 @@ class GenerationService;
 class MetricsHttpServer;
 class PrefixRegistry;
 class PrefixService;
+class ReplicaIdentity;
 class RequestParser;
 class ServerMetrics;
 
@@ -60,8 +61,8 @@ class KvServer {
   static absl::StatusOr<std::unique_ptr<KvServer>> Start(const ServerOptions& options);
   ~KvServer();
 
-  // Serves `model`: builds the prefix store and the engine, runs one short warm-up
-  // generation, registers the prefixes of --state-dir and --prefixes-file, then reports
+  // Serves `model`: runs one short warm-up generation on the model, builds the prefix store
+  // and the engine, registers the prefixes of --state-dir and --prefixes-file, then reports
   // SERVING. FailedPrecondition when called twice or after Shutdown; the warm-up's or a
   // prefix's error otherwise (the server then stays NOT_SERVING).
   absl::Status Serve(LoadedModel model);
@@ -88,6 +89,7 @@ class KvServer {
 
   const ServerOptions options_;
   std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<ReplicaIdentity> replica_;  // before the services, which point at it
   std::unique_ptr<GenerationService> generation_;
   std::unique_ptr<PrefixService> prefixes_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;

@@ -3,6 +3,10 @@
 
 #include <google/protobuf/util/time_util.h>
 
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,13 +15,20 @@
 #include "server/prefix_registry.h"
 #include "server/request_parser.h"
 #include "server/status_mapping.h"
+#include "server/unary_answer.h"
+#include "server/wire_codec.h"
 
 namespace kvserve::server {
 namespace {
 
-grpc::Status NotFound(const std::string& name) {
-  return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                      absl::StrCat("name: no prefix named '", name, "' is registered"));
+absl::Status NotFound(const std::string& name) {
+  // Names are not validated on lookup, so a huge one is quoted short.
+  constexpr size_t kMaxQuoted = 128;
+  const std::string quoted =
+      name.size() <= kMaxQuoted
+          ? name
+          : absl::StrCat(name.substr(0, kMaxQuoted), "... (", name.size(), " bytes)");
+  return absl::NotFoundError(absl::StrCat("name: no prefix named '", quoted, "' is registered"));
 }
 
 }  // namespace
@@ -36,76 +47,99 @@ v1::Prefix ToProto(const cache::PrefixInfo& info, const v1::PrefixOptions& optio
 }
 
 grpc::ServerUnaryReactor* PrefixService::RegisterPrefix(grpc::CallbackServerContext* context,
-                                                        const v1::RegisterPrefixRequest* request,
-                                                        v1::Prefix* response) {
+                                                        const grpc::ByteBuffer* raw_request,
+                                                        grpc::ByteBuffer* raw_response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedPrefixes* served = served_.GetOrFinish(reactor);
-  if (served == nullptr) return reactor;
-  absl::StatusOr<PrefixRegistration> parsed = served->parser->ParseRegisterPrefix(*request);
+  const std::string request_id = BeginCall(context, *replica_, "RegisterPrefix");
+  auto request = std::make_shared<v1::RegisterPrefixRequest>();
+  absl::StatusOr<PrefixRegistration> parsed;
+  const ServedPrefixes* served = served_.get();
+  try {
+    absl::Status wire = ParseWireMessage(*raw_request, request.get());
+    if (!wire.ok()) {
+      parsed = wire;
+    } else if (served == nullptr) {
+      parsed = ModelLoadingError();
+    } else {
+      parsed = served->parser->ParseRegisterPrefix(*request);
+    }
+  } catch (const std::exception& e) {
+    parsed = InternalErrorFor(request_id, "RegisterPrefix", &e);
+  }
   if (!parsed.ok()) {
     reactor->Finish(ToGrpcStatus(parsed.status()));
     return reactor;
   }
-  // The engine calls back on its thread once the prefill is stored; the request message and
-  // response live until Finish.
+  // The engine calls back on its thread once the prefill is stored; the response buffer
+  // lives until Finish.
   served->engine->RegisterPrefix(
       parsed->name, parsed->token_ids, parsed->options,
-      [reactor, request, response, served,
+      [reactor, request, raw_response, served,
        options = parsed->proto_options](absl::StatusOr<cache::PrefixInfo> info) {
         if (!info.ok()) {
           reactor->Finish(ToGrpcStatus(info.status()));
           return;
         }
+        // A registration that cannot be saved is undone, so that a restart does not lose
+        // a prefix the client saw registered. (One it replaced is gone from the store but
+        // stays in the state file.)
         absl::Status saved = served->registry->Put(*request, options);
-        *response = ToProto(*info, options);
-        reactor->Finish(ToGrpcStatus(saved));
+        if (!saved.ok()) {
+          served->store->DeleteNamed(info->name);
+          reactor->Finish(ToGrpcStatus(saved));
+          return;
+        }
+        reactor->Finish(ToGrpcStatus(SerializeWireMessage(ToProto(*info, options), raw_response)));
       });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* PrefixService::GetPrefix(grpc::CallbackServerContext* context,
-                                                   const v1::GetPrefixRequest* request,
-                                                   v1::Prefix* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedPrefixes* served = served_.GetOrFinish(reactor);
-  if (served == nullptr) return reactor;
-  std::optional<cache::PrefixInfo> info = served->store->Info(request->name());
-  if (!info) {
-    reactor->Finish(NotFound(request->name()));
-    return reactor;
-  }
-  *response =
-      ToProto(*info, served->registry->Options(request->name()).value_or(v1::PrefixOptions()));
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+                                                   const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) {
+  return AnswerUnary<v1::GetPrefixRequest, v1::Prefix>(
+      context, *replica_, "GetPrefix", request, response,
+      [this](const v1::GetPrefixRequest& in, v1::Prefix* out) -> absl::Status {
+        const ServedPrefixes* served = served_.get();
+        if (served == nullptr) return ModelLoadingError();
+        std::optional<cache::PrefixInfo> info = served->store->Info(in.name());
+        if (!info) return NotFound(in.name());
+        *out = ToProto(*info, served->registry->Options(in.name()).value_or(v1::PrefixOptions()));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* PrefixService::ListPrefixes(grpc::CallbackServerContext* context,
-                                                      const v1::ListPrefixesRequest* request,
-                                                      v1::ListPrefixesResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedPrefixes* served = served_.GetOrFinish(reactor);
-  if (served == nullptr) return reactor;
-  for (const cache::PrefixInfo& info : served->store->List()) {
-    *response->add_prefixes() =
-        ToProto(info, served->registry->Options(info.name).value_or(v1::PrefixOptions()));
-  }
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  return AnswerUnary<v1::ListPrefixesRequest, v1::ListPrefixesResponse>(
+      context, *replica_, "ListPrefixes", request, response,
+      [this](const v1::ListPrefixesRequest&, v1::ListPrefixesResponse* out) -> absl::Status {
+        const ServedPrefixes* served = served_.get();
+        if (served == nullptr) return ModelLoadingError();
+        for (const cache::PrefixInfo& info : served->store->List()) {
+          *out->add_prefixes() =
+              ToProto(info, served->registry->Options(info.name).value_or(v1::PrefixOptions()));
+        }
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* PrefixService::DeletePrefix(grpc::CallbackServerContext* context,
-                                                      const v1::DeletePrefixRequest* request,
-                                                      v1::DeletePrefixResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ServedPrefixes* served = served_.GetOrFinish(reactor);
-  if (served == nullptr) return reactor;
-  if (!served->store->DeleteNamed(request->name())) {
-    reactor->Finish(NotFound(request->name()));
-    return reactor;
-  }
-  reactor->Finish(ToGrpcStatus(served->registry->Remove(request->name())));
-  return reactor;
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  return AnswerUnary<v1::DeletePrefixRequest, v1::DeletePrefixResponse>(
+      context, *replica_, "DeletePrefix", request, response,
+      [this](const v1::DeletePrefixRequest& in, v1::DeletePrefixResponse*) -> absl::Status {
+        const ServedPrefixes* served = served_.get();
+        if (served == nullptr) return ModelLoadingError();
+        if (!served->store->Info(in.name()).has_value()) return NotFound(in.name());
+        // The state file first: when it cannot be saved, the prefix stays registered.
+        if (absl::Status saved = served->registry->Remove(in.name()); !saved.ok()) return saved;
+        // Deleted meanwhile by another call.
+        if (!served->store->DeleteNamed(in.name())) return NotFound(in.name());
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace kvserve::server

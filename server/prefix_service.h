@@ -6,6 +6,7 @@
 
 #include "kvserve/v1/prefix.grpc.pb.h"
 #include "server/attached.h"
+#include "server/call_context.h"
 
 namespace kvserve::cache {
 class PrefixStore;
@@ -26,28 +27,37 @@ struct ServedPrefixes {
   PrefixRegistry* registry = nullptr;
 };
 
+// Every method takes the request's raw bytes (see wire_codec.h).
+using RawPrefixCacheService = v1::PrefixCache::WithRawCallbackMethod_RegisterPrefix<
+    v1::PrefixCache::WithRawCallbackMethod_GetPrefix<
+        v1::PrefixCache::WithRawCallbackMethod_ListPrefixes<
+            v1::PrefixCache::WithRawCallbackMethod_DeletePrefix<v1::PrefixCache::Service>>>>;
+
 // Until Attach every call is UNAVAILABLE. Handlers never block: a registration's prefill
-// runs on the engine thread, which finishes the call.
-class PrefixService final : public v1::PrefixCache::CallbackService {
+// runs on the engine thread, which finishes the call. Every response carries the trailing
+// metadata of BeginCall.
+class PrefixService final : public RawPrefixCacheService {
  public:
-  PrefixService() = default;
+  // `replica` must outlive the service.
+  explicit PrefixService(const ReplicaIdentity* replica) : replica_(replica) {}
   // Starts serving. Call once; thread-safe.
   void Attach(ServedPrefixes served) { served_.Attach(served); }
 
   grpc::ServerUnaryReactor* RegisterPrefix(grpc::CallbackServerContext* context,
-                                           const v1::RegisterPrefixRequest* request,
-                                           v1::Prefix* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetPrefix(grpc::CallbackServerContext* context,
-                                      const v1::GetPrefixRequest* request,
-                                      v1::Prefix* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListPrefixes(grpc::CallbackServerContext* context,
-                                         const v1::ListPrefixesRequest* request,
-                                         v1::ListPrefixesResponse* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* DeletePrefix(grpc::CallbackServerContext* context,
-                                         const v1::DeletePrefixRequest* request,
-                                         v1::DeletePrefixResponse* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
  private:
+  const ReplicaIdentity* const replica_;
   Attached<ServedPrefixes> served_;
 };
 

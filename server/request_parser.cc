@@ -1,12 +1,14 @@
 // RequestParser: kvserve.v1 requests to GenerationRequest, one named error per bad field.
 #include "server/request_parser.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "cache/cache_factory.h"
 #include "cache/snapshot.h"
 #include "model/chat_template.h"
@@ -33,6 +35,50 @@ bool IsValidPrefixName(const std::string& name) {
   return true;
 }
 
+// CacheSpec's messages start with the parameter they refuse ("cache_config.nbits 5 is ...",
+// "max_cache_len 0 is ..."); the error starts with that parameter's path on the wire.
+absl::Status CacheFieldError(std::string_view message) {
+  const size_t space = message.find(' ');
+  const std::string_view parameter = message.substr(0, space);
+  const std::string_view rest = space == std::string_view::npos ? "" : message.substr(space + 1);
+  constexpr std::string_view kConfig = "cache_config";
+  if (parameter == kConfig) return FieldError("cache.quantization", std::string(message));
+  if (parameter.substr(0, kConfig.size() + 1) == "cache_config.") {
+    return FieldError(Cat("cache.quantization.", parameter.substr(kConfig.size() + 1)),
+                      std::string(rest));
+  }
+  if (parameter == "cache_implementation" || parameter == "max_cache_len") {
+    return FieldError(Cat("cache.", parameter), std::string(rest));
+  }
+  return FieldError("cache", std::string(message));
+}
+
+// The longest token string of the vocabulary, in bytes: no token stands for more input.
+int64_t LongestTokenBytes(const model::Tokenizer& tokenizer) {
+  int64_t longest = 0;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (std::optional<std::string> token = tokenizer.IdToToken(id)) {
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(token->size()));
+    }
+  }
+  return longest;
+}
+
+// See RequestParser::max_input_bytes().
+int64_t MaxInputBytes(const model::ModelInfo& info, const model::Tokenizer* tokenizer) {
+  // Normalizers may shrink text (NFKC turns a 3-byte fullwidth letter into one byte) or drop
+  // characters; four times the bound leaves room for that. gRPC refuses messages over 64 MiB
+  // anyway.
+  constexpr int64_t kShrinkAllowance = 4;
+  constexpr int64_t kMinTokenBytes = 16;
+  constexpr int64_t kCeiling = int64_t{64} << 20;
+  const int64_t token_bytes =
+      std::max(kMinTokenBytes, tokenizer != nullptr ? LongestTokenBytes(*tokenizer) : 0);
+  const int64_t context = std::max<int64_t>(1, info.max_position_embeddings);
+  if (context > kCeiling / (token_bytes * kShrinkAllowance)) return kCeiling;
+  return context * token_bytes * kShrinkAllowance;
+}
+
 absl::Status CheckIdsInVocab(const std::vector<int32_t>& ids, int64_t vocab_size,
                              const std::string& field) {
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -51,52 +97,83 @@ RequestParser::RequestParser(const model::ModelInfo& model_info, const model::To
     : model_info_(model_info),
       tokenizer_(tokenizer),
       limits_(limits),
-      prefix_store_(prefix_store) {}
+      prefix_store_(prefix_store),
+      max_input_bytes_(MaxInputBytes(model_info, tokenizer)) {}
+
+absl::StatusOr<std::vector<int32_t>> RequestParser::TextIds(const std::string& text,
+                                                            const std::string& field,
+                                                            bool add_special_tokens) const {
+  if (tokenizer_ == nullptr) {
+    return FieldError(field, "the model has no tokenizer.json; send token_ids instead");
+  }
+  if (static_cast<int64_t>(text.size()) > max_input_bytes_) {
+    return FieldError(field, Cat(text.size(), " bytes is more than the ", max_input_bytes_,
+                                 " bytes that any input fitting the model's context of ",
+                                 model_info_.max_position_embeddings, " tokens can have"));
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(text, add_special_tokens);
+  if (!ids.ok()) return FieldError(field, std::string(ids.status().message()));
+  return ids;
+}
 
 absl::StatusOr<std::vector<int32_t>> RequestParser::ChatIds(const v1::ChatMessages& messages,
                                                             const std::string& field,
-                                                            bool add_generation_prompt) const {
+                                                            bool add_generation_prompt,
+                                                            const ParseContext& context) const {
   if (messages.messages().empty()) {
     return FieldError(Cat(field, ".messages"), "at least one message is required");
   }
   std::vector<model::ChatMessage> chat;
   chat.reserve(messages.messages_size());
+  int64_t content_bytes = 0;
   for (int i = 0; i < messages.messages_size(); ++i) {
     const v1::ChatMessage& m = messages.messages(i);
     if (m.role().empty()) {
       return FieldError(Cat(field, ".messages[", i, "].role"), "must not be empty");
+    }
+    content_bytes += static_cast<int64_t>(m.role().size() + m.content().size());
+    if (content_bytes > max_input_bytes_) {
+      return FieldError(Cat(field, ".messages"),
+                        Cat("more than the ", max_input_bytes_,
+                            " bytes that any input fitting the model's context of ",
+                            model_info_.max_position_embeddings, " tokens can have"));
     }
     chat.push_back({m.role(), m.content()});
   }
   if (tokenizer_ == nullptr) {
     return FieldError(field, "the model has no tokenizer.json; send token_ids instead");
   }
-  absl::StatusOr<std::string> text = tokenizer_->ApplyChatTemplate(chat, add_generation_prompt);
+  // The render checks these every so many steps; a call already over needs no render at all.
+  if (context.cancelled && context.cancelled()) {
+    return absl::CancelledError("the client cancelled the request");
+  }
+  if (absl::Now() >= context.deadline) {
+    return absl::DeadlineExceededError("the request's deadline passed while it was parsed");
+  }
+  model::RenderBudget budget;
+  budget.deadline = context.deadline;
+  budget.cancelled = context.cancelled;
+  absl::StatusOr<std::string> text =
+      tokenizer_->ApplyChatTemplate(chat, add_generation_prompt, budget);
   if (!text.ok()) {
+    // The client's own deadline or cancellation keeps its code.
+    if (absl::IsDeadlineExceeded(text.status()) || absl::IsCancelled(text.status())) {
+      return text.status();
+    }
     return FieldError(field,
                       Cat("the chat template cannot render them: ", text.status().message()));
   }
   // The rendered template carries its own special tokens, as apply_chat_template(tokenize=True).
-  absl::StatusOr<std::vector<int32_t>> ids =
-      tokenizer_->Encode(*text, /*add_special_tokens=*/false);
-  if (!ids.ok()) return FieldError(field, std::string(ids.status().message()));
-  return ids;
+  return TextIds(*text, field, /*add_special_tokens=*/false);
 }
 
-absl::StatusOr<std::vector<int32_t>> RequestParser::InputIds(
-    const v1::GenerateRequest& request) const {
+absl::StatusOr<std::vector<int32_t>> RequestParser::InputIds(const v1::GenerateRequest& request,
+                                                             const ParseContext& context) const {
   // With a prefix the input continues a sequence, so it gets no sequence-start tokens.
   const bool add_special_tokens = request.prefix().empty();
   switch (request.input_case()) {
-    case v1::GenerateRequest::kPrompt: {
-      if (tokenizer_ == nullptr) {
-        return FieldError("prompt", "the model has no tokenizer.json; send token_ids instead");
-      }
-      absl::StatusOr<std::vector<int32_t>> ids =
-          tokenizer_->Encode(request.prompt(), add_special_tokens);
-      if (!ids.ok()) return FieldError("prompt", std::string(ids.status().message()));
-      return ids;
-    }
+    case v1::GenerateRequest::kPrompt:
+      return TextIds(request.prompt(), "prompt", add_special_tokens);
     case v1::GenerateRequest::kTokenIds: {
       std::vector<int32_t> ids(request.token_ids().ids().begin(), request.token_ids().ids().end());
       absl::Status in_vocab = CheckIdsInVocab(ids, model_info_.vocab_size, "token_ids.ids");
@@ -104,7 +181,7 @@ absl::StatusOr<std::vector<int32_t>> RequestParser::InputIds(
       return ids;
     }
     case v1::GenerateRequest::kMessages:
-      return ChatIds(request.messages(), "messages");
+      return ChatIds(request.messages(), "messages", /*add_generation_prompt=*/true, context);
     case v1::GenerateRequest::INPUT_NOT_SET:
       break;
   }
@@ -196,6 +273,18 @@ absl::Status RequestParser::ParseCache(const v1::CacheOptions& c, GenerationRequ
     if (q.has_residual_length()) quantization.residual_length = q.residual_length();
   }
   const bool use_cache = !c.has_use_cache() || c.use_cache();
+  if (!use_cache) {
+    // Without a cache nothing else in `cache` can apply: refuse it rather than ignore it.
+    std::string_view ignored;
+    if (!c.cache_implementation().empty()) ignored = "cache_implementation";
+    if (c.has_quantization()) ignored = "quantization";
+    if (c.has_max_cache_len()) ignored = "max_cache_len";
+    if (c.has_offload_only_non_sliding()) ignored = "offload_only_non_sliding";
+    if (!ignored.empty()) {
+      return FieldError(Cat("cache.", ignored),
+                        "cannot be used with use_cache false (no cache is kept)");
+    }
+  }
   std::optional<int64_t> max_cache_len;
   if (c.has_max_cache_len()) {
     if (c.max_cache_len() > model_info_.max_position_embeddings) {
@@ -207,12 +296,16 @@ absl::Status RequestParser::ParseCache(const v1::CacheOptions& c, GenerationRequ
   }
   absl::StatusOr<cache::CacheSpec> spec =
       cache::CacheSpec::Parse(c.cache_implementation(), quantization, use_cache, max_cache_len);
-  if (!spec.ok()) {
-    // CacheSpec names the parameter (cache_implementation, nbits, ...); give its full path.
-    const std::string field = c.has_quantization() && c.cache_implementation() == "quantized"
-                                  ? "cache.quantization"
-                                  : "cache";
-    return FieldError(field, std::string(spec.status().message()));
+  if (!spec.ok()) return CacheFieldError(std::string(spec.status().message()));
+  if (c.has_max_cache_len() && !spec->is_static()) {
+    return FieldError("cache.max_cache_len",
+                      Cat("applies only to the static and offloaded_static caches, not '",
+                          cache::CacheImplementationName(spec->implementation), "'"));
+  }
+  if (absl::Status fits =
+          cache::CheckSpecForModel(*spec, model_info_.layer_specs, model_info_.head_dim);
+      !fits.ok()) {
+    return CacheFieldError(std::string(fits.message()));
   }
   if (c.has_offload_only_non_sliding()) {
     if (!spec->is_offloaded()) {
@@ -230,14 +323,15 @@ absl::Status RequestParser::ParseCache(const v1::CacheOptions& c, GenerationRequ
   return absl::OkStatus();
 }
 
-absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest& request) const {
+absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest& request,
+                                                       const ParseContext& context) const {
   GenerationRequest out;
   if (!request.prefix().empty()) {
     if (!IsValidPrefixName(request.prefix())) {
       return FieldError("prefix", "a name is 1 to 128 characters of [A-Za-z0-9._-]");
     }
   }
-  absl::StatusOr<std::vector<int32_t>> ids = InputIds(request);
+  absl::StatusOr<std::vector<int32_t>> ids = InputIds(request, context);
   if (!ids.ok()) return ids.status();
   if (ids->empty() && request.prefix().empty()) {
     const std::string field =
@@ -263,12 +357,12 @@ absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest
   out.prompt_ids = *std::move(ids);
   absl::Status sampling = ParseSampling(request.sampling(), &out);
   if (!sampling.ok()) return sampling;
-  const int64_t context = model_info_.max_position_embeddings;
+  const int64_t context_tokens = model_info_.max_position_embeddings;
   const int64_t prompt = static_cast<int64_t>(out.prompt_ids.size());
-  if (prompt + out.max_new_tokens > context) {
+  if (prompt + out.max_new_tokens > context_tokens) {
     return FieldError("sampling.max_new_tokens",
                       Cat("the prompt's ", prompt, " tokens + max_new_tokens ", out.max_new_tokens,
-                          " exceed the model's context of ", context, " tokens"));
+                          " exceed the model's context of ", context_tokens, " tokens"));
   }
   absl::Status cache = ParseCache(request.cache(), &out);
   if (!cache.ok()) return cache;
@@ -284,11 +378,8 @@ absl::StatusOr<PrefixRegistration> RequestParser::ParseRegisterPrefix(
   out.name = request.name();
   switch (request.content_case()) {
     case v1::RegisterPrefixRequest::kText: {
-      if (tokenizer_ == nullptr) {
-        return FieldError("text", "the model has no tokenizer.json; send token_ids instead");
-      }
-      absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(request.text(), true);
-      if (!ids.ok()) return FieldError("text", std::string(ids.status().message()));
+      absl::StatusOr<std::vector<int32_t>> ids = TextIds(request.text(), "text", true);
+      if (!ids.ok()) return ids.status();
       out.token_ids = *std::move(ids);
       break;
     }
@@ -301,7 +392,7 @@ absl::StatusOr<PrefixRegistration> RequestParser::ParseRegisterPrefix(
     }
     case v1::RegisterPrefixRequest::kMessages: {
       absl::StatusOr<std::vector<int32_t>> ids =
-          ChatIds(request.messages(), "messages", /*add_generation_prompt=*/false);
+          ChatIds(request.messages(), "messages", /*add_generation_prompt=*/false, {});
       if (!ids.ok()) return ids.status();
       out.token_ids = *std::move(ids);
       break;
@@ -337,21 +428,20 @@ absl::StatusOr<PrefixRegistration> RequestParser::ParseRegisterPrefix(
   return out;
 }
 
-absl::StatusOr<v1::TokenizeResponse> RequestParser::Tokenize(
-    const v1::TokenizeRequest& request) const {
+absl::StatusOr<v1::TokenizeResponse> RequestParser::Tokenize(const v1::TokenizeRequest& request,
+                                                             const ParseContext& context) const {
   std::vector<int32_t> ids;
   switch (request.input_case()) {
     case v1::TokenizeRequest::kText: {
-      if (tokenizer_ == nullptr) return FieldError("text", "the model has no tokenizer.json");
       const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
-      absl::StatusOr<std::vector<int32_t>> encoded =
-          tokenizer_->Encode(request.text(), add_special);
-      if (!encoded.ok()) return FieldError("text", std::string(encoded.status().message()));
+      absl::StatusOr<std::vector<int32_t>> encoded = TextIds(request.text(), "text", add_special);
+      if (!encoded.ok()) return encoded.status();
       ids = *std::move(encoded);
       break;
     }
     case v1::TokenizeRequest::kMessages: {
-      absl::StatusOr<std::vector<int32_t>> encoded = ChatIds(request.messages(), "messages");
+      absl::StatusOr<std::vector<int32_t>> encoded =
+          ChatIds(request.messages(), "messages", /*add_generation_prompt=*/true, context);
       if (!encoded.ok()) return encoded.status();
       ids = *std::move(encoded);
       break;

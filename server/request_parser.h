@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cache/prefix_store.h"
 #include "kvserve/v1/generation.pb.h"
 #include "kvserve/v1/prefix.pb.h"
@@ -34,6 +36,13 @@ struct RequestLimits {
   int64_t max_stop_string_bytes = 1024;
 };
 
+// What parsing knows of the call it serves: long work (rendering a chat template) stops when
+// the deadline passes or the client cancels.
+struct ParseContext {
+  absl::Time deadline = absl::InfiniteFuture();
+  std::function<bool()> cancelled;  // null: never cancelled
+};
+
 // Immutable after construction; Parse and Tokenize may run on any number of threads at once
 // (the tokenizer is thread-safe). `model_info` and `tokenizer` (null when the model has no
 // tokenizer.json: then only token_ids inputs are accepted) must outlive the parser.
@@ -47,7 +56,11 @@ class RequestParser {
   // Applies the defaults of the proto's comments and checks every field. InvalidArgument
   // whose message starts with the field's path ("sampling.top_p: ...", "input: ...") for the
   // first malformed field; NotFound for an unknown prefix name.
-  absl::StatusOr<GenerationRequest> Parse(const v1::GenerateRequest& request) const;
+  // Input text (prompt, or the messages' contents together) longer than max_input_bytes() is
+  // refused before it is tokenized. DeadlineExceeded or Cancelled when `context` says so
+  // while the chat template renders.
+  absl::StatusOr<GenerationRequest> Parse(const v1::GenerateRequest& request,
+                                          const ParseContext& context = {}) const;
 
   // Validates a RegisterPrefix call and tokenizes its content (text with the model's
   // sequence-start tokens; messages rendered without a generation prompt). InvalidArgument
@@ -55,18 +68,27 @@ class RequestParser {
   absl::StatusOr<PrefixRegistration> ParseRegisterPrefix(
       const v1::RegisterPrefixRequest& request) const;
 
-  // Token ids (and their strings) of a TokenizeRequest. InvalidArgument naming the field.
-  absl::StatusOr<v1::TokenizeResponse> Tokenize(const v1::TokenizeRequest& request) const;
+  // Token ids (and their strings) of a TokenizeRequest. InvalidArgument naming the field,
+  // also for text longer than max_input_bytes().
+  absl::StatusOr<v1::TokenizeResponse> Tokenize(const v1::TokenizeRequest& request,
+                                                const ParseContext& context = {}) const;
 
   const RequestLimits& limits() const { return limits_; }
+  // The most bytes of input text a request may carry: what the model's context could hold at
+  // the longest token string of the vocabulary, with room for normalizers that shrink text.
+  int64_t max_input_bytes() const { return max_input_bytes_; }
 
  private:
   // The token ids of the request's input (prompt text, ids or chat messages).
-  absl::StatusOr<std::vector<int32_t>> InputIds(const v1::GenerateRequest& request) const;
+  absl::StatusOr<std::vector<int32_t>> InputIds(const v1::GenerateRequest& request,
+                                                const ParseContext& context) const;
   // Ids of a chat rendered with the model's template; `field` names the input in errors.
   absl::StatusOr<std::vector<int32_t>> ChatIds(const v1::ChatMessages& messages,
-                                               const std::string& field,
-                                               bool add_generation_prompt = true) const;
+                                               const std::string& field, bool add_generation_prompt,
+                                               const ParseContext& context) const;
+  // Ids of `text` (the input named `field`), refused unread when over max_input_bytes().
+  absl::StatusOr<std::vector<int32_t>> TextIds(const std::string& text, const std::string& field,
+                                               bool add_special_tokens) const;
   absl::Status ParseSampling(const v1::SamplingParams& sampling, GenerationRequest* out) const;
   absl::Status ParseCache(const v1::CacheOptions& cache, GenerationRequest* out) const;
 
@@ -74,6 +96,7 @@ class RequestParser {
   const model::Tokenizer* tokenizer_;
   RequestLimits limits_;
   cache::PrefixStore* prefix_store_;
+  int64_t max_input_bytes_;
 };
 
 }  // namespace kvserve::server

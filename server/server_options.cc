@@ -38,7 +38,24 @@ std::vector<cli::FlagSpec> Flags() {
        "0"},
       {"log-format", "text | json", "text"},
       {"shutdown-grace-seconds", "time in-flight requests get to finish after SIGTERM", "30"},
+      {"replica-id", "this replica's name in x-kvserve-replica trailers and GetModelInfo",
+       "HOST:PORT it listens on"},
   };
+}
+
+// Whether `address` is HOST:PORT with a port in [0, 65535] (or a unix: socket path).
+absl::Status CheckListenAddress(const std::string& flag, const std::string& address) {
+  if (address.rfind("unix:", 0) == 0) return absl::OkStatus();
+  const size_t colon = address.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+  const bool digits =
+      !port.empty() && port.size() <= 5 &&
+      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stoi(port) > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", address.substr(0, 128),
+                                                   "' is not HOST:PORT with a port in [0, 65535]"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -58,6 +75,7 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.dtype = cl->GetString("dtype", o.dtype);
   o.weight_dtype = cl->GetString("weight-dtype", o.weight_dtype);
   o.log_format = cl->GetString("log-format", o.log_format);
+  o.replica_id = cl->GetString("replica-id", "");
   absl::StatusOr<int64_t> threads = cl->GetInt("threads", 0);
   absl::StatusOr<int64_t> batch = cl->GetInt("max-batch-size", o.scheduler.max_batch_size);
   absl::StatusOr<int64_t> tokens = cl->GetInt("max-batch-tokens", o.scheduler.max_batch_tokens);
@@ -101,6 +119,13 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
 
 absl::Status ServerOptions::Validate() const {
   if (listen.empty()) return absl::InvalidArgumentError("--listen must not be empty");
+  if (absl::Status s = CheckListenAddress("--listen", listen); !s.ok()) return s;
+  // Metadata values must be printable ASCII.
+  if (replica_id.size() > 128 || !std::all_of(replica_id.begin(), replica_id.end(),
+                                              [](char c) { return c >= 0x20 && c < 0x7f; })) {
+    return absl::InvalidArgumentError(
+        "--replica-id must be at most 128 printable ASCII characters");
+  }
   if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16") {
     return absl::InvalidArgumentError(
         absl::StrCat("--dtype '", dtype, "' is not one of float32, bfloat16, float16"));

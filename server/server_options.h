@@ -51,6 +51,9 @@ struct ServerOptions {
   std::string log_format = "text";
   // --shutdown-grace-seconds: how long in-flight requests may run after SIGTERM.
   absl::Duration shutdown_grace = absl::Seconds(30);
+  // --replica-id: this replica's name in the x-kvserve-replica trailer of every response and
+  // in GetModelInfo; empty: the HOST:PORT it listens on.
+  std::string replica_id;
 
   // Parses the command line. InvalidArgument naming the flag for an unknown flag or a bad
   // value; `*help` is set (and the options are defaults) for --help, with the usage text in

@@ -7,7 +7,8 @@
 
 namespace kvserve::server {
 
-// Same code (absl's codes are gRPC's, number for number) and message. OK maps to OK.
+// Same code (absl's codes are gRPC's, number for number) and message, the message cut to
+// 1 KiB so that it always fits gRPC's metadata limit. OK maps to OK.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace kvserve::server

@@ -119,5 +119,35 @@ TEST(CacheFactoryTest, StaticCacheLengthAsGenerate) {
   EXPECT_EQ(StaticCacheLength(20, 64), 64);
 }
 
+TEST(CacheFactoryTest, CheckSpecForModelRefusesWhatTheFirstStepWouldFailOn) {
+  const std::vector<LayerSpec> full = {{}, {}};
+  auto spec = [](const QuantizationConfig& config) {
+    absl::StatusOr<CacheSpec> s = CacheSpec::Parse("quantized", config);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  };
+  // Quanto groups per token along axis 0: the group must divide head_dim, or cover it.
+  absl::Status s = CheckSpecForModel(spec({.q_group_size = 3}), full, 16);
+  EXPECT_EQ(s.message(),
+            "cache_config.q_group_size 3 does not divide head_dim 16; allowed for per-token "
+            "grouping: a divisor of head_dim, or >= head_dim");
+  EXPECT_TRUE(CheckSpecForModel(spec({.q_group_size = 8}), full, 16).ok());
+  EXPECT_TRUE(CheckSpecForModel(spec({.q_group_size = 64}), full, 16).ok());
+  // Per-channel grouping (quanto axis -1) runs over tokens, so any group fits.
+  EXPECT_TRUE(
+      CheckSpecForModel(spec({.axis_key = -1, .axis_value = -1, .q_group_size = 3}), full, 16)
+          .ok());
+  // HQQ groups per token along axis 1.
+  EXPECT_FALSE(
+      CheckSpecForModel(spec({.backend = "hqq", .axis_key = 1, .q_group_size = 3}), full, 16).ok());
+  EXPECT_TRUE(CheckSpecForModel(spec({.backend = "hqq", .q_group_size = 3}), full, 16).ok());
+  EXPECT_TRUE(CheckSpecForModel(spec({.backend = "fp8"}), full, 16).ok());
+  // Sliding and chunked layers refuse quantized caches, and only quantized ones.
+  EXPECT_EQ(CheckSpecForModel(spec({}), kMixed, 16).message(),
+            "cache_implementation 'quantized' supports only full_attention layers; layer 1 is "
+            "sliding_attention");
+  EXPECT_TRUE(CheckSpecForModel(*CacheSpec::Parse("static", {}, true, 8), kMixed, 16).ok());
+}
+
 }  // namespace
 }  // namespace kvserve::cache

@@ -172,5 +172,18 @@ TEST(QuantizationConfigJsonTest, RefusesUnknownKeysWrongTypesAndBadJson) {
   EXPECT_THAT(ParseQuantizationConfigJson("{").status().message(), HasSubstr("not valid JSON"));
 }
 
+TEST(CacheSpecTest, AHugeNameIsQuotedShort) {
+  const std::string name(10000, 'x');
+  absl::StatusOr<CacheSpec> spec = CacheSpec::Parse(name);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(),
+            std::string("cache_implementation '") + std::string(64, 'x') +
+                "... (10000 bytes)' is not supported; allowed: dynamic, static, offloaded, "
+                "offloaded_static, quantized (case-sensitive)");
+  absl::StatusOr<CacheSpec> backend =
+      CacheSpec::Parse("quantized", {.backend = std::string(500, 'b')});
+  EXPECT_LT(backend.status().message().size(), 200u);
+}
+
 }  // namespace
 }  // namespace kvserve::cache

@@ -310,12 +310,13 @@ TEST_F(KvServerTest, MalformedRequestsAreInvalidArgumentNamingTheFieldAndServing
       {"prompt: \"x\" sampling { repetition_penalty: -1 }", "sampling.repetition_penalty"},
       {"prompt: \"x\" sampling { stop: \"\" }", "sampling.stop[0]"},
       {"prompt: \"x\" sampling { stop_token_ids: 100000 }", "sampling.stop_token_ids[0]"},
-      {"prompt: \"x\" cache { cache_implementation: \"paged\" }", "cache"},
-      {"prompt: \"x\" cache { quantization { nbits: 2 } }", "cache"},
+      {"prompt: \"x\" cache { cache_implementation: \"paged\" }", "cache.cache_implementation"},
+      {"prompt: \"x\" cache { quantization { nbits: 2 } }", "cache.quantization"},
       {"prompt: \"x\" cache { cache_implementation: \"quantized\" quantization { backend: \"hqq\" "
        "nbits: 5 } }",
-       "cache.quantization"},
-      {"prompt: \"x\" cache { cache_implementation: \"static\" max_cache_len: -4 }", "cache"},
+       "cache.quantization.nbits"},
+      {"prompt: \"x\" cache { cache_implementation: \"static\" max_cache_len: -4 }",
+       "cache.max_cache_len"},
       {"prompt: \"x\" cache { cache_implementation: \"static\" max_cache_len: 999999 }",
        "cache.max_cache_len"},
       {"prompt: \"x\" cache { offload_only_non_sliding: false }", "cache.offload_only_non_sliding"},
@@ -389,10 +390,10 @@ TEST_F(KvServerTest, MetricsEndpointServesPrometheusText) {
           .ok());
   const std::string page = HttpGet(server_->metrics_port(), "/metrics");
   EXPECT_THAT(page, StartsWith("HTTP/1.1 200 OK"));
-  // The warm-up and this request both generated tokens.
-  EXPECT_THAT(page, HasSubstr("kvserve_requests_total{outcome=\"length\"} 2"));
-  EXPECT_THAT(page, HasSubstr("kvserve_generation_tokens_total 5"));
-  EXPECT_THAT(page, HasSubstr("kvserve_time_to_first_token_seconds_count 2"));
+  // Only this request counts: the start-up warm-up is not a request.
+  EXPECT_THAT(page, HasSubstr("kvserve_requests_total{outcome=\"length\"} 1"));
+  EXPECT_THAT(page, HasSubstr("kvserve_generation_tokens_total 3"));
+  EXPECT_THAT(page, HasSubstr("kvserve_time_to_first_token_seconds_count 1"));
   EXPECT_THAT(page, HasSubstr("kvserve_kv_cache_bytes{"));
   EXPECT_THAT(page, HasSubstr("kvserve_prefix_cache_queries_total{kind=\"automatic\"}"));
   EXPECT_THAT(page, HasSubstr("kvserve_prefix_cache_bytes "));

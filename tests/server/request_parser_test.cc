@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "cache/layer_type.h"
 #include "model/tiny_tokenizer.h"
 #include "model/tokenizer.h"
 
@@ -32,6 +34,7 @@ class RequestParserTest : public ::testing::Test {
     info_.vocab_size = 512;
     info_.num_layers = 2;
     info_.max_position_embeddings = 64;
+    info_.head_dim = 16;
     info_.layer_specs.resize(2);
     limits_.max_new_tokens_limit = 32;
     parser_ = std::make_unique<RequestParser>(info_, tokenizer_.get(), limits_);
@@ -185,19 +188,31 @@ TEST_F(RequestParserTest, EveryMalformedFieldIsInvalidArgumentNamingIt) {
       {"token_ids { ids: 1 } sampling { stop: \"\" }", "sampling.stop[0]"},
       {"token_ids { ids: 1 } sampling { stop: \"a\" stop: \"\" }", "sampling.stop[1]"},
       {"token_ids { ids: 1 } sampling { stop_token_ids: 9999 }", "sampling.stop_token_ids[0]"},
-      {"token_ids { ids: 1 } cache { cache_implementation: \"paged\" }", "cache"},
-      {"token_ids { ids: 1 } cache { cache_implementation: \"Dynamic\" }", "cache"},
-      {"token_ids { ids: 1 } cache { quantization { nbits: 4 } }", "cache"},
+      {"token_ids { ids: 1 } cache { cache_implementation: \"paged\" }",
+       "cache.cache_implementation"},
+      {"token_ids { ids: 1 } cache { cache_implementation: \"Dynamic\" }",
+       "cache.cache_implementation"},
+      {"token_ids { ids: 1 } cache { quantization { nbits: 4 } }", "cache.quantization"},
       {"token_ids { ids: 1 } cache { cache_implementation: \"quantized\" "
        "quantization { backend: \"quanto\" nbits: 3 } }",
-       "cache.quantization"},
+       "cache.quantization.nbits"},
       {"token_ids { ids: 1 } cache { cache_implementation: \"quantized\" "
        "quantization { backend: \"fp8\" q_group_size: 32 } }",
-       "cache.quantization"},
+       "cache.quantization.q_group_size"},
       {"token_ids { ids: 1 } cache { cache_implementation: \"quantized\" "
        "quantization { backend: \"nf4\" } }",
-       "cache.quantization"},
-      {"token_ids { ids: 1 } cache { cache_implementation: \"static\" max_cache_len: 0 }", "cache"},
+       "cache.quantization.backend"},
+      {"token_ids { ids: 1 } cache { cache_implementation: \"static\" max_cache_len: 0 }",
+       "cache.max_cache_len"},
+      {"token_ids { ids: 1 } cache { cache_implementation: \"quantized\" "
+       "quantization { q_group_size: 3 } }",
+       "cache.quantization.q_group_size"},
+      {"token_ids { ids: 1 } cache { use_cache: false cache_implementation: \"static\" }",
+       "cache.cache_implementation"},
+      {"token_ids { ids: 1 } cache { use_cache: false max_cache_len: 8 }", "cache.max_cache_len"},
+      {"token_ids { ids: 1 } cache { cache_implementation: \"dynamic\" max_cache_len: 8 }",
+       "cache.max_cache_len"},
+      {"token_ids { ids: 1 } cache { max_cache_len: 8 }", "cache.max_cache_len"},
       {"token_ids { ids: 1 } cache { cache_implementation: \"static\" max_cache_len: 100000 }",
        "cache.max_cache_len"},
       {"token_ids { ids: 1 } cache { cache_implementation: \"dynamic\" "
@@ -241,6 +256,76 @@ TEST_F(RequestParserTest, TokenizeTextAndMessages) {
   EXPECT_NE(r->token_ids(0), model::kTinyBosId);
   EXPECT_EQ(parser_->Tokenize(v1::TokenizeRequest()).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RequestParserTest, CacheErrorsStartWithTheParameterPathAndSayWhy) {
+  absl::StatusOr<GenerationRequest> r = Parse(
+      "token_ids { ids: 1 } cache { cache_implementation: \"quantized\" "
+      "quantization { q_group_size: 3 } }");
+  EXPECT_EQ(r.status().message(),
+            "cache.quantization.q_group_size: 3 does not divide head_dim 16; allowed for "
+            "per-token grouping: a divisor of head_dim, or >= head_dim");
+  r = Parse("token_ids { ids: 1 } cache { use_cache: false cache_implementation: \"static\" }");
+  EXPECT_EQ(r.status().message(),
+            "cache.cache_implementation: cannot be used with use_cache false (no cache is kept)");
+  r = Parse("token_ids { ids: 1 } cache { max_cache_len: 8 }");
+  EXPECT_EQ(r.status().message(),
+            "cache.max_cache_len: applies only to the static and offloaded_static caches, not "
+            "'dynamic'");
+  // use_cache false alone, and a group that divides head_dim, are fine.
+  EXPECT_TRUE(Parse("token_ids { ids: 1 } cache { use_cache: false }").ok());
+  EXPECT_TRUE(Parse("token_ids { ids: 1 } cache { cache_implementation: \"quantized\" "
+                    "quantization { q_group_size: 8 } }")
+                  .ok());
+}
+
+TEST_F(RequestParserTest, AQuantizedCacheOnAModelWithSlidingLayersIsRefusedAtValidation) {
+  info_.layer_specs[1] = {cache::LayerType::kSlidingAttention, 8};
+  RequestParser parser(info_, tokenizer_.get(), limits_);
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(1);
+  request.mutable_cache()->set_cache_implementation("quantized");
+  absl::StatusOr<GenerationRequest> r = parser.Parse(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              StartsWith("cache.cache_implementation: 'quantized' supports only full_attention "
+                         "layers; layer 1 is sliding_attention"));
+}
+
+TEST_F(RequestParserTest, InputTextIsBoundedByWhatTheContextCanHold) {
+  // 64 tokens of context: the bound is 64 x the longest token string (at least 16 bytes) x 4.
+  const int64_t bound = parser_->max_input_bytes();
+  EXPECT_GE(bound, 64 * 16 * 4);
+  EXPECT_LE(bound, 64 * 64 * 4);
+  v1::GenerateRequest request;
+  request.set_prompt(std::string(static_cast<size_t>(bound) + 1, 'a'));
+  absl::StatusOr<GenerationRequest> r = parser_->Parse(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            absl::StrCat("prompt: ", bound + 1, " bytes is more than the ", bound,
+                         " bytes that any input fitting the model's context of 64 tokens can "
+                         "have"));
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text(std::string(static_cast<size_t>(bound) + 1, 'a'));
+  EXPECT_THAT(std::string(parser_->Tokenize(tokenize).status().message()), StartsWith("text: "));
+  v1::GenerateRequest chat;
+  v1::ChatMessage* message = chat.mutable_messages()->add_messages();
+  message->set_role("user");
+  message->set_content(std::string(static_cast<size_t>(bound), 'a'));
+  EXPECT_THAT(std::string(parser_->Parse(chat).status().message()),
+              StartsWith("messages.messages: more than the "));
+}
+
+TEST_F(RequestParserTest, ACancelledOrExpiredCallStopsTheChatTemplate) {
+  v1::GenerateRequest chat;
+  v1::ChatMessage* message = chat.mutable_messages()->add_messages();
+  message->set_role("user");
+  message->set_content("hi");
+  ASSERT_TRUE(parser_->Parse(chat).ok());
+  EXPECT_EQ(parser_->Parse(chat, {.cancelled = [] { return true; }}).status().code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(parser_->Parse(chat, {.deadline = absl::InfinitePast()}).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_F(RequestParserTest, WithoutATokenizerOnlyTokenIdsAreAccepted) {

@@ -179,6 +179,23 @@ TEST(ServerOptionsTest, OtherOutOfRangeValuesNameTheirFlag) {
   EXPECT_THAT(Error({"--listen", ""}), HasSubstr("--listen"));
 }
 
+TEST(ServerOptionsTest, ListenPortOutOfRangeIsRefusedNotRemapped) {
+  EXPECT_EQ(Error({"--listen", "127.0.0.1:99999"}),
+            "--listen '127.0.0.1:99999' is not HOST:PORT with a port in [0, 65535]");
+  EXPECT_THAT(Error({"--listen", "127.0.0.1"}), HasSubstr("--listen '127.0.0.1'"));
+  EXPECT_THAT(Error({"--listen", "127.0.0.1:http"}), HasSubstr("--listen"));
+  EXPECT_TRUE(Parse({"--listen", "[::1]:0"}).options.ok());
+  EXPECT_TRUE(Parse({"--listen", "unix:/tmp/kvserve.sock"}).options.ok());
+}
+
+TEST(ServerOptionsTest, ReplicaIdIsPrintableAndBounded) {
+  const Parsed parsed = Parse({"--replica-id", "kvserve-0.kvserve"});
+  ASSERT_TRUE(parsed.options.ok()) << parsed.options.status();
+  EXPECT_EQ(parsed.options->replica_id, "kvserve-0.kvserve");
+  EXPECT_THAT(Error({"--replica-id", std::string(129, 'r')}), HasSubstr("--replica-id"));
+  EXPECT_THAT(Error({"--replica-id", "tab\there"}), HasSubstr("--replica-id"));
+}
+
 TEST(ServerOptionsTest, NonNumericValuesNameTheirFlag) {
   EXPECT_THAT(Error({"--max-batch-size", "many"}), HasSubstr("--max-batch-size"));
   EXPECT_THAT(Error({"--kv-device-bytes", "1GB"}), HasSubstr("--kv-device-bytes"));

@@ -51,5 +51,15 @@ TEST(StatusMappingTest, CodeOutsideGrpcRangeBecomesUnknown) {
   EXPECT_EQ(status.error_message(), "odd");
 }
 
+TEST(StatusMappingTest, LongMessagesAreCutOnACharacterBoundary) {
+  // 1023 ASCII bytes, then a 2-byte character that straddles the 1 KiB mark.
+  const std::string message = std::string(1023, 'a') + "\xc3\xa9" + std::string(5000, 'b');
+  const grpc::Status status = ToGrpcStatus(absl::InvalidArgumentError(message));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), std::string(1023, 'a') + "... (message cut)");
+  const std::string short_message(1024, 'c');
+  EXPECT_EQ(ToGrpcStatus(absl::InternalError(short_message)).error_message(), short_message);
+}
+
 }  // namespace
 }  // namespace kvserve::server
