@@ -33,6 +33,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0;
+  int height = 1;  // 1 + the tallest child's; the parser keeps it <= kMaxParseNesting
   Value value;
   std::string name;
   bool negated = false;  // kTest: "is not"

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "model/jinja_meter.h"
 #include "model/tokenizer_json_util.h"
 #include "model/unicode_utils.h"
 
@@ -14,7 +16,8 @@ namespace kvserve::model::jinja {
 namespace {
 
 // Byte offsets of each code point of `s`, plus s.size() at the end.
-std::vector<size_t> CodePointOffsets(const std::string& s) {
+std::vector<size_t> CodePointOffsets(const std::string& s, RenderMeter& meter) {
+  meter.ChargeBytes(static_cast<int64_t>(s.size()));
   std::vector<size_t> offsets;
   for (size_t pos = 0; pos < s.size();) {
     offsets.push_back(pos);
@@ -45,11 +48,13 @@ const std::string& RequireString(const Value* v, const std::string& what) {
 }
 
 // Python str.strip/lstrip/rstrip with optional character set.
-std::string StripChars(const std::string& s, const Value* chars, bool left, bool right) {
+std::string StripChars(const std::string& s, const Value* chars, bool left, bool right,
+                       RenderMeter& meter) {
   if (chars == nullptr || chars->is_none()) return std::string(StripWhitespace(s, left, right));
   const std::string& set = RequireString(chars, "strip");
-  std::vector<size_t> offsets = CodePointOffsets(s);
+  std::vector<size_t> offsets = CodePointOffsets(s, meter);
   auto in_set = [&](size_t i) {
+    meter.ChargeBytes(static_cast<int64_t>(set.size()));
     return set.find(s.substr(offsets[i], offsets[i + 1] - offsets[i])) != std::string::npos;
   };
   size_t begin = 0, end = offsets.size() - 1;
@@ -62,7 +67,9 @@ std::string StripChars(const std::string& s, const Value* chars, bool left, bool
   return s.substr(offsets[begin], offsets[end] - offsets[begin]);
 }
 
-Value Split(const std::string& s, const Value* sep, const Value* maxsplit_value) {
+Value Split(const std::string& s, const Value* sep, const Value* maxsplit_value,
+            RenderMeter& meter) {
+  meter.ChargeBytes(static_cast<int64_t>(s.size()));
   int64_t maxsplit = -1;
   if (maxsplit_value != nullptr && maxsplit_value->is_int()) maxsplit = maxsplit_value->as_int();
   Array parts;
@@ -82,6 +89,7 @@ Value Split(const std::string& s, const Value* sep, const Value* maxsplit_value)
         if (IsUnicodeWhitespace(DecodeUtf8(s, &next))) break;
         end = next;
       }
+      meter.CheckList(static_cast<int64_t>(parts.size()) + 1);
       parts.emplace_back(s.substr(pos, end - pos));
       pos = end;
     }
@@ -97,6 +105,7 @@ Value Split(const std::string& s, const Value* sep, const Value* maxsplit_value)
       parts.emplace_back(s.substr(pos));
       break;
     }
+    meter.CheckList(static_cast<int64_t>(parts.size()) + 2);
     parts.emplace_back(s.substr(pos, found - pos));
     pos = found + delimiter.size();
   }
@@ -104,9 +113,22 @@ Value Split(const std::string& s, const Value* sep, const Value* maxsplit_value)
 }
 
 std::string Replace(const std::string& s, const std::string& from, const std::string& to,
-                    int64_t count) {
+                    int64_t count, RenderMeter& meter) {
   if (from.empty()) throw JinjaError("replace: empty pattern is unsupported");
+  meter.ChargeBytes(static_cast<int64_t>(s.size()));
+  int64_t matches = 0;
+  for (size_t pos = s.find(from); pos != std::string::npos && (count < 0 || matches < count);
+       pos = s.find(from, pos + from.size())) {
+    ++matches;
+  }
+  // Each term is at most max_output_bytes (16 MiB by default), so this cannot overflow.
+  const int64_t size =
+      static_cast<int64_t>(s.size()) +
+      matches * (static_cast<int64_t>(to.size()) - static_cast<int64_t>(from.size()));
+  meter.CheckString(size);
+  meter.ChargeBytes(size);
   std::string out;
+  out.reserve(static_cast<size_t>(size));
   size_t pos = 0;
   for (int64_t n = 0; count < 0 || n < count; ++n) {
     const size_t found = s.find(from, pos);
@@ -160,8 +182,11 @@ bool MatchesAffix(const std::string& s, const Value& affix, bool prefix) {
   return one(affix);
 }
 
-int64_t Length(const Value& v) {
-  if (v.is_string()) return static_cast<int64_t>(CodePointOffsets(v.as_string()).size() - 1);
+int64_t Length(const Value& v, RenderMeter& meter) {
+  if (v.is_string()) {
+    meter.ChargeBytes(static_cast<int64_t>(v.as_string().size()));
+    return CountCodePoints(v.as_string());
+  }
   if (v.is_array()) return static_cast<int64_t>(v.as_array().size());
   if (v.is_object()) return static_cast<int64_t>(v.as_object().items.size());
   throw JinjaError(absl::StrCat("length of ", v.TypeName(), " is undefined"));
@@ -195,16 +220,21 @@ Value Attribute(const Value& item, const std::string& path) {
   return current;
 }
 
-Array RequireIterable(const Value& v, const std::string& filter) {
-  if (v.is_array()) return v.as_array();
+Array RequireIterable(const Value& v, const std::string& filter, RenderMeter& meter) {
+  if (v.is_array()) {
+    meter.ChargeItems(static_cast<int64_t>(v.as_array().size()));
+    return v.as_array();
+  }
   if (v.is_object()) {
+    meter.ChargeItems(static_cast<int64_t>(v.as_object().items.size()));
     Array keys;
     for (const auto& [k, x] : v.as_object().items) keys.emplace_back(k);
     return keys;
   }
   if (v.is_string()) {
+    meter.CheckList(CountCodePoints(v.as_string()));
     Array chars;
-    const std::vector<size_t> offsets = CodePointOffsets(v.as_string());
+    const std::vector<size_t> offsets = CodePointOffsets(v.as_string(), meter);
     for (size_t i = 0; i + 1 < offsets.size(); ++i) {
       chars.emplace_back(v.as_string().substr(offsets[i], offsets[i + 1] - offsets[i]));
     }
@@ -215,7 +245,7 @@ Array RequireIterable(const Value& v, const std::string& filter) {
 
 // selectattr/rejectattr/select/reject: the test named by args[first_test] (default: truthy).
 Value FilterByTest(const Value& value, std::vector<Value>& args, bool by_attribute, bool keep,
-                   const std::string& filter) {
+                   const std::string& filter, RenderMeter& meter) {
   Array out;
   size_t next = 0;
   std::string attribute;
@@ -226,9 +256,10 @@ Value FilterByTest(const Value& value, std::vector<Value>& args, bool by_attribu
   std::string test;
   if (next < args.size()) test = RequireString(&args[next++], filter);
   const std::vector<Value> test_args(args.begin() + static_cast<std::ptrdiff_t>(next), args.end());
-  for (const Value& item : RequireIterable(value, filter)) {
+  for (const Value& item : RequireIterable(value, filter, meter)) {
     const Value subject = by_attribute ? Attribute(item, attribute) : item;
-    const bool passed = test.empty() ? subject.Truthy() : ApplyTest(test, subject, test_args);
+    const bool passed =
+        test.empty() ? subject.Truthy() : ApplyTest(test, subject, test_args, meter);
     if (passed == keep) out.push_back(item);
   }
   return Value(std::move(out));
@@ -247,8 +278,16 @@ double ToNumber(const Value& v, const std::string& filter) {
 
 }  // namespace
 
-Value SliceValue(const Value& value, const Value* start_v, const Value* stop_v,
-                 const Value* step_v) {
+int64_t CountCodePoints(const std::string& s) {
+  int64_t n = 0;
+  for (size_t pos = 0; pos < s.size(); ++n) {
+    pos += static_cast<size_t>(Utf8SequenceLength(static_cast<unsigned char>(s[pos])));
+  }
+  return n;
+}
+
+Value SliceValue(const Value& value, const Value* start_v, const Value* stop_v, const Value* step_v,
+                 RenderMeter& meter) {
   auto as_opt_int = [](const Value* v) -> std::optional<int64_t> {
     if (v == nullptr || v->is_none()) return std::nullopt;
     if (!v->is_int()) throw JinjaError("slice indices must be integers");
@@ -259,7 +298,7 @@ Value SliceValue(const Value& value, const Value* start_v, const Value* stop_v,
   std::vector<size_t> offsets;
   int64_t n;
   if (value.is_string()) {
-    offsets = CodePointOffsets(value.as_string());
+    offsets = CodePointOffsets(value.as_string(), meter);
     n = static_cast<int64_t>(offsets.size()) - 1;
   } else if (value.is_array()) {
     n = static_cast<int64_t>(value.as_array().size());
@@ -274,23 +313,29 @@ Value SliceValue(const Value& value, const Value* start_v, const Value* stop_v,
   };
   const int64_t start = clamp(as_opt_int(start_v), step > 0 ? 0 : n - 1);
   const int64_t stop = clamp(as_opt_int(stop_v), step > 0 ? n : -1);
-  std::vector<int64_t> indices;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) indices.push_back(i);
+  // Calls `visit` with each index of the slice; `i += step` must not overflow near INT64_MAX.
+  auto for_each_index = [&](auto visit) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+      visit(i);
+      if (__builtin_add_overflow(i, step, &i)) break;
+    }
+  };
   if (value.is_string()) {
     std::string out;
-    for (int64_t i : indices) {
+    for_each_index([&](int64_t i) {
       out.append(value.as_string(), offsets[static_cast<size_t>(i)],
                  offsets[static_cast<size_t>(i + 1)] - offsets[static_cast<size_t>(i)]);
-    }
+    });
     return Value(std::move(out));
   }
+  meter.ChargeItems(n);
   Array out;
-  for (int64_t i : indices) out.push_back(value.as_array()[static_cast<size_t>(i)]);
+  for_each_index([&](int64_t i) { out.push_back(value.as_array()[static_cast<size_t>(i)]); });
   return Value(std::move(out));
 }
 
 Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value>& args,
-                  KwArgs& kwargs) {
+                  KwArgs& kwargs, RenderMeter& meter) {
   if (name == "default" || name == "d") {
     const Value* fallback = Arg(args, kwargs, 0, "default_value");
     const Value* boolean = Arg(args, kwargs, 1, "boolean");
@@ -304,57 +349,77 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
         absl::StrCat("'", value.undefined_name(), "' is undefined (filter '", name, "')"));
   }
   if (name == "trim") {
-    return Value(
-        StripChars(RequireString(&value, "trim"), Arg(args, kwargs, 0, "chars"), true, true));
+    return Value(StripChars(RequireString(&value, "trim"), Arg(args, kwargs, 0, "chars"), true,
+                            true, meter));
   }
   if (name == "upper") return Value(Upper(RequireString(&value, "upper")));
   if (name == "lower") return Value(Lower(RequireString(&value, "lower")));
   if (name == "capitalize") return Value(Capitalize(RequireString(&value, "capitalize")));
   if (name == "title") return Value(Title(RequireString(&value, "title")));
-  if (name == "length" || name == "count") return Value(Length(value));
-  if (name == "string") return Value(value.ToString());
+  if (name == "length" || name == "count") return Value(Length(value, meter));
+  if (name == "string") return Value(value.ToString(meter));
   if (name == "safe") return value;
   if (name == "tojson") {
     const Value* indent = Arg(args, kwargs, 0, "indent");
-    return Value(value.ToJson(
-        indent != nullptr && indent->is_int() ? static_cast<int>(indent->as_int()) : -1));
+    int64_t spaces = -1;
+    if (indent != nullptr && indent->is_int()) {
+      spaces = indent->as_int();
+      meter.CheckString(spaces);
+    }
+    return Value(value.ToJson(spaces, meter));
   }
   if (name == "items") return Items(value);
-  if (name == "list") return Value(RequireIterable(value, "list"));
+  if (name == "list") return Value(RequireIterable(value, "list", meter));
   if (name == "first" || name == "last") {
-    const Array items = RequireIterable(value, name);
+    const Array items = RequireIterable(value, name, meter);
     if (items.empty()) return Value::MakeUndefined(name);
     return name == "first" ? items.front() : items.back();
   }
   if (name == "reverse") {
     if (value.is_string()) {
       const Value step(static_cast<int64_t>(-1));
-      return SliceValue(value, nullptr, nullptr, &step);
+      return SliceValue(value, nullptr, nullptr, &step, meter);
     }
-    Array items = RequireIterable(value, "reverse");
+    Array items = RequireIterable(value, "reverse", meter);
     std::reverse(items.begin(), items.end());
     return Value(std::move(items));
   }
   if (name == "join") {
     const Value* sep = Arg(args, kwargs, 0, "d");
     const Value* attribute = Arg(args, kwargs, 1, "attribute");
+    const std::string separator = sep != nullptr ? sep->ToString(meter) : std::string();
     std::string out;
     bool first = true;
-    for (const Value& item : RequireIterable(value, "join")) {
-      if (!first && sep != nullptr) out.append(sep->ToString());
+    for (const Value& item : RequireIterable(value, "join", meter)) {
+      const std::string text =
+          (attribute != nullptr ? Attribute(item, attribute->ToString(meter)) : item)
+              .ToString(meter);
+      const size_t added = text.size() + (first ? 0 : separator.size());
+      meter.CheckString(static_cast<int64_t>(out.size() + added));
+      meter.ChargeBytes(static_cast<int64_t>(added));
+      if (!first) out.append(separator);
       first = false;
-      out.append((attribute != nullptr ? Attribute(item, attribute->ToString()) : item).ToString());
+      out.append(text);
     }
     return Value(std::move(out));
   }
   if (name == "int") {
     if (value.is_string())
       return Value(static_cast<int64_t>(std::strtoll(value.as_string().c_str(), nullptr, 10)));
-    return Value(static_cast<int64_t>(ToNumber(value, "int")));
+    if (value.is_int()) return value;
+    const double d = std::trunc(ToNumber(value, "int"));
+    // 2^63 is the first double past INT64_MAX; NaN fails both comparisons.
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+      throw JinjaError("int: float out of the integer range");
+    return Value(static_cast<int64_t>(d));
   }
   if (name == "float") return Value(ToNumber(value, "float"));
   if (name == "abs") {
-    if (value.is_int()) return Value(value.as_int() < 0 ? -value.as_int() : value.as_int());
+    if (value.is_int()) {
+      if (value.as_int() == std::numeric_limits<int64_t>::min())
+        throw JinjaError("integer overflow in 'abs'");
+      return Value(value.as_int() < 0 ? -value.as_int() : value.as_int());
+    }
     return Value(std::fabs(ToNumber(value, "abs")));
   }
   if (name == "replace") {
@@ -362,14 +427,14 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
     return Value(Replace(RequireString(&value, "replace"),
                          RequireString(Arg(args, kwargs, 0, "old"), "replace"),
                          RequireString(Arg(args, kwargs, 1, "new"), "replace"),
-                         count != nullptr && count->is_int() ? count->as_int() : -1));
+                         count != nullptr && count->is_int() ? count->as_int() : -1, meter));
   }
   if (name == "map") {
     const Value* attribute = FindKwarg(kwargs, "attribute");
     Array out;
-    for (const Value& item : RequireIterable(value, "map")) {
+    for (const Value& item : RequireIterable(value, "map", meter)) {
       if (attribute != nullptr) {
-        Value v = Attribute(item, attribute->ToString());
+        Value v = Attribute(item, attribute->ToString(meter));
         if (v.is_undefined()) {
           if (const Value* d = FindKwarg(kwargs, "default")) v = *d;
         }
@@ -378,20 +443,20 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
         if (args.empty()) throw JinjaError("map needs a filter name or attribute=");
         std::vector<Value> rest(args.begin() + 1, args.end());
         KwArgs none;
-        out.push_back(ApplyFilter(RequireString(&args[0], "map"), item, rest, none));
+        out.push_back(ApplyFilter(RequireString(&args[0], "map"), item, rest, none, meter));
       }
     }
     return Value(std::move(out));
   }
-  if (name == "selectattr") return FilterByTest(value, args, true, true, name);
-  if (name == "rejectattr") return FilterByTest(value, args, true, false, name);
-  if (name == "select") return FilterByTest(value, args, false, true, name);
-  if (name == "reject") return FilterByTest(value, args, false, false, name);
+  if (name == "selectattr") return FilterByTest(value, args, true, true, name, meter);
+  if (name == "rejectattr") return FilterByTest(value, args, true, false, name, meter);
+  if (name == "select") return FilterByTest(value, args, false, true, name, meter);
+  if (name == "reject") return FilterByTest(value, args, false, false, name, meter);
   if (name == "unique") {
     Array out;
-    for (const Value& item : RequireIterable(value, "unique")) {
+    for (const Value& item : RequireIterable(value, "unique", meter)) {
       bool seen = false;
-      for (const Value& o : out) seen = seen || o.Equals(item);
+      for (const Value& o : out) seen = seen || o.Equals(item, meter);
       if (!seen) out.push_back(item);
     }
     return Value(std::move(out));
@@ -399,10 +464,20 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
   if (name == "indent") {
     const Value* width_v = Arg(args, kwargs, 0, "width");
     const Value* first_v = Arg(args, kwargs, 1, "first");
-    const std::string pad(
-        width_v != nullptr && width_v->is_int() ? static_cast<size_t>(width_v->as_int()) : 4, ' ');
+    const int64_t width = width_v != nullptr && width_v->is_int() ? width_v->as_int() : 4;
+    if (width < 0) throw JinjaError("indent: width must not be negative");
+    meter.CheckString(width);
     const std::string& s = RequireString(&value, "indent");
-    std::string out = first_v != nullptr && first_v->Truthy() ? pad : "";
+    const bool indent_first = first_v != nullptr && first_v->Truthy();
+    int64_t pads = indent_first ? 1 : 0;
+    for (size_t i = 0; i + 1 < s.size(); ++i) pads += s[i] == '\n' && s[i + 1] != '\n';
+    // width and pads are at most max_output_bytes each, so the product fits in 64 bits.
+    const int64_t size = static_cast<int64_t>(s.size()) + pads * width;
+    meter.CheckString(size);
+    meter.ChargeBytes(size);
+    const std::string pad(static_cast<size_t>(width), ' ');
+    std::string out = indent_first ? pad : "";
+    out.reserve(static_cast<size_t>(size));
     for (size_t i = 0; i < s.size(); ++i) {
       out.push_back(s[i]);
       if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') out.append(pad);
@@ -412,7 +487,8 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
   throw JinjaError(absl::StrCat("unsupported filter '", name, "'"));
 }
 
-bool ApplyTest(const std::string& name, const Value& value, const std::vector<Value>& args) {
+bool ApplyTest(const std::string& name, const Value& value, const std::vector<Value>& args,
+               RenderMeter& meter) {
   if (name == "defined") return !value.is_undefined();
   if (name == "undefined") return value.is_undefined();
   if (name == "none") return value.is_none();
@@ -435,22 +511,25 @@ bool ApplyTest(const std::string& name, const Value& value, const std::vector<Va
     if (!value.is_int() || args.empty() || !args[0].is_int() || args[0].as_int() == 0) {
       throw JinjaError("test 'divisibleby' needs integers");
     }
-    return value.as_int() % args[0].as_int() == 0;
+    // INT64_MIN % -1 traps on x86; every integer is divisible by -1.
+    return args[0].as_int() == -1 || value.as_int() % args[0].as_int() == 0;
   }
   if (name == "eq" || name == "equalto" || name == "==" || name == "ne" || name == "!=" ||
       name == "sameas") {
     if (args.empty()) throw JinjaError(absl::StrCat("test '", name, "' needs an argument"));
-    const bool equal = value.Equals(args[0]);
+    const bool equal = value.Equals(args[0], meter);
     return (name == "ne" || name == "!=") ? !equal : equal;
   }
   if (name == "in") {
     if (args.empty()) throw JinjaError("test 'in' needs an argument");
-    if (args[0].is_string() && value.is_string())
+    if (args[0].is_string() && value.is_string()) {
+      meter.ChargeBytes(static_cast<int64_t>(args[0].as_string().size()));
       return args[0].as_string().find(value.as_string()) != std::string::npos;
+    }
     if (args[0].is_object() && value.is_string())
       return args[0].as_object().Find(value.as_string()) != nullptr;
-    for (const Value& v : RequireIterable(args[0], "in")) {
-      if (v.Equals(value)) return true;
+    for (const Value& v : RequireIterable(args[0], "in", meter)) {
+      if (v.Equals(value, meter)) return true;
     }
     return false;
   }
@@ -458,43 +537,52 @@ bool ApplyTest(const std::string& name, const Value& value, const std::vector<Va
 }
 
 Value CallMethod(const Value& object, const std::string& name, std::vector<Value>& args,
-                 KwArgs& kwargs) {
+                 KwArgs& kwargs, RenderMeter& meter) {
   if (object.is_string()) {
     const std::string& s = object.as_string();
-    if (name == "strip") return Value(StripChars(s, Arg(args, kwargs, 0, "chars"), true, true));
-    if (name == "lstrip") return Value(StripChars(s, Arg(args, kwargs, 0, "chars"), true, false));
-    if (name == "rstrip") return Value(StripChars(s, Arg(args, kwargs, 0, "chars"), false, true));
+    if (name == "strip")
+      return Value(StripChars(s, Arg(args, kwargs, 0, "chars"), true, true, meter));
+    if (name == "lstrip")
+      return Value(StripChars(s, Arg(args, kwargs, 0, "chars"), true, false, meter));
+    if (name == "rstrip")
+      return Value(StripChars(s, Arg(args, kwargs, 0, "chars"), false, true, meter));
     if (name == "split")
-      return Split(s, Arg(args, kwargs, 0, "sep"), Arg(args, kwargs, 1, "maxsplit"));
+      return Split(s, Arg(args, kwargs, 0, "sep"), Arg(args, kwargs, 1, "maxsplit"), meter);
     if (name == "startswith" || name == "endswith") {
       const Value* affix = Arg(args, kwargs, 0, "prefix");
       if (affix == nullptr) throw JinjaError(absl::StrCat(name, " needs an argument"));
+      if (affix->is_array()) meter.ChargeItems(static_cast<int64_t>(affix->as_array().size()));
       return Value(MatchesAffix(s, *affix, name == "startswith"));
     }
     if (name == "replace") {
       const Value* count = Arg(args, kwargs, 2, "count");
       return Value(Replace(s, RequireString(Arg(args, kwargs, 0, "old"), "replace"),
                            RequireString(Arg(args, kwargs, 1, "new"), "replace"),
-                           count != nullptr && count->is_int() ? count->as_int() : -1));
+                           count != nullptr && count->is_int() ? count->as_int() : -1, meter));
     }
     if (name == "upper") return Value(Upper(s));
     if (name == "lower") return Value(Lower(s));
     if (name == "title") return Value(Title(s));
     if (name == "capitalize") return Value(Capitalize(s));
     if (name == "find") {
+      meter.ChargeBytes(static_cast<int64_t>(s.size()));
       const size_t found = s.find(RequireString(Arg(args, kwargs, 0, "sub"), "find"));
       if (found == std::string::npos) return Value(static_cast<int64_t>(-1));
-      return Value(static_cast<int64_t>(CodePointOffsets(s.substr(0, found)).size() - 1));
+      return Value(CountCodePoints(s.substr(0, found)));
     }
     if (name == "join") {
       std::string out;
       const Value* items = Arg(args, kwargs, 0, "iterable");
       if (items == nullptr) throw JinjaError("join needs an argument");
       bool first = true;
-      for (const Value& item : RequireIterable(*items, "join")) {
+      for (const Value& item : RequireIterable(*items, "join", meter)) {
+        const std::string text = item.ToString(meter);
+        const size_t added = text.size() + (first ? 0 : s.size());
+        meter.CheckString(static_cast<int64_t>(out.size() + added));
+        meter.ChargeBytes(static_cast<int64_t>(added));
         if (!first) out.append(s);
         first = false;
-        out.append(item.ToString());
+        out.append(text);
       }
       return Value(std::move(out));
     }

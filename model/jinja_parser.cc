@@ -1,6 +1,8 @@
 // Parses Jinja template source (the subset chat templates use) into a syntax tree.
 #include "model/jinja_parser.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <utility>
 
@@ -242,6 +244,48 @@ class Parser {
   }
 
  private:
+  // Held while parsing one nested block or expression level; throws past kMaxParseNesting.
+  class Nesting {
+   public:
+    Nesting(const Parser& parser, int* depth, std::string_view what) : depth_(depth) {
+      if (*depth_ >= kMaxParseNesting) {
+        throw parser.Error(
+            absl::StrCat(AsAbsl(what), " nested deeper than ", kMaxParseNesting, " levels"));
+      }
+      ++*depth_;
+    }
+    ~Nesting() { --*depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    int* depth_;
+  };
+
+  // Sets e->height from its children's; throws when that passes kMaxParseNesting.
+  ExprPtr Finish(ExprPtr e) const {
+    int tallest = 0;
+    for (const ExprPtr& c : e->children) {
+      if (c) tallest = std::max(tallest, c->height);
+    }
+    for (const ExprPtr& k : e->keys) tallest = std::max(tallest, k->height);
+    for (const auto& [name, x] : e->kwargs) tallest = std::max(tallest, x->height);
+    e->height = tallest + 1;
+    if (e->height > kMaxParseNesting) {
+      throw Error(absl::StrCat("expression nested deeper than ", kMaxParseNesting, " levels"));
+    }
+    return e;
+  }
+
+  Value ParseInt(const std::string& text) const {
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      throw Error(absl::StrCat("integer literal ", text, " is out of range"));
+    }
+    return Value(v);
+  }
+
   const Token& Peek(size_t ahead = 0) const {
     return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
   }
@@ -320,6 +364,7 @@ class Parser {
   }
 
   NodePtr ParseStatement(const std::string& keyword, int line) {
+    Nesting nesting(*this, &block_depth_, "blocks");
     auto node = std::make_unique<Node>();
     node->line = line;
     std::string end;
@@ -396,7 +441,7 @@ class Parser {
           ++pos_;
           tuple->children.push_back(ParseExpression(true));
         }
-        node->expr = std::move(tuple);
+        node->expr = Finish(std::move(tuple));
       }
       ExpectBlockEnd();
       return node;
@@ -444,10 +489,11 @@ class Parser {
     e->name = std::move(op);
     e->children.push_back(std::move(a));
     e->children.push_back(std::move(b));
-    return e;
+    return Finish(std::move(e));
   }
 
   ExprPtr ParseExpression(bool allow_conditional) {
+    Nesting nesting(*this, &expression_depth_, "expression");
     ExprPtr value = ParseOr();
     if (allow_conditional && IsName("if")) {
       const int line = Peek().line;
@@ -462,7 +508,7 @@ class Parser {
       e->children.push_back(std::move(value));
       e->children.push_back(std::move(condition));
       e->children.push_back(std::move(otherwise));
-      return e;
+      return Finish(std::move(e));
     }
     return value;
   }
@@ -484,11 +530,12 @@ class Parser {
   }
   ExprPtr ParseNot() {
     if (IsName("not")) {
+      Nesting nesting(*this, &expression_depth_, "expression");
       const int line = Next().line;
       ExprPtr e = Make(Expr::Kind::kUnary, line);
       e->name = "not";
       e->children.push_back(ParseNot());
-      return e;
+      return Finish(std::move(e));
     }
     return ParseCompare();
   }
@@ -548,10 +595,12 @@ class Parser {
   ExprPtr ParseUnary(bool with_filter) {
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
+      Nesting nesting(*this, &expression_depth_, "expression");
       const Token t = Next();
       node = Make(Expr::Kind::kUnary, t.line);
       node->name = t.text;
       node->children.push_back(ParseUnary(false));
+      node = Finish(std::move(node));
     } else {
       node = ParsePostfix(ParsePrimary());
     }
@@ -582,7 +631,7 @@ class Parser {
         f->name = ExpectName();
         f->children.push_back(std::move(node));
         if (IsOp("(")) ParseCallArgs(f.get());
-        node = std::move(f);
+        node = Finish(std::move(f));
       } else if (IsName("is")) {
         const int line = Next().line;
         ExprPtr t = Make(Expr::Kind::kTest, line);
@@ -593,7 +642,7 @@ class Parser {
         t->name = ExpectName();
         t->children.push_back(std::move(node));
         if (IsOp("(")) ParseCallArgs(t.get());
-        node = std::move(t);
+        node = Finish(std::move(t));
       } else {
         return node;
       }
@@ -609,14 +658,14 @@ class Parser {
         if (Peek().type == Token::Type::kInt) {
           e->kind = Expr::Kind::kGetItem;
           ExprPtr index = Make(Expr::Kind::kLiteral, line);
-          index->value = Value(static_cast<int64_t>(std::stoll(Next().text)));
+          index->value = ParseInt(Next().text);
           e->children.push_back(std::move(node));
           e->children.push_back(std::move(index));
         } else {
           e->name = ExpectName();
           e->children.push_back(std::move(node));
         }
-        node = std::move(e);
+        node = Finish(std::move(e));
       } else if (IsOp("[")) {
         ++pos_;
         ExprPtr parts[3];
@@ -639,12 +688,12 @@ class Parser {
         } else {
           for (auto& p : parts) e->children.push_back(std::move(p));
         }
-        node = std::move(e);
+        node = Finish(std::move(e));
       } else if (IsOp("(")) {
         ExprPtr call = Make(Expr::Kind::kCall, line);
         call->children.push_back(std::move(node));
         ParseCallArgs(call.get());
-        node = std::move(call);
+        node = Finish(std::move(call));
       } else {
         return node;
       }
@@ -662,8 +711,8 @@ class Parser {
         return e;
       }
       case Token::Type::kInt:
+        e->value = ParseInt(t.text);
         ++pos_;
-        e->value = Value(static_cast<int64_t>(std::stoll(t.text)));
         return e;
       case Token::Type::kFloat:
         ++pos_;
@@ -700,7 +749,7 @@ class Parser {
               e->children.push_back(ParseExpression(true));
             }
             ExpectOp(")");
-            return e;
+            return Finish(std::move(e));
           }
           ExpectOp(")");
           return inner;
@@ -713,7 +762,7 @@ class Parser {
             if (!IsOp("]")) ExpectOp(",");
           }
           ++pos_;
-          return e;
+          return Finish(std::move(e));
         }
         if (t.text == "{") {
           ++pos_;
@@ -725,7 +774,7 @@ class Parser {
             if (!IsOp("}")) ExpectOp(",");
           }
           ++pos_;
-          return e;
+          return Finish(std::move(e));
         }
         break;
       default:
@@ -736,6 +785,8 @@ class Parser {
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int block_depth_ = 0;
+  int expression_depth_ = 0;
 };
 
 }  // namespace

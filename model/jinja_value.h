@@ -23,6 +23,7 @@ class JinjaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+class RenderMeter;
 class Value;
 using Array = std::vector<Value>;
 struct Object;
@@ -33,9 +34,16 @@ struct Undefined {
   std::string name;  // what was looked up, for error messages
 };
 
+// Destroying a value never recurses deeper than a few frames, however deeply its lists and dicts
+// nest: the last owner of a container takes its nested containers apart iteratively.
 class Value {
  public:
   Value() : data_(Undefined{}) {}
+  Value(const Value& other) = default;
+  Value(Value&& other) noexcept = default;
+  Value& operator=(const Value& other);
+  Value& operator=(Value&& other) noexcept;
+  ~Value();
   static Value None() { return Value(nullptr); }
   Value(std::nullptr_t) : data_(nullptr) {}
   Value(bool b) : data_(b) {}
@@ -52,7 +60,8 @@ class Value {
     v.data_ = Undefined{std::move(name)};
     return v;
   }
-  static Value FromJson(const nlohmann::json& json);
+  // The JSON value as a Value. Throws JinjaError when `json` nests deeper than `max_depth`.
+  static Value FromJson(const nlohmann::json& json, int max_depth);
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(data_); }
   bool is_none() const { return std::holds_alternative<std::nullptr_t>(data_); }
@@ -78,19 +87,27 @@ class Value {
 
   // Python truthiness (undefined is false).
   bool Truthy() const;
+  // The functions below walk nested lists and dicts: they charge `meter` for each value visited
+  // and each byte built, and throw JinjaError past its max_depth nesting or max_output_bytes.
   // Python str(): None, True, 1.5, ['a', 1], {'k': 'v'}; undefined is "".
-  std::string ToString() const;
+  std::string ToString(RenderMeter& meter) const;
   // Python repr() (strings quoted).
-  std::string Repr() const;
+  std::string Repr(RenderMeter& meter) const;
   // json.dumps(ensure_ascii=False) with `indent` < 0 meaning compact-with-spaces.
-  std::string ToJson(int indent) const;
+  std::string ToJson(int64_t indent, RenderMeter& meter) const;
   // Python ==.
-  bool Equals(const Value& other) const;
+  bool Equals(const Value& other, RenderMeter& meter) const;
   // Name of the type for error messages.
   std::string TypeName() const;
 
  private:
-  void AppendJson(int indent, int depth, std::string* out) const;
+  static Value FromJsonAt(const nlohmann::json& json, int depth, int max_depth);
+  void AppendRepr(int depth, RenderMeter& meter, std::string* out) const;
+  void AppendJson(int64_t indent, int depth, RenderMeter& meter, std::string* out) const;
+  bool EqualsAt(const Value& other, int depth, RenderMeter& meter) const;
+  // When this value is the last owner of a list or dict, moves the lists and dicts inside it
+  // to `pending` so that destroying it does not recurse into them.
+  void DetachNestedContainers(std::vector<Value>* pending);
   std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string,
                std::shared_ptr<Array>, std::shared_ptr<Object>, std::shared_ptr<Callable>>
       data_;

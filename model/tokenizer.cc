@@ -243,7 +243,8 @@ absl::Status Tokenizer::LoadConfigJson(std::string_view text) {
   }
   auto parsed = ChatTemplate::Parse(source);
   if (!parsed.ok()) {
-    chat_template_status_ = parsed.status();
+    chat_template_status_ = absl::Status(
+        parsed.status().code(), absl::StrCat("tokenizer_config.json: ", parsed.status().message()));
   } else {
     chat_template_ = *std::move(parsed);
   }
@@ -374,20 +375,22 @@ std::string Tokenizer::CleanUpTokenization(std::string_view text) {
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
-                                                         bool add_generation_prompt) const {
+                                                         bool add_generation_prompt,
+                                                         const RenderBudget& budget) const {
   if (chat_template_ == nullptr) return chat_template_status_;
-  return chat_template_->Render(messages, add_generation_prompt, bos_token_, eos_token_);
+  return chat_template_->Render(messages, add_generation_prompt, bos_token_, eos_token_, budget);
 }
 
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateJson(const nlohmann::json& messages,
-                                                             bool add_generation_prompt) const {
+                                                             bool add_generation_prompt,
+                                                             const RenderBudget& budget) const {
   if (chat_template_ == nullptr) return chat_template_status_;
   Json context = Json::object();
   context["messages"] = messages;
   context["add_generation_prompt"] = add_generation_prompt;
   context["bos_token"] = bos_token_;
   context["eos_token"] = eos_token_;
-  return chat_template_->RenderWithContext(context);
+  return chat_template_->RenderWithContext(context, budget);
 }
 
 }  // namespace kvserve::model

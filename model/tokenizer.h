@@ -59,11 +59,12 @@ class Tokenizer {
   // One past the largest token id, added tokens included.
   int32_t vocab_size() const { return vocab_size_; }
 
-  // Renders tokenizer_config.json's chat_template. FailedPrecondition when there is none;
-  // InvalidArgument naming the construct when the template uses Jinja outside the supported
-  // subset or raises an exception.
+  // Renders tokenizer_config.json's chat_template within `budget` (see ChatTemplate::Render for
+  // its errors). FailedPrecondition when there is none; InvalidArgument "tokenizer_config.json:
+  // chat template: ..." naming the construct when it did not parse.
   absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
-                                                bool add_generation_prompt) const;
+                                                bool add_generation_prompt,
+                                                const RenderBudget& budget = RenderBudget()) const;
 
   // The token string of `id` (added tokens included), or nullopt.
   std::optional<std::string> IdToToken(int32_t id) const;
@@ -78,8 +79,9 @@ class Tokenizer {
 
   // Like ApplyChatTemplate, with messages given as a JSON array (extra fields such as
   // reasoning_content pass through to the template).
-  absl::StatusOr<std::string> ApplyChatTemplateJson(const nlohmann::json& messages,
-                                                    bool add_generation_prompt) const;
+  absl::StatusOr<std::string> ApplyChatTemplateJson(
+      const nlohmann::json& messages, bool add_generation_prompt,
+      const RenderBudget& budget = RenderBudget()) const;
 
  private:
   Tokenizer();
