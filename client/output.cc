@@ -104,6 +104,7 @@ std::string ModelInfoText(const v1::ModelInfo& info) {
   absl::StrAppend(&out, "dtype: ", info.dtype(), "\n");
   absl::StrAppend(&out, "device: ", info.device(), "\n");
   absl::StrAppend(&out, "max_new_tokens_limit: ", info.max_new_tokens_limit(), "\n");
+  absl::StrAppend(&out, "replica_id: ", info.replica_id().empty() ? "-" : info.replica_id(), "\n");
   return out;
 }
 

@@ -76,8 +76,11 @@ TEST(ModelInfoTextTest, KeyValueLinesWithLayerRuns) {
   EXPECT_THAT(text, HasSubstr("layers: full_attention x3, sliding_attention(4) x1\n"));
   EXPECT_THAT(text, HasSubstr("eos_token_ids: 2,3\n"));
   EXPECT_THAT(text, HasSubstr("bos_token_id: none\n"));
+  EXPECT_THAT(text, HasSubstr("replica_id: -\n"));
   info.set_bos_token_id(0);
+  info.set_replica_id("kvserve-2");
   EXPECT_THAT(ModelInfoText(info), HasSubstr("bos_token_id: 0\n"));
+  EXPECT_THAT(ModelInfoText(info), HasSubstr("replica_id: kvserve-2\n"));
 }
 
 TEST(TokenIdsTextTest, CommaSeparated) {
