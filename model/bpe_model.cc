@@ -3,11 +3,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <queue>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/tokenizer_json_util.h"
 #include "model/unicode_utils.h"
 
 namespace kvserve::model {
@@ -21,30 +24,36 @@ std::string ByteTokenName(int b) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::json& config) {
-  if (!config.is_object()) return absl::InvalidArgumentError("model must be an object");
-  const std::string type = config.value("type", "BPE");
-  if (type != "BPE") {
-    return absl::InvalidArgumentError(absl::StrCat("unsupported model type '", type, "'"));
+absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::json& config,
+                                                             std::string_view path) {
+  if (absl::Status s = ExpectJsonObject(config, path); !s.ok()) return s;
+  auto type = GetOptionalString(config, "type", path, "BPE");
+  if (!type.ok()) return type.status();
+  if (*type != "BPE") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(JsonMemberPath(path, "type"), ": unsupported model type '", *type, "'"));
   }
-  if (auto it = config.find("dropout");
-      it != config.end() && !it->is_null() && it->get<double>() != 0.0) {
-    return absl::InvalidArgumentError("unsupported BPE option 'dropout'");
+  auto dropout = GetOptionalNumber(config, "dropout", path);
+  if (!dropout.ok()) return dropout.status();
+  if (dropout->has_value() && **dropout != 0.0) {
+    return absl::InvalidArgumentError(absl::StrCat(JsonMemberPath(path, "dropout"),
+                                                   ": unsupported BPE option (got ", **dropout,
+                                                   "; only 0 or null is supported)"));
   }
   auto model = std::unique_ptr<BpeModel>(new BpeModel());
   static std::atomic<uint64_t> next_instance_id{1};
   model->instance_id_ = next_instance_id.fetch_add(1);
-  auto vocab = config.find("vocab");
-  if (vocab == config.end() || !vocab->is_object()) {
-    return absl::InvalidArgumentError("BPE model needs a 'vocab' object");
-  }
-  model->vocab_.reserve(vocab->size());
+  auto vocab = GetObject(config, "vocab", path);
+  if (!vocab.ok()) return vocab.status();
+  const std::string vocab_path = JsonMemberPath(path, "vocab");
+  model->vocab_.reserve((*vocab)->size());
   int32_t max_id = -1;
-  for (const auto& [token, id] : vocab->items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 30)) {
-      return absl::InvalidArgumentError(absl::StrCat("vocab entry '", token, "' has a bad id"));
-    }
-    const auto i = id.get<int32_t>();
+  for (const auto& [token, id] : (*vocab)->items()) {
+    // The token is quoted: it may hold dots, brackets or spaces.
+    auto checked = JsonToInt(id, absl::StrCat(vocab_path, "[", nlohmann::json(token).dump(), "]"),
+                             0, kMaxVocabId);
+    if (!checked.ok()) return checked.status();
+    const auto i = static_cast<int32_t>(*checked);
     model->vocab_[token] = i;
     max_id = std::max(max_id, i);
   }
@@ -55,19 +64,26 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
     model->has_id_[static_cast<size_t>(id)] = true;
   }
 
-  auto get_opt_string = [&](const char* key) -> std::string {
-    auto it = config.find(key);
-    return it != config.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
-  model->continuing_subword_prefix_ = get_opt_string("continuing_subword_prefix");
-  model->end_of_word_suffix_ = get_opt_string("end_of_word_suffix");
-  model->fuse_unk_ = config.value("fuse_unk", false);
-  model->byte_fallback_ = config.value("byte_fallback", false);
-  model->ignore_merges_ = config.value("ignore_merges", false);
-  if (const std::string unk = get_opt_string("unk_token"); !unk.empty()) {
-    auto it = model->vocab_.find(unk);
+  auto prefix = GetOptionalString(config, "continuing_subword_prefix", path, "");
+  if (!prefix.ok()) return prefix.status();
+  model->continuing_subword_prefix_ = *std::move(prefix);
+  auto suffix = GetOptionalString(config, "end_of_word_suffix", path, "");
+  if (!suffix.ok()) return suffix.status();
+  model->end_of_word_suffix_ = *std::move(suffix);
+  for (auto [key, field] : {std::pair{"fuse_unk", &model->fuse_unk_},
+                            std::pair{"byte_fallback", &model->byte_fallback_},
+                            std::pair{"ignore_merges", &model->ignore_merges_}}) {
+    auto value = GetBool(config, key, path, false);
+    if (!value.ok()) return value.status();
+    *field = *value;
+  }
+  auto unk = GetOptionalString(config, "unk_token", path, "");
+  if (!unk.ok()) return unk.status();
+  if (!unk->empty()) {
+    auto it = model->vocab_.find(*unk);
     if (it == model->vocab_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unk_token '", unk, "' is not in the vocab"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(JsonMemberPath(path, "unk_token"), ": '", *unk, "' is not in the vocab"));
     }
     model->unk_id_ = it->second;
   }
@@ -76,21 +92,22 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
     model->byte_fallback_ids_[b] = it == model->vocab_.end() ? -1 : it->second;
   }
 
-  auto merges = config.find("merges");
-  if (merges == config.end() || !merges->is_array()) {
-    return absl::InvalidArgumentError("BPE model needs a 'merges' array");
-  }
-  model->merges_.reserve(merges->size());
+  auto merges = GetArray(config, "merges", path);
+  if (!merges.ok()) return merges.status();
+  const std::string merges_path = JsonMemberPath(path, "merges");
+  model->merges_.reserve((*merges)->size());
   const size_t prefix_len = model->continuing_subword_prefix_.size();
   int32_t rank = 0;
   std::string merged;
-  for (const auto& merge : *merges) {
+  for (const auto& merge : **merges) {
+    const std::string merge_path = JsonElementPath(merges_path, static_cast<size_t>(rank));
     std::string_view left, right;
     if (merge.is_string()) {
       const std::string& s = merge.get_ref<const std::string&>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat("merge '", s, "' is not two tokens"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(merge_path, ": merge '", s, "' is not two tokens"));
       }
       left = std::string_view(s).substr(0, space);
       right = std::string_view(s).substr(space + 1);
@@ -99,7 +116,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
       left = merge[0].get_ref<const std::string&>();
       right = merge[1].get_ref<const std::string&>();
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("merge ", rank, " is malformed"));
+      return JsonTypeError(merge_path, "a string \"left right\" or a pair of strings", merge);
     }
     auto a = model->vocab_.find(AsAbsl(left));
     auto b = model->vocab_.find(AsAbsl(right));
@@ -109,7 +126,8 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const nlohmann::jso
                       : right);
     auto c = model->vocab_.find(merged);
     if (a == model->vocab_.end() || b == model->vocab_.end() || c == model->vocab_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("merge '", AsAbsl(left), " ", AsAbsl(right),
+      return absl::InvalidArgumentError(absl::StrCat(merge_path, ": merge '", AsAbsl(left), " ",
+                                                     AsAbsl(right),
                                                      "' uses a token missing from the vocab"));
     }
     model->merges_.try_emplace(PairKey(a->second, b->second), Merge{rank, c->second});

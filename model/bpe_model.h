@@ -19,9 +19,15 @@ namespace kvserve::model {
 
 class BpeModel {
  public:
-  // Builds the model from tokenizer.json's "model" object (type BPE). InvalidArgument naming
-  // the problem for another model type, dropout, or a merge whose parts are not in the vocab.
-  static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& config);
+  // Vocabulary ids are in [0, kMaxVocabId]: the id -> token table is dense.
+  static constexpr int32_t kMaxVocabId = (1 << 22) - 1;
+
+  // Builds the model from tokenizer.json's "model" object (type BPE), the value at `path`
+  // ("model"). InvalidArgument naming the JSON path for another model type, dropout, a field
+  // of the wrong type, a vocab id outside [0, kMaxVocabId], or a merge whose parts are not in
+  // the vocab.
+  static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& config,
+                                                            std::string_view path);
 
   // Appends the ids of one pre-tokenized piece to `ids`. Thread-safe.
   void Encode(std::string_view word, std::vector<int32_t>* ids) const;

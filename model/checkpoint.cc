@@ -86,7 +86,14 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const ModelSource& source) {
   std::map<std::string, std::string> weight_map;  // tensor -> shard, empty for one file
   std::vector<std::string> shard_files;
   if (source.Has(kIndexFile)) {
-    absl::StatusOr<std::map<std::string, std::string>> read = ReadWeightMap(source);
+    absl::StatusOr<std::map<std::string, std::string>> read;
+    // Every value is type-checked; the catch keeps a missed check from ending the process.
+    try {
+      read = ReadWeightMap(source);
+    } catch (const Json::exception& e) {
+      return absl::InvalidArgumentError(
+          Cat(source.Describe(), "/", kIndexFile, ": unexpected value: ", e.what()));
+    }
     if (!read.ok()) return read.status();
     weight_map = *std::move(read);
     std::set<std::string> unique;

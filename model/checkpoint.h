@@ -25,7 +25,9 @@ class Checkpoint {
   // Opens model.safetensors, or (preferred when present) the shards listed in
   // model.safetensors.index.json's weight_map. Validates each file (SafetensorsFile::Parse),
   // that every shard exists, that every listed tensor is in the shard the index names, and
-  // that no tensor appears in two shards. NotFound if the model has neither file.
+  // that no tensor appears in two shards. NotFound if the model has neither file;
+  // InvalidArgument naming the path when either is not a regular file (a directory, a link
+  // to a device).
   static absl::StatusOr<Checkpoint> Open(const ModelSource& source);
 
   // Every tensor name, sorted.

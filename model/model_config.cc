@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/string_cat.h"
+#include "model/tokenizer_json_util.h"
 
 namespace kvserve::model {
 namespace {
@@ -46,6 +47,16 @@ const ArchDefaults* FindArch(std::string_view model_type) {
 
 bool IsQwen(std::string_view model_type) { return model_type == "qwen2" || model_type == "qwen3"; }
 
+// Upper bounds of the sizes that size allocations: far above every released model of the
+// supported types, far below what would overflow or exhaust memory when multiplied.
+constexpr int64_t kMaxVocabSize = int64_t{1} << 22;         // 4,194,304
+constexpr int64_t kMaxHiddenSize = int64_t{1} << 16;        // 65,536
+constexpr int64_t kMaxIntermediateSize = int64_t{1} << 18;  // 262,144
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxPositions = int64_t{1} << 20;  // 1,048,576
+
 // Transformers' default max_window_layers for qwen2 and qwen3.
 constexpr int64_t kDefaultMaxWindowLayers = 28;
 
@@ -71,6 +82,14 @@ std::string_view KindOf(const Json& value) {
   }
 }
 
+// `text` cut to 64 bytes with "..." after, so that a huge value cannot flood an error.
+std::string Shortened(std::string text) {
+  constexpr size_t kMaxBytes = 64;
+  if (text.size() <= kMaxBytes) return text;
+  text.resize(kMaxBytes);
+  return text + "...";
+}
+
 // Reads typed fields of one JSON object. The first error sticks: later reads return
 // defaults and status() reports that first error, so parsing code reads straight through.
 // A field that is present but null counts as absent, as in Transformers.
@@ -92,7 +111,7 @@ class FieldReader {
   }
   void WrongType(std::string_view key, std::string_view expected, const Json& value) {
     Fail(Cat("field '", Name(key), "' must be ", expected, ", got ", KindOf(value), " ",
-             value.dump()));
+             Shortened(value.dump())));
   }
 
   std::optional<int64_t> OptionalInt(std::string_view key) {
@@ -250,9 +269,10 @@ void ReadRopeScaling(FieldReader& fields, std::string_view what, bool type_requi
   if (!(rope->factor > 0)) {
     fields.Fail(Cat("field '", fields.Name("factor"), "' must be positive, got ", rope->factor));
   }
-  if (rope->original_max_position_embeddings < 0) {
-    fields.Fail(
-        Cat("field '", fields.Name("original_max_position_embeddings"), "' must not be negative"));
+  if (rope->original_max_position_embeddings < 0 ||
+      rope->original_max_position_embeddings > kMaxPositions) {
+    fields.Fail(Cat("field '", fields.Name("original_max_position_embeddings"), "' must be in [0, ",
+                    kMaxPositions, "], got ", rope->original_max_position_embeddings));
   }
 }
 
@@ -299,24 +319,35 @@ std::vector<LayerType> ResolveLayerTypes(FieldReader& fields, const ModelConfig&
   return types;
 }
 
-// Checks sizes and that every sliding or chunked layer has its window.
-void Validate(FieldReader& fields, const ModelConfig& c, bool head_dim_written) {
-  const std::pair<std::string_view, int64_t> positive[] = {
-      {"vocab_size", c.vocab_size},
-      {"hidden_size", c.hidden_size},
-      {"intermediate_size", c.intermediate_size},
-      {"num_hidden_layers", c.num_hidden_layers},
-      {"num_attention_heads", c.num_attention_heads},
-      {"num_key_value_heads", c.num_key_value_heads},
-      {"head_dim", c.head_dim},
-      {"max_position_embeddings", c.max_position_embeddings},
+// Checks the sizes that size allocations (and the layer_types loop) against their bounds.
+void CheckBounds(FieldReader& fields, const ModelConfig& c) {
+  struct Bounded {
+    std::string_view name;
+    int64_t value, min, max;
   };
-  for (const auto& [name, value] : positive) {
-    if (value <= 0) {
-      fields.Fail(Cat("field '", name, "' must be positive, got ", value));
+  const Bounded sizes[] = {
+      {"vocab_size", c.vocab_size, 1, kMaxVocabSize},
+      {"hidden_size", c.hidden_size, 1, kMaxHiddenSize},
+      {"intermediate_size", c.intermediate_size, 1, kMaxIntermediateSize},
+      {"num_hidden_layers", c.num_hidden_layers, 1, kMaxLayers},
+      {"num_attention_heads", c.num_attention_heads, 1, kMaxHeads},
+      {"num_key_value_heads", c.num_key_value_heads, 1, kMaxHeads},
+      {"head_dim", c.head_dim, 1, kMaxHeadDim},
+      {"max_position_embeddings", c.max_position_embeddings, 1, kMaxPositions},
+      {"sliding_window", c.sliding_window.value_or(2), 2, kMaxPositions},
+      {"attention_chunk_size", c.attention_chunk_size.value_or(2), 2, kMaxPositions},
+  };
+  for (const Bounded& size : sizes) {
+    if (size.value < size.min || size.value > size.max) {
+      fields.Fail(Cat("field '", size.name, "' must be in [", size.min, ", ", size.max, "], got ",
+                      size.value));
       return;
     }
   }
+}
+
+// Checks that the sizes agree and that every sliding or chunked layer has its window.
+void Validate(FieldReader& fields, const ModelConfig& c, bool head_dim_written) {
   if (!head_dim_written && c.hidden_size % c.num_attention_heads != 0) {
     fields.Fail(Cat("field 'num_attention_heads' (", c.num_attention_heads,
                     ") does not divide hidden_size (", c.hidden_size, ")"));
@@ -337,12 +368,9 @@ void Validate(FieldReader& fields, const ModelConfig& c, bool head_dim_written) 
   if (!(c.rope_theta > 0)) {
     fields.Fail(Cat("field 'rope_theta' must be positive, got ", c.rope_theta));
   }
-  if (c.sliding_window.has_value() && *c.sliding_window < 2) {
-    fields.Fail(Cat("field 'sliding_window' must be at least 2, got ", *c.sliding_window));
-  }
-  if (c.attention_chunk_size.has_value() && *c.attention_chunk_size < 2) {
-    fields.Fail(
-        Cat("field 'attention_chunk_size' must be at least 2, got ", *c.attention_chunk_size));
+  if (c.bos_token_id.has_value() && *c.bos_token_id >= c.vocab_size) {
+    fields.Fail(Cat("field 'bos_token_id' (", *c.bos_token_id, ") must be below vocab_size (",
+                    c.vocab_size, ")"));
   }
   const bool any_sliding =
       std::count(c.layer_types.begin(), c.layer_types.end(), LayerType::kSlidingAttention) > 0;
@@ -358,6 +386,9 @@ void Validate(FieldReader& fields, const ModelConfig& c, bool head_dim_written) 
                     : "field 'sliding_window' is required by sliding_attention layers");
   }
 }
+
+// config.json's object, type-checked and validated (see ModelConfig::Parse).
+absl::StatusOr<ModelConfig> ParseObject(const Json& json);
 
 }  // namespace
 
@@ -393,6 +424,9 @@ const std::vector<std::string>& ModelConfig::SupportedModelTypes() {
 }
 
 absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
+  if (absl::Status s = CheckJsonDepth(json_text, kMaxJsonDepth); !s.ok()) {
+    return absl::InvalidArgumentError(Cat("config.json: ", s.message()));
+  }
   Json json;
   try {
     json = Json::parse(json_text);
@@ -402,6 +436,18 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   if (!json.is_object()) {
     return absl::InvalidArgumentError(Cat("config.json must be a JSON object, got ", KindOf(json)));
   }
+  // Every read is type-checked first; this is the safety net that keeps a missed check from
+  // ending the process.
+  try {
+    return ParseObject(json);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(Cat("config.json: unexpected value: ", e.what()));
+  }
+}
+
+namespace {
+
+absl::StatusOr<ModelConfig> ParseObject(const Json& json) {
   absl::Status status;
   FieldReader fields(json, "", &status);
   ModelConfig c;
@@ -411,13 +457,13 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   if (!model_type.has_value()) {
     return absl::InvalidArgumentError(
         Cat("config.json: required field 'model_type' is missing; supported: ",
-            absl::StrJoin(SupportedModelTypes(), ", ")));
+            absl::StrJoin(ModelConfig::SupportedModelTypes(), ", ")));
   }
   const ArchDefaults* arch = FindArch(*model_type);
   if (arch == nullptr) {
-    return absl::InvalidArgumentError(
-        Cat("config.json: model_type '", *model_type,
-            "' is not supported; supported: ", absl::StrJoin(SupportedModelTypes(), ", ")));
+    return absl::InvalidArgumentError(Cat("config.json: model_type '", *model_type,
+                                          "' is not supported; supported: ",
+                                          absl::StrJoin(ModelConfig::SupportedModelTypes(), ", ")));
   }
   c.model_type = *model_type;
 
@@ -472,6 +518,8 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   }
   c.attention_chunk_size = fields.OptionalInt("attention_chunk_size");
   if (!status.ok()) return status;
+  CheckBounds(fields, c);
+  if (!status.ok()) return status;
   c.layer_types = ResolveLayerTypes(fields, c);
 
   c.bos_token_id = fields.OptionalTokenId("bos_token_id");
@@ -497,6 +545,8 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   if (!status.ok()) return status;
   return c;
 }
+
+}  // namespace
 
 std::string ModelConfig::ToJson() const {
   Json json = Json::object();

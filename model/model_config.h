@@ -64,9 +64,13 @@ struct ModelConfig {
   // Parses config.json. Unknown model_type: InvalidArgument naming it and listing the
   // supported ones. A missing required field (model_type, vocab_size, hidden_size,
   // intermediate_size, num_hidden_layers, num_attention_heads), a field of the wrong JSON
-  // type, an unsupported rope type, or inconsistent sizes (non-positive sizes, heads not
-  // dividing hidden_size, kv heads not dividing heads, layer_types of the wrong length, a
-  // sliding or chunked layer without its window) are InvalidArgument naming the field.
+  // type, an unsupported rope type, or inconsistent sizes (a size outside its bounds, heads
+  // not dividing hidden_size, kv heads not dividing heads, layer_types of the wrong length, a
+  // sliding or chunked layer without its window, a bos_token_id not below vocab_size) are
+  // InvalidArgument naming the field. Bounds: vocab_size [1, 2^22], hidden_size [1, 2^16],
+  // intermediate_size [1, 2^18], num_hidden_layers, num_attention_heads, num_key_value_heads
+  // and head_dim [1, 1024], max_position_embeddings [1, 2^20], sliding_window and
+  // attention_chunk_size [2, 2^20], original_max_position_embeddings [0, 2^20]. Never throws.
   static absl::StatusOr<ModelConfig> Parse(std::string_view json_text);
   // A config.json that Parse reads back to an equal config (layer_types written out).
   // qk_norm and the fused flags follow from model_type and are not written.

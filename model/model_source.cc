@@ -41,6 +41,16 @@ absl::Status ErrnoError(int err, std::string_view what, const std::string& path)
   return absl::InternalError(message);
 }
 
+// What a non-regular file is, for the error that refuses it.
+std::string_view FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
 // Closes a file descriptor on scope exit.
 class FdCloser {
  public:
@@ -66,13 +76,21 @@ MappedFile::~MappedFile() {
 }
 
 absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Refused before open where possible (opening some devices has effects); O_NONBLOCK so
+  // that a FIFO swapped in meanwhile cannot block the open, and fstat decides in the end.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoError(errno, "cannot stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        Cat(path, ": not a regular file (", FileKind(st.st_mode), ")"));
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoError(errno, "cannot open", path);
   FdCloser closer(fd);
-  struct stat st;
   if (::fstat(fd, &st) != 0) return ErrnoError(errno, "cannot stat", path);
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(Cat(path, ": not a regular file"));
+    return absl::InvalidArgumentError(
+        Cat(path, ": not a regular file (", FileKind(st.st_mode), ")"));
   }
   const size_t size = static_cast<size_t>(st.st_size);
   void* mapping = nullptr;
@@ -119,13 +137,18 @@ bool ModelSource::Has(std::string_view file) const {
   if (!CheckFileName(file).ok()) return false;
   if (memory_ != nullptr) return memory_->find(file) != memory_->end();
   std::error_code ec;
-  return std::filesystem::is_regular_file(PathOf(file), ec);
+  return std::filesystem::exists(PathOf(file), ec);
 }
 
 absl::StatusOr<std::string> ModelSource::ReadText(std::string_view file) const {
   absl::StatusOr<std::shared_ptr<const MappedFile>> mapped = Map(file);
   if (!mapped.ok()) return mapped.status();
   std::span<const uint8_t> bytes = (*mapped)->bytes();
+  if (bytes.size() > kMaxTextFileBytes) {
+    return absl::InvalidArgumentError(Cat((*mapped)->name(), ": ", bytes.size(),
+                                          " bytes is more than the ", kMaxTextFileBytes,
+                                          " bytes (256 MiB) a JSON file may have"));
+  }
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 

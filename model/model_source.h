@@ -18,7 +18,8 @@ namespace kvserve::model {
 class MappedFile {
  public:
   // Maps `path` read-only. NotFound if it does not exist, InvalidArgument if it is not a
-  // regular file, Internal for other system errors; each message names the path.
+  // regular file (a directory, a FIFO, a device such as a link to /dev/zero; never opened
+  // in a way that blocks), Internal for other system errors; each message names the path.
   static absl::StatusOr<std::shared_ptr<const MappedFile>> Open(const std::string& path);
   // Wraps `contents` (moved in); `name` is only used in error messages.
   static std::shared_ptr<const MappedFile> FromString(std::string name, std::string contents);
@@ -53,12 +54,18 @@ class ModelSource {
   // An in-memory model: file name -> contents.
   static ModelSource FromMemory(std::map<std::string, std::string> files);
 
-  // Whether `file` exists (as a regular file for a folder). False for refused names.
+  // The largest file ReadText returns: config and tokenizer JSON files are far smaller.
+  static constexpr size_t kMaxTextFileBytes = size_t{256} << 20;
+
+  // Whether the model has an entry named `file`, of any kind: a directory, a FIFO or a link
+  // to a device counts, so that a caller reading an optional file reaches Map's refusal
+  // instead of silently skipping it. False for refused names and broken links.
   bool Has(std::string_view file) const;
-  // The whole file as a string. NotFound naming the path if absent.
+  // The whole file as a string. NotFound naming the path if absent; InvalidArgument naming
+  // it if it is not a regular file or is larger than kMaxTextFileBytes.
   absl::StatusOr<std::string> ReadText(std::string_view file) const;
   // The file's bytes without copying: an mmap for a folder, shared bytes in memory.
-  // NotFound naming the path if absent.
+  // NotFound naming the path if absent; InvalidArgument naming it if not a regular file.
   absl::StatusOr<std::shared_ptr<const MappedFile>> Map(std::string_view file) const;
   // The folder path, or "<in-memory model>".
   std::string Describe() const;

@@ -74,9 +74,10 @@ class SequenceNormalizer : public Normalizer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Normalizer>> CreateNormalizer(const nlohmann::json& config) {
-  if (!config.is_object()) return absl::InvalidArgumentError("normalizer must be an object");
-  auto type = GetString(config, "type", "normalizer");
+absl::StatusOr<std::unique_ptr<Normalizer>> CreateNormalizer(const nlohmann::json& config,
+                                                             std::string_view path) {
+  if (absl::Status s = ExpectJsonObject(config, path); !s.ok()) return s;
+  auto type = GetString(config, "type", path);
   if (!type.ok()) return type.status();
   if (*type == "NFC") return std::make_unique<UnicodeNormalizer>(NormalizationForm::kNfc);
   if (*type == "NFD") return std::make_unique<UnicodeNormalizer>(NormalizationForm::kNfd);
@@ -84,33 +85,36 @@ absl::StatusOr<std::unique_ptr<Normalizer>> CreateNormalizer(const nlohmann::jso
   if (*type == "NFKD") return std::make_unique<UnicodeNormalizer>(NormalizationForm::kNfkd);
   if (*type == "Lowercase") return std::make_unique<LowercaseNormalizer>();
   if (*type == "Prepend") {
-    auto prefix = GetString(config, "prepend", "Prepend normalizer");
+    auto prefix = GetString(config, "prepend", path);
     if (!prefix.ok()) return prefix.status();
     return std::make_unique<PrependNormalizer>(*std::move(prefix));
   }
   if (*type == "Strip") {
-    return std::make_unique<StripNormalizer>(config.value("strip_left", true),
-                                             config.value("strip_right", true));
+    auto left = GetBool(config, "strip_left", path, true);
+    if (!left.ok()) return left.status();
+    auto right = GetBool(config, "strip_right", path, true);
+    if (!right.ok()) return right.status();
+    return std::make_unique<StripNormalizer>(*left, *right);
   }
   if (*type == "Replace") {
-    auto replacer = StringReplacer::FromJson(config, "Replace normalizer");
+    auto replacer = StringReplacer::FromJson(config, path);
     if (!replacer.ok()) return replacer.status();
     return std::make_unique<ReplaceNormalizer>(*std::move(replacer));
   }
   if (*type == "Sequence") {
-    auto it = config.find("normalizers");
-    if (it == config.end() || !it->is_array()) {
-      return absl::InvalidArgumentError("Sequence normalizer needs a 'normalizers' array");
-    }
+    auto listed = GetArray(config, "normalizers", path);
+    if (!listed.ok()) return listed.status();
+    const std::string steps_path = JsonMemberPath(path, "normalizers");
     std::vector<std::unique_ptr<Normalizer>> steps;
-    for (const auto& step : *it) {
-      auto normalizer = CreateNormalizer(step);
+    for (size_t i = 0; i < (*listed)->size(); ++i) {
+      auto normalizer = CreateNormalizer((**listed)[i], JsonElementPath(steps_path, i));
       if (!normalizer.ok()) return normalizer.status();
       steps.push_back(*std::move(normalizer));
     }
     return std::make_unique<SequenceNormalizer>(std::move(steps));
   }
-  return absl::InvalidArgumentError(absl::StrCat("unsupported normalizer type '", *type, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(JsonMemberPath(path, "type"), ": unsupported normalizer type '", *type, "'"));
 }
 
 }  // namespace kvserve::model

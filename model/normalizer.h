@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -19,9 +20,11 @@ class Normalizer {
   virtual void Normalize(std::string* text) const = 0;
 };
 
-// Builds the normalizer described by tokenizer.json's "normalizer" object. InvalidArgument
-// naming the type when it is unknown or unsupported, or naming the missing field.
-absl::StatusOr<std::unique_ptr<Normalizer>> CreateNormalizer(const nlohmann::json& config);
+// Builds the normalizer described by tokenizer.json's "normalizer" object, the value at
+// `path` ("normalizer"). InvalidArgument naming the JSON path ("normalizer.normalizers[1].type:
+// ...") for an unknown or unsupported type, a missing field or a field of the wrong type.
+absl::StatusOr<std::unique_ptr<Normalizer>> CreateNormalizer(const nlohmann::json& config,
+                                                             std::string_view path);
 
 }  // namespace kvserve::model
 

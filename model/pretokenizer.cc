@@ -241,75 +241,104 @@ class SequencePreTokenizer : public PreTokenizer {
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
 };
 
-absl::StatusOr<SplitBehavior> ParseBehavior(const nlohmann::json& config) {
-  const std::string behavior = config.value("behavior", "Isolated");
-  if (behavior == "Removed") return SplitBehavior::kRemoved;
-  if (behavior == "Isolated") return SplitBehavior::kIsolated;
-  if (behavior == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
-  if (behavior == "MergedWithNext") return SplitBehavior::kMergedWithNext;
-  if (behavior == "Contiguous") return SplitBehavior::kContiguous;
-  return absl::InvalidArgumentError(absl::StrCat("unsupported Split behavior '", behavior, "'"));
+absl::StatusOr<SplitBehavior> ParseBehavior(const nlohmann::json& config, std::string_view path) {
+  auto behavior = GetOptionalString(config, "behavior", path, "Isolated");
+  if (!behavior.ok()) return behavior.status();
+  if (*behavior == "Removed") return SplitBehavior::kRemoved;
+  if (*behavior == "Isolated") return SplitBehavior::kIsolated;
+  if (*behavior == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
+  if (*behavior == "MergedWithNext") return SplitBehavior::kMergedWithNext;
+  if (*behavior == "Contiguous") return SplitBehavior::kContiguous;
+  return absl::InvalidArgumentError(absl::StrCat(JsonMemberPath(path, "behavior"),
+                                                 ": unsupported Split behavior '", *behavior, "'"));
 }
 
-absl::StatusOr<std::unique_ptr<PreTokenizer>> CreateSplit(const nlohmann::json& config) {
-  auto behavior = ParseBehavior(config);
+absl::StatusOr<std::unique_ptr<PreTokenizer>> CreateSplit(const nlohmann::json& config,
+                                                          std::string_view path) {
+  auto behavior = ParseBehavior(config, path);
   if (!behavior.ok()) return behavior.status();
-  const bool invert = config.value("invert", false);
-  auto pattern = config.find("pattern");
-  if (pattern == config.end() || !pattern->is_object()) {
-    return absl::InvalidArgumentError("Split pre-tokenizer needs a 'pattern' object");
+  auto invert = GetBool(config, "invert", path, false);
+  if (!invert.ok()) return invert.status();
+  auto pattern = GetObject(config, "pattern", path);
+  if (!pattern.ok()) return pattern.status();
+  const std::string pattern_path = JsonMemberPath(path, "pattern");
+  if ((*pattern)->contains("String")) {
+    auto literal = GetString(**pattern, "String", pattern_path);
+    if (!literal.ok()) return literal.status();
+    return std::make_unique<RegexSplitPreTokenizer>(nullptr, *std::move(literal), *behavior,
+                                                    *invert);
   }
-  if (auto s = pattern->find("String"); s != pattern->end() && s->is_string()) {
-    return std::make_unique<RegexSplitPreTokenizer>(nullptr, s->get<std::string>(), *behavior,
-                                                    invert);
+  if ((*pattern)->contains("Regex")) {
+    auto source = GetString(**pattern, "Regex", pattern_path);
+    if (!source.ok()) return source.status();
+    auto regex = UnicodeRegex::Create(*source);
+    if (!regex.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(JsonMemberPath(pattern_path, "Regex"), ": ", regex.status().message()));
+    }
+    return std::make_unique<RegexSplitPreTokenizer>(*std::move(regex), "", *behavior, *invert);
   }
-  if (auto r = pattern->find("Regex"); r != pattern->end() && r->is_string()) {
-    auto regex = UnicodeRegex::Create(r->get<std::string>());
-    if (!regex.ok()) return regex.status();
-    return std::make_unique<RegexSplitPreTokenizer>(*std::move(regex), "", *behavior, invert);
+  return absl::InvalidArgumentError(
+      absl::StrCat(pattern_path, ": expected {\"String\": ...} or {\"Regex\": ...}"));
+}
+
+absl::StatusOr<std::unique_ptr<PreTokenizer>> CreateMetaspace(const nlohmann::json& config,
+                                                              std::string_view path) {
+  PrependScheme scheme = PrependScheme::kAlways;
+  if (config.contains("prepend_scheme") && !config["prepend_scheme"].is_null()) {
+    auto name = GetString(config, "prepend_scheme", path);
+    if (!name.ok()) return name.status();
+    if (*name == "first") {
+      scheme = PrependScheme::kFirst;
+    } else if (*name == "never") {
+      scheme = PrependScheme::kNever;
+    } else if (*name != "always") {
+      return absl::InvalidArgumentError(absl::StrCat(JsonMemberPath(path, "prepend_scheme"),
+                                                     ": unsupported Metaspace prepend_scheme '",
+                                                     *name, "'"));
+    }
+  } else {
+    auto add_prefix_space = GetBool(config, "add_prefix_space", path, true);
+    if (!add_prefix_space.ok()) return add_prefix_space.status();
+    if (!*add_prefix_space) scheme = PrependScheme::kNever;
   }
-  return absl::InvalidArgumentError("Split pattern must be {\"String\": ...} or {\"Regex\": ...}");
+  auto replacement = GetOptionalString(config, "replacement", path, "\xE2\x96\x81");
+  if (!replacement.ok()) return replacement.status();
+  if (replacement->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(JsonMemberPath(path, "replacement"), ": must not be empty"));
+  }
+  auto split = GetBool(config, "split", path, true);
+  if (!split.ok()) return split.status();
+  return std::make_unique<MetaspacePreTokenizer>(*std::move(replacement), scheme, *split);
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PreTokenizer>> CreatePreTokenizer(const nlohmann::json& config) {
-  if (!config.is_object()) return absl::InvalidArgumentError("pre_tokenizer must be an object");
-  auto type = GetString(config, "type", "pre_tokenizer");
+absl::StatusOr<std::unique_ptr<PreTokenizer>> CreatePreTokenizer(const nlohmann::json& config,
+                                                                 std::string_view path) {
+  if (absl::Status s = ExpectJsonObject(config, path); !s.ok()) return s;
+  auto type = GetString(config, "type", path);
   if (!type.ok()) return type.status();
-  if (*type == "Split") return CreateSplit(config);
+  if (*type == "Split") return CreateSplit(config, path);
   if (*type == "ByteLevel") {
+    auto use_regex = GetBool(config, "use_regex", path, true);
+    if (!use_regex.ok()) return use_regex.status();
+    auto add_prefix_space = GetBool(config, "add_prefix_space", path, true);
+    if (!add_prefix_space.ok()) return add_prefix_space.status();
     std::unique_ptr<UnicodeRegex> regex;
-    if (config.value("use_regex", true)) {
+    if (*use_regex) {
       auto compiled = UnicodeRegex::Create(kGpt2SplitPattern);
       if (!compiled.ok()) return compiled.status();
       regex = *std::move(compiled);
     }
-    return std::make_unique<ByteLevelPreTokenizer>(config.value("add_prefix_space", true),
-                                                   std::move(regex));
+    return std::make_unique<ByteLevelPreTokenizer>(*add_prefix_space, std::move(regex));
   }
-  if (*type == "Metaspace") {
-    PrependScheme scheme = PrependScheme::kAlways;
-    if (auto it = config.find("prepend_scheme"); it != config.end() && it->is_string()) {
-      const std::string s = it->get<std::string>();
-      if (s == "first") {
-        scheme = PrependScheme::kFirst;
-      } else if (s == "never") {
-        scheme = PrependScheme::kNever;
-      } else if (s != "always") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("unsupported Metaspace prepend_scheme '", s, "'"));
-      }
-    } else if (!config.value("add_prefix_space", true)) {
-      scheme = PrependScheme::kNever;
-    }
-    std::string replacement = config.value("replacement", std::string("\xE2\x96\x81"));
-    if (replacement.empty()) return absl::InvalidArgumentError("Metaspace replacement is empty");
-    return std::make_unique<MetaspacePreTokenizer>(std::move(replacement), scheme,
-                                                   config.value("split", true));
-  }
+  if (*type == "Metaspace") return CreateMetaspace(config, path);
   if (*type == "Digits") {
-    return std::make_unique<DigitsPreTokenizer>(config.value("individual_digits", false));
+    auto individual = GetBool(config, "individual_digits", path, false);
+    if (!individual.ok()) return individual.status();
+    return std::make_unique<DigitsPreTokenizer>(*individual);
   }
   if (*type == "Whitespace" || *type == "WhitespaceSplit") {
     const bool words = *type == "Whitespace";
@@ -319,19 +348,19 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> CreatePreTokenizer(const nlohmann:
                                                     true);
   }
   if (*type == "Sequence") {
-    auto it = config.find("pretokenizers");
-    if (it == config.end() || !it->is_array()) {
-      return absl::InvalidArgumentError("Sequence pre-tokenizer needs a 'pretokenizers' array");
-    }
+    auto listed = GetArray(config, "pretokenizers", path);
+    if (!listed.ok()) return listed.status();
+    const std::string steps_path = JsonMemberPath(path, "pretokenizers");
     std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (const auto& step : *it) {
-      auto pre = CreatePreTokenizer(step);
+    for (size_t i = 0; i < (*listed)->size(); ++i) {
+      auto pre = CreatePreTokenizer((**listed)[i], JsonElementPath(steps_path, i));
       if (!pre.ok()) return pre.status();
       steps.push_back(*std::move(pre));
     }
     return std::make_unique<SequencePreTokenizer>(std::move(steps));
   }
-  return absl::InvalidArgumentError(absl::StrCat("unsupported pre_tokenizer type '", *type, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(JsonMemberPath(path, "type"), ": unsupported pre_tokenizer type '", *type, "'"));
 }
 
 }  // namespace kvserve::model

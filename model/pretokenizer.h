@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -24,9 +25,11 @@ class PreTokenizer {
   virtual void PreTokenize(std::vector<std::string>* pieces, bool at_input_start) const = 0;
 };
 
-// Builds the pre-tokenizer described by tokenizer.json's "pre_tokenizer" object.
-// InvalidArgument naming the type when it is unknown or unsupported.
-absl::StatusOr<std::unique_ptr<PreTokenizer>> CreatePreTokenizer(const nlohmann::json& config);
+// Builds the pre-tokenizer described by tokenizer.json's "pre_tokenizer" object, the value at
+// `path` ("pre_tokenizer"). InvalidArgument naming the JSON path for an unknown or
+// unsupported type, a missing field or a field of the wrong type.
+absl::StatusOr<std::unique_ptr<PreTokenizer>> CreatePreTokenizer(const nlohmann::json& config,
+                                                                 std::string_view path);
 
 // The GPT-2 pre-tokenization regex that ByteLevel uses with use_regex.
 inline constexpr char kGpt2SplitPattern[] =

@@ -4,16 +4,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-#include <sstream>
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "model/bpe_model.h"
+#include "model/model_source.h"
 #include "model/normalizer.h"
 #include "model/pretokenizer.h"
 #include "model/tokenizer_added_tokens.h"
 #include "model/tokenizer_decoder.h"
+#include "model/tokenizer_json_util.h"
 #include "model/unicode_utils.h"
 
 namespace kvserve::model {
@@ -21,32 +24,67 @@ namespace {
 
 using Json = nlohmann::json;
 
-absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what) {
+constexpr int64_t kMaxTokenId = std::numeric_limits<int32_t>::max();
+constexpr std::string_view kTokenizerJson = "tokenizer.json";
+constexpr std::string_view kTokenizerConfigJson = "tokenizer_config.json";
+
+// `text` as a JSON object; errors do not name the file (the caller adds it).
+absl::StatusOr<Json> ParseJsonObject(std::string_view text) {
+  if (absl::Status s = CheckJsonDepth(text, kMaxJsonDepth); !s.ok()) return s;
   Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), " is not valid JSON"));
-  }
-  if (!json.is_object())
-    return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), " is not an object"));
+  if (json.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+  if (!json.is_object()) return JsonTypeError("the top level", "an object", json);
   return json;
 }
 
-// tokenizer_config.json names tokens either as a string or as {"content": ...}.
-std::string TokenContent(const Json& value) {
-  if (value.is_string()) return value.get<std::string>();
-  if (value.is_object()) {
-    auto it = value.find("content");
-    if (it != value.end() && it->is_string()) return it->get<std::string>();
-  }
-  return std::string();
+// tokenizer_config.json names tokens as a string, as {"content": ...} or as null (none).
+absl::StatusOr<std::string> TokenContent(const Json& config, std::string_view key) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return std::string();
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object()) return GetString(*it, "content", key);
+  return JsonTypeError(key, "a string, an object with a string 'content', or null", *it);
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
+// A token id of tokenizer.json at `path`: an integer in [0, 2^31).
+absl::StatusOr<int32_t> TokenId(const Json& value, std::string_view path) {
+  absl::StatusOr<int64_t> id = JsonToInt(value, path, 0, kMaxTokenId);
+  if (!id.ok()) return id.status();
+  return static_cast<int32_t>(*id);
+}
+
+// One entry of tokenizer.json's added_tokens, the value at `path`.
+absl::StatusOr<AddedToken> ParseAddedToken(const Json& entry, std::string_view path) {
+  if (absl::Status s = ExpectJsonObject(entry, path); !s.ok()) return s;
+  AddedToken token;
+  auto id_it = entry.find("id");
+  if (id_it == entry.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(JsonMemberPath(path, "id"), ": missing, expected an integer"));
+  }
+  absl::StatusOr<int32_t> id = TokenId(*id_it, JsonMemberPath(path, "id"));
+  if (!id.ok()) return id.status();
+  token.id = *id;
+  absl::StatusOr<std::string> content = GetString(entry, "content", path);
+  if (!content.ok()) return content.status();
+  token.content = *std::move(content);
+  for (auto [key, field] :
+       {std::pair{"special", &token.special}, std::pair{"lstrip", &token.lstrip},
+        std::pair{"rstrip", &token.rstrip}, std::pair{"single_word", &token.single_word}}) {
+    absl::StatusOr<bool> value = GetBool(entry, key, path, false);
+    if (!value.ok()) return value.status();
+    *field = *value;
+  }
+  absl::StatusOr<bool> normalized = GetBool(entry, "normalized", path, !token.special);
+  if (!normalized.ok()) return normalized.status();
+  token.normalized = *normalized;
+  return token;
+}
+
+// `status` with "<file>: " in front of its message.
+absl::Status InFile(std::string_view file, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(AsAbsl(file), ": ", status.message()));
 }
 
 }  // namespace
@@ -56,69 +94,90 @@ Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(
     std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
+  return FromNamedJson(tokenizer_json, kTokenizerJson, tokenizer_config_json, kTokenizerConfigJson);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromNamedJson(
+    std::string_view tokenizer_json, std::string_view tokenizer_json_name,
+    std::string_view tokenizer_config_json, std::string_view tokenizer_config_json_name) {
   auto tokenizer = std::unique_ptr<Tokenizer>(new Tokenizer());
-  if (absl::Status s = tokenizer->LoadTokenizerJson(tokenizer_json); !s.ok()) return s;
-  if (absl::Status s = tokenizer->LoadConfigJson(tokenizer_config_json); !s.ok()) return s;
+  // The loaders check every type they read; the catches are the safety net that keeps a
+  // missed check from ending the process.
+  try {
+    absl::Status s = tokenizer->LoadTokenizerJson(tokenizer_json);
+    if (!s.ok()) return InFile(tokenizer_json_name, s);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(AsAbsl(tokenizer_json_name), ": unexpected value: ", e.what()));
+  }
+  try {
+    absl::Status s = tokenizer->LoadConfigJson(tokenizer_config_json);
+    if (!s.ok()) return InFile(tokenizer_config_json_name, s);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(AsAbsl(tokenizer_config_json_name), ": unexpected value: ", e.what()));
+  }
   return tokenizer;
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
-  auto tokenizer_json = ReadFile(dir + "/tokenizer.json");
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelSource(const ModelSource& source) {
+  absl::StatusOr<std::string> tokenizer_json = source.ReadText(kTokenizerJson);
   if (!tokenizer_json.ok()) return tokenizer_json.status();
   std::string config_json;
-  if (std::ifstream(dir + "/tokenizer_config.json").good()) {
-    auto config = ReadFile(dir + "/tokenizer_config.json");
+  if (source.Has(kTokenizerConfigJson)) {
+    absl::StatusOr<std::string> config = source.ReadText(kTokenizerConfigJson);
     if (!config.ok()) return config.status();
     config_json = *std::move(config);
   }
-  auto tokenizer = FromJson(*tokenizer_json, config_json);
-  if (!tokenizer.ok()) {
-    return absl::Status(tokenizer.status().code(),
-                        absl::StrCat(dir, ": ", tokenizer.status().message()));
-  }
-  return tokenizer;
+  const std::string folder = source.Describe();
+  return FromNamedJson(*tokenizer_json, absl::StrCat(folder, "/", AsAbsl(kTokenizerJson)),
+                       config_json, absl::StrCat(folder, "/", AsAbsl(kTokenizerConfigJson)));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromDirectory(const std::string& dir) {
+  absl::StatusOr<ModelSource> source = ModelSource::FromDirectory(dir);
+  if (!source.ok()) return source.status();
+  return FromModelSource(*source);
+}
+
+absl::Status Tokenizer::CheckFitsModel(int64_t model_vocab_size) const {
+  if (vocab_size_ <= model_vocab_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("tokenizer.json: token ids go up to ", vocab_size_ - 1, " (vocab size ",
+                   vocab_size_, "), beyond config.json's vocab_size ", model_vocab_size));
 }
 
 absl::Status Tokenizer::LoadTokenizerJson(std::string_view text) {
-  auto parsed = ParseJson(text, "tokenizer.json");
+  auto parsed = ParseJsonObject(text);
   if (!parsed.ok()) return parsed.status();
   const Json& json = *parsed;
 
-  auto model_it = json.find("model");
-  if (model_it == json.end()) return absl::InvalidArgumentError("tokenizer.json has no 'model'");
-  auto model = BpeModel::FromJson(*model_it);
+  auto model_config = GetObject(json, "model", "");
+  if (!model_config.ok()) return model_config.status();
+  auto model = BpeModel::FromJson(**model_config, "model");
   if (!model.ok()) return model.status();
   model_ = *std::move(model);
   vocab_size_ = model_->size();
 
   std::vector<AddedToken> raw, normalized;
   if (auto it = json.find("added_tokens"); it != json.end() && !it->is_null()) {
-    if (!it->is_array()) return absl::InvalidArgumentError("'added_tokens' is not an array");
-    for (const Json& entry : *it) {
-      AddedToken token;
-      if (!entry.is_object() || !entry.contains("id") || !entry["id"].is_number_integer() ||
-          !entry.contains("content") || !entry["content"].is_string()) {
-        return absl::InvalidArgumentError("an added token needs an integer 'id' and a 'content'");
-      }
-      token.id = entry["id"].get<int32_t>();
-      token.content = entry["content"].get<std::string>();
-      token.special = entry.value("special", false);
-      token.lstrip = entry.value("lstrip", false);
-      token.rstrip = entry.value("rstrip", false);
-      token.single_word = entry.value("single_word", false);
-      token.normalized = entry.value("normalized", !token.special);
-      if (token.id < 0) return absl::InvalidArgumentError("an added token has a negative id");
-      added_id_to_content_[token.id] = token.content;
-      added_content_to_id_[token.content] = token.id;
-      added_contents_.insert(token.content);
-      if (token.special) special_ids_.insert(token.id);
-      vocab_size_ = std::max(vocab_size_, token.id + 1);
-      (token.normalized ? normalized : raw).push_back(std::move(token));
+    if (!it->is_array()) return JsonTypeError("added_tokens", "an array or null", *it);
+    for (size_t i = 0; i < it->size(); ++i) {
+      const Json& entry = (*it)[i];
+      const std::string path = JsonElementPath("added_tokens", i);
+      absl::StatusOr<AddedToken> token = ParseAddedToken(entry, path);
+      if (!token.ok()) return token.status();
+      added_id_to_content_[token->id] = token->content;
+      added_content_to_id_[token->content] = token->id;
+      added_contents_.insert(token->content);
+      if (token->special) special_ids_.insert(token->id);
+      vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{token->id} + 1);
+      (token->normalized ? normalized : raw).push_back(*std::move(token));
     }
   }
 
   if (auto it = json.find("normalizer"); it != json.end() && !it->is_null()) {
-    auto normalizer = CreateNormalizer(*it);
+    auto normalizer = CreateNormalizer(*it, "normalizer");
     if (!normalizer.ok()) return normalizer.status();
     normalizer_ = *std::move(normalizer);
   }
@@ -129,74 +188,105 @@ absl::Status Tokenizer::LoadTokenizerJson(std::string_view text) {
   normalized_added_ = std::make_unique<AddedTokenMatcher>(std::move(normalized));
 
   if (auto it = json.find("pre_tokenizer"); it != json.end() && !it->is_null()) {
-    auto pre = CreatePreTokenizer(*it);
+    auto pre = CreatePreTokenizer(*it, "pre_tokenizer");
     if (!pre.ok()) return pre.status();
     pre_tokenizer_ = *std::move(pre);
   }
   if (auto it = json.find("decoder"); it != json.end() && !it->is_null()) {
-    auto decoder = CreateTokenDecoder(*it, &added_contents_);
+    auto decoder = CreateTokenDecoder(*it, "decoder", &added_contents_);
     if (!decoder.ok()) return decoder.status();
     decoder_ = *std::move(decoder);
   }
   if (auto it = json.find("post_processor"); it != json.end() && !it->is_null()) {
-    if (absl::Status s = LoadPostProcessor(*it); !s.ok()) return s;
+    if (absl::Status s = LoadPostProcessor(*it, "post_processor"); !s.ok()) return s;
+  }
+  for (const std::vector<int32_t>* ids : {&prefix_ids_, &suffix_ids_}) {
+    for (int32_t id : *ids) vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{id} + 1);
   }
   return absl::OkStatus();
 }
 
-absl::Status Tokenizer::LoadPostProcessor(const nlohmann::json& config) {
-  if (!config.is_object()) return absl::InvalidArgumentError("post_processor must be an object");
-  const std::string type = config.value("type", "");
-  if (type == "ByteLevel") return absl::OkStatus();  // only changes offsets
-  if (type == "Sequence") {
-    auto it = config.find("processors");
-    if (it == config.end() || !it->is_array()) {
-      return absl::InvalidArgumentError("Sequence post_processor needs a 'processors' array");
-    }
-    for (const Json& step : *it) {
-      if (absl::Status s = LoadPostProcessor(step); !s.ok()) return s;
+absl::Status Tokenizer::LoadPostProcessor(const nlohmann::json& config, std::string_view path) {
+  if (absl::Status s = ExpectJsonObject(config, path); !s.ok()) return s;
+  auto type = GetString(config, "type", path);
+  if (!type.ok()) return type.status();
+  if (*type == "ByteLevel") return absl::OkStatus();  // only changes offsets
+  if (*type == "Sequence") {
+    auto processors = GetArray(config, "processors", path);
+    if (!processors.ok()) return processors.status();
+    const std::string steps_path = JsonMemberPath(path, "processors");
+    for (size_t i = 0; i < (*processors)->size(); ++i) {
+      absl::Status s = LoadPostProcessor((**processors)[i], JsonElementPath(steps_path, i));
+      if (!s.ok()) return s;
     }
     return absl::OkStatus();
   }
-  if (type == "BertProcessing" || type == "RobertaProcessing") {
-    auto cls = config.find("cls");
-    auto sep = config.find("sep");
-    if (cls == config.end() || sep == config.end() || !cls->is_array() || cls->size() != 2 ||
-        !sep->is_array() || sep->size() != 2 || !(*cls)[1].is_number_integer() ||
-        !(*sep)[1].is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat(type, " needs 'cls' and 'sep' pairs"));
+  if (*type == "BertProcessing" || *type == "RobertaProcessing") {
+    // cls and sep are ["<token>", id] pairs.
+    int32_t ids[2];
+    for (int i = 0; i < 2; ++i) {
+      const char* key = i == 0 ? "cls" : "sep";
+      const std::string pair_path = JsonMemberPath(path, key);
+      auto pair = GetArray(config, key, path);
+      if (!pair.ok()) return pair.status();
+      if ((*pair)->size() != 2 || !(**pair)[0].is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(pair_path, ": expected a [\"<token>\", <id>] pair"));
+      }
+      absl::StatusOr<int32_t> id = TokenId((**pair)[1], JsonElementPath(pair_path, 1));
+      if (!id.ok()) return id.status();
+      ids[i] = *id;
     }
-    prefix_ids_.push_back((*cls)[1].get<int32_t>());
-    suffix_ids_.insert(suffix_ids_.begin(), (*sep)[1].get<int32_t>());
+    prefix_ids_.push_back(ids[0]);
+    suffix_ids_.insert(suffix_ids_.begin(), ids[1]);
     return absl::OkStatus();
   }
-  if (type != "TemplateProcessing") {
-    return absl::InvalidArgumentError(absl::StrCat("unsupported post_processor type '", type, "'"));
+  if (*type != "TemplateProcessing") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        JsonMemberPath(path, "type"), ": unsupported post_processor type '", *type, "'"));
   }
-  auto single = config.find("single");
-  if (single == config.end() || !single->is_array()) {
-    return absl::InvalidArgumentError("TemplateProcessing needs a 'single' array");
+  auto single = GetArray(config, "single", path);
+  if (!single.ok()) return single.status();
+  const std::string single_path = JsonMemberPath(path, "single");
+  const std::string special_path = JsonMemberPath(path, "special_tokens");
+  const Json empty = Json::object();
+  const Json* special_tokens = &empty;
+  if (auto it = config.find("special_tokens"); it != config.end() && !it->is_null()) {
+    if (!it->is_object()) return JsonTypeError(special_path, "an object", *it);
+    special_tokens = &*it;
   }
-  const Json special_tokens = config.value("special_tokens", Json::object());
   bool seen_sequence = false;
   std::vector<int32_t> prefix, suffix;
-  for (const Json& item : *single) {
+  for (size_t i = 0; i < (*single)->size(); ++i) {
+    const Json& item = (**single)[i];
+    const std::string item_path = JsonElementPath(single_path, i);
+    if (absl::Status s = ExpectJsonObject(item, item_path); !s.ok()) return s;
     if (item.contains("Sequence")) {
       seen_sequence = true;
       continue;
     }
-    if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id")) {
+    auto special = GetObject(item, "SpecialToken", item_path);
+    if (!special.ok()) {
       return absl::InvalidArgumentError(
-          "TemplateProcessing item is neither Sequence nor SpecialToken");
+          absl::StrCat(item_path, ": expected a Sequence or SpecialToken item"));
     }
-    const std::string name = item["SpecialToken"]["id"].get<std::string>();
-    auto entry = special_tokens.find(name);
-    if (entry == special_tokens.end() || !entry->contains("ids") || !(*entry)["ids"].is_array()) {
+    auto name = GetString(**special, "id", JsonMemberPath(item_path, "SpecialToken"));
+    if (!name.ok()) return name.status();
+    // Special token names are arbitrary strings; quoted in paths.
+    const std::string entry_path = absl::StrCat(special_path, "[", Json(*name).dump(), "]");
+    auto entry = special_tokens->find(*name);
+    if (entry == special_tokens->end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("TemplateProcessing special token '", name, "' has no ids"));
+          absl::StrCat(entry_path, ": missing, but ", item_path, ".SpecialToken.id names it"));
     }
-    for (const Json& id : (*entry)["ids"]) {
-      (seen_sequence ? suffix : prefix).push_back(id.get<int32_t>());
+    if (absl::Status s = ExpectJsonObject(*entry, entry_path); !s.ok()) return s;
+    auto listed = GetArray(*entry, "ids", entry_path);
+    if (!listed.ok()) return listed.status();
+    const std::string ids_path = JsonMemberPath(entry_path, "ids");
+    for (size_t j = 0; j < (*listed)->size(); ++j) {
+      absl::StatusOr<int32_t> id = TokenId((**listed)[j], JsonElementPath(ids_path, j));
+      if (!id.ok()) return id.status();
+      (seen_sequence ? suffix : prefix).push_back(*id);
     }
   }
   prefix_ids_.insert(prefix_ids_.end(), prefix.begin(), prefix.end());
@@ -207,12 +297,16 @@ absl::Status Tokenizer::LoadPostProcessor(const nlohmann::json& config) {
 absl::Status Tokenizer::LoadConfigJson(std::string_view text) {
   Json config = Json::object();
   if (!text.empty()) {
-    auto parsed = ParseJson(text, "tokenizer_config.json");
+    auto parsed = ParseJsonObject(text);
     if (!parsed.ok()) return parsed.status();
     config = *std::move(parsed);
   }
-  if (auto it = config.find("bos_token"); it != config.end()) bos_token_ = TokenContent(*it);
-  if (auto it = config.find("eos_token"); it != config.end()) eos_token_ = TokenContent(*it);
+  absl::StatusOr<std::string> bos = TokenContent(config, "bos_token");
+  if (!bos.ok()) return bos.status();
+  bos_token_ = *std::move(bos);
+  absl::StatusOr<std::string> eos = TokenContent(config, "eos_token");
+  if (!eos.ok()) return eos.status();
+  eos_token_ = *std::move(eos);
   if (!bos_token_.empty()) {
     bos_token_id_ = TokenToId(bos_token_);
   } else if (!prefix_ids_.empty()) {
@@ -222,19 +316,32 @@ absl::Status Tokenizer::LoadConfigJson(std::string_view text) {
   if (!eos_token_.empty()) {
     if (auto id = TokenToId(eos_token_)) eos_token_ids_.push_back(*id);
   }
-  clean_up_tokenization_spaces_ = config.value("clean_up_tokenization_spaces", true);
+  clean_up_tokenization_spaces_ = true;
+  if (auto it = config.find("clean_up_tokenization_spaces"); it != config.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      return JsonTypeError("clean_up_tokenization_spaces", "a boolean or null", *it);
+    }
+    clean_up_tokenization_spaces_ = it->get<bool>();
+  }
 
   std::string source;
-  if (auto it = config.find("chat_template"); it != config.end()) {
+  if (auto it = config.find("chat_template"); it != config.end() && !it->is_null()) {
     if (it->is_string()) {
       source = it->get<std::string>();
     } else if (it->is_array()) {  // named templates: use "default", else the first
-      for (const Json& named : *it) {
-        if (!named.is_object() || !named.contains("template")) continue;
-        if (source.empty() || named.value("name", "") == "default") {
-          source = named["template"].get<std::string>();
-        }
+      for (size_t i = 0; i < it->size(); ++i) {
+        const std::string path = JsonElementPath("chat_template", i);
+        const Json& named = (*it)[i];
+        if (absl::Status s = ExpectJsonObject(named, path); !s.ok()) return s;
+        absl::StatusOr<std::string> name = GetString(named, "name", path);
+        if (!name.ok()) return name.status();
+        absl::StatusOr<std::string> named_source = GetString(named, "template", path);
+        if (!named_source.ok()) return named_source.status();
+        if (i == 0 || *name == "default") source = *std::move(named_source);
       }
+    } else {
+      return JsonTypeError("chat_template",
+                           "a string, an array of {\"name\", \"template\"} objects, or null", *it);
     }
   }
   if (source.empty()) {

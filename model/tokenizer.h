@@ -23,6 +23,7 @@ namespace kvserve::model {
 
 class AddedTokenMatcher;
 class BpeModel;
+class ModelSource;
 class Normalizer;
 class PreTokenizer;
 class TokenDecoder;
@@ -31,14 +32,20 @@ class TokenDecoder;
 class Tokenizer {
  public:
   // Builds a tokenizer from the contents of tokenizer.json and tokenizer_config.json
-  // (`tokenizer_config_json` may be empty). InvalidArgument naming the problem for malformed
-  // JSON, a missing field or an unsupported component (e.g. "unsupported model type
-  // 'Unigram'"). A chat template that does not parse is not an error here: it is reported by
-  // ApplyChatTemplate.
+  // (`tokenizer_config_json` may be empty). InvalidArgument naming the file and the JSON path
+  // for malformed JSON, a missing field, a field of the wrong type, a token id outside
+  // [0, 2^31) or an unsupported component ("tokenizer.json: model.type: unsupported model
+  // type 'Unigram'", "tokenizer.json: added_tokens[3].id: must be in [0, 2147483647] (got
+  // 4000000000)"). Never throws. A chat template that does not parse is not an error here:
+  // it is reported by ApplyChatTemplate.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
       std::string_view tokenizer_json, std::string_view tokenizer_config_json);
-  // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json. NotFound when
-  // tokenizer.json is missing.
+  // Reads the model's tokenizer.json and, when present, tokenizer_config.json; errors name
+  // the files by path. NotFound when tokenizer.json is missing; InvalidArgument naming the
+  // path when either is not a regular file (a link to /dev/zero, a FIFO, a directory) or is
+  // too large (ModelSource::ReadText), and as FromJson.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromModelSource(const ModelSource& source);
+  // FromModelSource of the folder `dir`; NotFound when `dir` is not a folder.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromDirectory(const std::string& dir);
 
   ~Tokenizer();
@@ -56,8 +63,14 @@ class Tokenizer {
   std::optional<int32_t> bos_token_id() const { return bos_token_id_; }
   // The config's eos_token plus the end-of-turn tokens the chat template emits.
   std::vector<int32_t> eos_token_ids() const { return eos_token_ids_; }
-  // One past the largest token id, added tokens included.
-  int32_t vocab_size() const { return vocab_size_; }
+  // One past the largest token id the tokenizer knows or produces: vocab, added tokens and
+  // the post-processor's special tokens.
+  int64_t vocab_size() const { return vocab_size_; }
+  // OK when every id the tokenizer can produce is below the model's `model_vocab_size`
+  // (config.json's vocab_size; a larger, padded model vocab is fine). Otherwise
+  // InvalidArgument naming tokenizer.json and both sizes, to be refused at start-up: such ids
+  // would index past the embedding table.
+  absl::Status CheckFitsModel(int64_t model_vocab_size) const;
 
   // Renders tokenizer_config.json's chat_template within `budget` (see ChatTemplate::Render for
   // its errors). FailedPrecondition when there is none; InvalidArgument "tokenizer_config.json:
@@ -85,9 +98,15 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  // FromJson with the names errors give the two files.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromNamedJson(
+      std::string_view tokenizer_json, std::string_view tokenizer_json_name,
+      std::string_view tokenizer_config_json, std::string_view tokenizer_config_json_name);
+  // Errors of these name the JSON path, not the file.
   absl::Status LoadTokenizerJson(std::string_view json);
   absl::Status LoadConfigJson(std::string_view json);
-  absl::Status LoadPostProcessor(const nlohmann::json& config);
+  // Reads the post_processor at `path` (recursing into a Sequence's processors).
+  absl::Status LoadPostProcessor(const nlohmann::json& config, std::string_view path);
   // Appends the ids of plain text (no added tokens of the first pass inside).
   void EncodeSection(std::string_view text, bool at_input_start, std::vector<int32_t>* ids) const;
 
@@ -105,7 +124,7 @@ class Tokenizer {
   std::vector<int32_t> prefix_ids_, suffix_ids_;
   std::optional<int32_t> bos_token_id_;
   std::vector<int32_t> eos_token_ids_;
-  int32_t vocab_size_ = 0;
+  int64_t vocab_size_ = 0;
   bool clean_up_tokenization_spaces_ = false;
   std::string bos_token_, eos_token_;
   std::unique_ptr<ChatTemplate> chat_template_;  // null when absent or unparsable

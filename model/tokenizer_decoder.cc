@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -186,47 +188,66 @@ class SequenceDecoder : public TokenDecoder {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenDecoder>> CreateTokenDecoder(
-    const nlohmann::json& config, const absl::flat_hash_set<std::string>* added_tokens) {
-  if (!config.is_object()) return absl::InvalidArgumentError("decoder must be an object");
-  auto type = GetString(config, "type", "decoder");
+    const nlohmann::json& config, std::string_view path,
+    const absl::flat_hash_set<std::string>* added_tokens) {
+  if (absl::Status s = ExpectJsonObject(config, path); !s.ok()) return s;
+  auto type = GetString(config, "type", path);
   if (!type.ok()) return type.status();
   if (*type == "ByteLevel") return std::make_unique<ByteLevelDecoder>(added_tokens);
   if (*type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (*type == "Fuse") return std::make_unique<FuseDecoder>();
   if (*type == "Metaspace") {
-    bool strip_first = config.value("add_prefix_space", true);
-    if (auto it = config.find("prepend_scheme"); it != config.end() && it->is_string()) {
-      strip_first = it->get<std::string>() != "never";
+    auto strip_first = GetBool(config, "add_prefix_space", path, true);
+    if (!strip_first.ok()) return strip_first.status();
+    if (config.contains("prepend_scheme") && !config["prepend_scheme"].is_null()) {
+      auto scheme = GetString(config, "prepend_scheme", path);
+      if (!scheme.ok()) return scheme.status();
+      strip_first = *scheme != "never";
     }
-    return std::make_unique<MetaspaceDecoder>(
-        config.value("replacement", std::string("\xE2\x96\x81")), strip_first);
+    auto replacement = GetOptionalString(config, "replacement", path, "\xE2\x96\x81");
+    if (!replacement.ok()) return replacement.status();
+    if (replacement->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(JsonMemberPath(path, "replacement"), ": must not be empty"));
+    }
+    return std::make_unique<MetaspaceDecoder>(*std::move(replacement), *strip_first);
   }
   if (*type == "Strip") {
-    auto content = GetString(config, "content", "Strip decoder");
+    auto content = GetString(config, "content", path);
     if (!content.ok()) return content.status();
-    if (content->empty()) return absl::InvalidArgumentError("Strip decoder content is empty");
-    return std::make_unique<StripDecoder>(*std::move(content), config.value("start", 0),
-                                          config.value("stop", 0));
+    if (content->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(JsonMemberPath(path, "content"), ": must not be empty"));
+    }
+    // Counts of strip repetitions; any count past a token's length strips it all.
+    constexpr int64_t kMaxStrip = std::numeric_limits<int32_t>::max();
+    auto start = GetInt(config, "start", path, 0, 0, kMaxStrip);
+    if (!start.ok()) return start.status();
+    auto stop = GetInt(config, "stop", path, 0, 0, kMaxStrip);
+    if (!stop.ok()) return stop.status();
+    return std::make_unique<StripDecoder>(*std::move(content), static_cast<int>(*start),
+                                          static_cast<int>(*stop));
   }
   if (*type == "Replace") {
-    auto replacer = StringReplacer::FromJson(config, "Replace decoder");
+    auto replacer = StringReplacer::FromJson(config, path);
     if (!replacer.ok()) return replacer.status();
     return std::make_unique<ReplaceDecoder>(*std::move(replacer));
   }
   if (*type == "Sequence") {
-    auto it = config.find("decoders");
-    if (it == config.end() || !it->is_array()) {
-      return absl::InvalidArgumentError("Sequence decoder needs a 'decoders' array");
-    }
+    auto listed = GetArray(config, "decoders", path);
+    if (!listed.ok()) return listed.status();
+    const std::string steps_path = JsonMemberPath(path, "decoders");
     std::vector<std::unique_ptr<TokenDecoder>> steps;
-    for (const auto& step : *it) {
-      auto decoder = CreateTokenDecoder(step, added_tokens);
+    for (size_t i = 0; i < (*listed)->size(); ++i) {
+      auto decoder =
+          CreateTokenDecoder((**listed)[i], JsonElementPath(steps_path, i), added_tokens);
       if (!decoder.ok()) return decoder.status();
       steps.push_back(*std::move(decoder));
     }
     return std::make_unique<SequenceDecoder>(std::move(steps));
   }
-  return absl::InvalidArgumentError(absl::StrCat("unsupported decoder type '", *type, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(JsonMemberPath(path, "type"), ": unsupported decoder type '", *type, "'"));
 }
 
 }  // namespace kvserve::model

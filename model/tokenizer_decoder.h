@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -22,11 +23,13 @@ class TokenDecoder {
   virtual void DecodeChain(std::vector<std::string>* tokens) const = 0;
 };
 
-// Builds the decoder described by tokenizer.json's "decoder" object. `added_tokens` holds the
-// contents of the added tokens, which the ByteLevel decoder passes through unmapped; it must
-// outlive the decoder. InvalidArgument naming the type when it is unknown or unsupported.
+// Builds the decoder described by tokenizer.json's "decoder" object, the value at `path`
+// ("decoder"). `added_tokens` holds the contents of the added tokens, which the ByteLevel
+// decoder passes through unmapped; it must outlive the decoder. InvalidArgument naming the
+// JSON path for an unknown or unsupported type, a missing field or a field of the wrong type.
 absl::StatusOr<std::unique_ptr<TokenDecoder>> CreateTokenDecoder(
-    const nlohmann::json& config, const absl::flat_hash_set<std::string>* added_tokens);
+    const nlohmann::json& config, std::string_view path,
+    const absl::flat_hash_set<std::string>* added_tokens);
 
 }  // namespace kvserve::model
 

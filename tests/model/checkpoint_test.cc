@@ -177,6 +177,27 @@ TEST(CheckpointTest, OpensAFolderOnDisk) {
   EXPECT_EQ(a->data_ptr<float>()[1], 2.0f);
 }
 
+TEST(CheckpointTest, RefusesSpecialFilesByName) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("kvserve_checkpoint_special_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "model.safetensors");
+  absl::StatusOr<ModelSource> source = ModelSource::FromDirectory(dir.string());
+  ASSERT_TRUE(source.ok());
+  absl::StatusOr<Checkpoint> folder = Checkpoint::Open(*source);
+  EXPECT_EQ(folder.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(folder.status().message()),
+            (dir / "model.safetensors").string() + ": not a regular file (a directory)");
+
+  fs::create_symlink("/dev/zero", dir / "model.safetensors.index.json");
+  absl::StatusOr<Checkpoint> zero = Checkpoint::Open(*source);
+  fs::remove_all(dir);
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(zero.status().message()), (dir / "model.safetensors.index.json").string() +
+                                                      ": not a regular file (a character device)");
+}
+
 absl::Status OpenError(std::map<std::string, std::string> files) {
   absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(ModelSource::FromMemory(files));
   return checkpoint.ok() ? absl::OkStatus() : checkpoint.status();

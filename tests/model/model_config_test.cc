@@ -5,7 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 
@@ -92,6 +97,7 @@ TEST(ModelConfigTest, ParsesLlama3Config) {
                {"max_position_embeddings", 131072},
                {"rms_norm_eps", 1e-5},
                {"tie_word_embeddings", true},
+               {"vocab_size", 128256},
                {"bos_token_id", 128000},
                {"eos_token_id", {128001, 128008, 128009}},
                {"torch_dtype", "bfloat16"},
@@ -149,7 +155,7 @@ TEST(ModelConfigTest, MistralSlidingWindow) {
   EXPECT_EQ(c.layer_types, std::vector<LayerType>(4, kFull));
 
   json["sliding_window"] = 1;
-  ExpectError(json, "field 'sliding_window' must be at least 2, got 1");
+  ExpectError(json, "field 'sliding_window' must be in [2, 1048576], got 1");
 }
 
 TEST(ModelConfigTest, Qwen2SlidingRules) {
@@ -369,13 +375,13 @@ TEST(ModelConfigTest, InconsistentSizesAreNamed) {
 
   json = BaseConfig("llama");
   json["hidden_size"] = 0;
-  ExpectError(json, "field 'hidden_size' must be positive, got 0");
+  ExpectError(json, "field 'hidden_size' must be in [1, 65536], got 0");
   json = BaseConfig("llama");
   json["intermediate_size"] = -128;
-  ExpectError(json, "field 'intermediate_size' must be positive, got -128");
+  ExpectError(json, "field 'intermediate_size' must be in [1, 262144], got -128");
   json = BaseConfig("llama");
   json["num_key_value_heads"] = 0;
-  ExpectError(json, "field 'num_key_value_heads' must be positive");
+  ExpectError(json, "field 'num_key_value_heads' must be in [1, 1024], got 0");
   json = BaseConfig("llama");
   json["rms_norm_eps"] = 0;
   ExpectError(json, "field 'rms_norm_eps' must be positive");
@@ -404,6 +410,96 @@ TEST(ModelConfigTest, WrongJsonTypesAreNamed) {
   absl::StatusOr<ModelConfig> not_object = ModelConfig::Parse("[]");
   ASSERT_FALSE(not_object.ok());
   EXPECT_THAT(std::string(not_object.status().message()), HasSubstr("must be a JSON object"));
+}
+
+// The exact error Parse gives for `json_text`.
+std::string ParseError(const std::string& json_text) {
+  absl::StatusOr<ModelConfig> config = ModelConfig::Parse(json_text);
+  EXPECT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(config.status().message());
+}
+
+std::string ReadHostile(const std::string& name) {
+  std::ifstream in(std::string(KVSERVE_SOURCE_DIR) + "/tests/data/hostile/config/" + name,
+                   std::ios::binary);
+  EXPECT_TRUE(in.good()) << name;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(ModelConfigTest, SizesThatSizeAllocationsAreBounded) {
+  // Each used to reach an allocation: 2^31 + 64 positions ended the process in LibTorch.
+  EXPECT_EQ(ParseError(ReadHostile("max_position_embeddings_2e31.json")),
+            "config.json: field 'max_position_embeddings' must be in [1, 1048576], got "
+            "2147483712");
+  // Checked before layer_types is filled in, one entry per layer.
+  EXPECT_EQ(ParseError(ReadHostile("num_hidden_layers_2e62.json")),
+            "config.json: field 'num_hidden_layers' must be in [1, 1024], got "
+            "4611686018427387904");
+  EXPECT_EQ(ParseError(ReadHostile("vocab_size_2e24.json")),
+            "config.json: field 'vocab_size' must be in [1, 4194304], got 16777216");
+  EXPECT_EQ(ParseError(ReadHostile("bos_token_id_beyond_vocab.json")),
+            "config.json: field 'bos_token_id' (300) must be below vocab_size (300)");
+
+  const std::pair<std::string, std::string> too_large[] = {
+      {"hidden_size", "field 'hidden_size' must be in [1, 65536], got 65537"},
+      {"intermediate_size", "field 'intermediate_size' must be in [1, 262144], got 262145"},
+      {"num_attention_heads", "field 'num_attention_heads' must be in [1, 1024], got 1025"},
+      {"num_key_value_heads", "field 'num_key_value_heads' must be in [1, 1024], got 1025"},
+      {"head_dim", "field 'head_dim' must be in [1, 1024], got 1025"},
+      {"sliding_window", "field 'sliding_window' must be in [2, 1048576], got 1048577"},
+      {"attention_chunk_size", "field 'attention_chunk_size' must be in [2, 1048576], got 1048577"},
+  };
+  const std::map<std::string, int64_t> limits = {{"hidden_size", 65536},
+                                                 {"intermediate_size", 262144},
+                                                 {"num_attention_heads", 1024},
+                                                 {"num_key_value_heads", 1024},
+                                                 {"head_dim", 1024},
+                                                 {"sliding_window", 1048576},
+                                                 {"attention_chunk_size", 1048576}};
+  for (const auto& [field, message] : too_large) {
+    Json json = BaseConfig("mistral");
+    json[field] = limits.at(field) + 1;
+    ExpectError(json, message);
+    EXPECT_EQ(ParseError(json.dump()), "config.json: " + message);
+  }
+
+  // The largest allowed sizes parse (the products are the checkpoint's business).
+  Json largest = BaseConfig("mistral");
+  largest["vocab_size"] = 4194304;
+  largest["max_position_embeddings"] = 1048576;
+  largest["sliding_window"] = 1048576;
+  largest["num_hidden_layers"] = 1024;
+  largest["num_attention_heads"] = 1024;
+  largest["num_key_value_heads"] = 1024;
+  largest["hidden_size"] = 65536;
+  EXPECT_EQ(ParseOk(largest).max_position_embeddings, 1048576);
+
+  Json rope = BaseConfig("llama");
+  rope["rope_scaling"] = {{"rope_type", "yarn"},
+                          {"factor", 4.0},
+                          {"original_max_position_embeddings", int64_t{1} << 40}};
+  ExpectError(rope,
+              "field 'rope_scaling.original_max_position_embeddings' must be in [0, 1048576], "
+              "got 1099511627776");
+}
+
+TEST(ModelConfigTest, HostileJsonDoesNotEndTheProcess) {
+  // The dump of a deeply nested value in an error would recurse once per level.
+  std::string deep = R"({"model_type": "llama", "hidden_size": )";
+  deep += std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_EQ(ParseError(deep), "config.json: nested deeper than 64 levels");
+  // Brackets inside strings do not count.
+  Json json = BaseConfig("llama");
+  json["torch_dtype"] = std::string(1000, '[');
+  EXPECT_EQ(ParseOk(json).torch_dtype, std::string(1000, '['));
+  // A huge wrong value is cut short in the message.
+  json = BaseConfig("llama");
+  json["hidden_size"] = std::string(1000, 'x');
+  ExpectError(json, "field 'hidden_size' must be an integer, got a string \"" +
+                        std::string(63, 'x') + "...");
 }
 
 TEST(ModelConfigTest, EveryModelTypeRoundTrips) {

@@ -3,6 +3,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -63,7 +64,7 @@ TEST_F(ModelSourceTest, ReadsAndMapsFilesOfAFolder) {
 
   EXPECT_TRUE(source->Has("config.json"));
   EXPECT_FALSE(source->Has("tokenizer.json"));
-  EXPECT_FALSE(source->Has("sub"));  // folders are not files
+  EXPECT_TRUE(source->Has("sub"));  // present, so that reading it is refused by name
 
   absl::StatusOr<std::string> text = source->ReadText("config.json");
   ASSERT_TRUE(text.ok()) << text.status();
@@ -86,7 +87,52 @@ TEST_F(ModelSourceTest, ReadsAndMapsFilesOfAFolder) {
   absl::StatusOr<std::shared_ptr<const MappedFile>> folder = source->Map("sub");
   ASSERT_FALSE(folder.ok());
   EXPECT_EQ(folder.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(folder.status().message()), HasSubstr("not a regular file"));
+  EXPECT_EQ(std::string(folder.status().message()),
+            dir() + "/sub: not a regular file (a directory)");
+}
+
+TEST_F(ModelSourceTest, SpecialFilesAreRefusedByName) {
+  // A tokenizer.json that links to /dev/zero used to be skipped as absent (and reading it
+  // would never end).
+  fs::create_symlink("/dev/zero", fs::path(dir()) / "tokenizer.json");
+  ASSERT_EQ(::mkfifo((fs::path(dir()) / "config.json").c_str(), 0600), 0);
+  fs::create_symlink(fs::path(dir()) / "missing", fs::path(dir()) / "dangling.json");
+  absl::StatusOr<ModelSource> source = ModelSource::FromDirectory(dir());
+  ASSERT_TRUE(source.ok()) << source.status();
+
+  EXPECT_TRUE(source->Has("tokenizer.json"));
+  absl::StatusOr<std::string> zero = source->ReadText("tokenizer.json");
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(zero.status().message()),
+            dir() + "/tokenizer.json: not a regular file (a character device)");
+
+  // Refused without opening: opening a FIFO with no writer would block.
+  EXPECT_TRUE(source->Has("config.json"));
+  absl::StatusOr<std::shared_ptr<const MappedFile>> fifo = source->Map("config.json");
+  EXPECT_EQ(fifo.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(fifo.status().message()),
+            dir() + "/config.json: not a regular file (a FIFO)");
+
+  EXPECT_FALSE(source->Has("dangling.json"));
+  EXPECT_EQ(source->ReadText("dangling.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ModelSourceTest, ReadTextRefusesFilesOver256MiB) {
+  // Sparse: no disk space is used.
+  Write("tokenizer.json", "");
+  fs::resize_file(fs::path(dir()) / "tokenizer.json", ModelSource::kMaxTextFileBytes + 1);
+  absl::StatusOr<ModelSource> source = ModelSource::FromDirectory(dir());
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<std::string> text = source->ReadText("tokenizer.json");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(text.status().message()),
+            dir() +
+                "/tokenizer.json: 268435457 bytes is more than the "
+                "268435456 bytes (256 MiB) a JSON file may have");
+  // Weights are mapped whatever their size.
+  absl::StatusOr<std::shared_ptr<const MappedFile>> mapped = source->Map("tokenizer.json");
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ((*mapped)->bytes().size(), ModelSource::kMaxTextFileBytes + 1);
 }
 
 TEST_F(ModelSourceTest, MappingOutlivesTheFileAndTheSource) {

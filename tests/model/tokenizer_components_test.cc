@@ -19,7 +19,7 @@ using ::testing::ElementsAre;
 using Json = nlohmann::json;
 
 std::string Normalize(const Json& config, std::string text) {
-  auto n = CreateNormalizer(config);
+  auto n = CreateNormalizer(config, "normalizer");
   EXPECT_TRUE(n.ok()) << n.status();
   if (n.ok()) (*n)->Normalize(&text);
   return text;
@@ -27,7 +27,7 @@ std::string Normalize(const Json& config, std::string text) {
 
 std::vector<std::string> PreTokenize(const Json& config, const std::string& text,
                                      bool at_start = true) {
-  auto p = CreatePreTokenizer(config);
+  auto p = CreatePreTokenizer(config, "pre_tokenizer");
   EXPECT_TRUE(p.ok()) << p.status();
   std::vector<std::string> pieces = {text};
   if (p.ok()) (*p)->PreTokenize(&pieces, at_start);
@@ -35,7 +35,7 @@ std::vector<std::string> PreTokenize(const Json& config, const std::string& text
 }
 
 std::string DecodeTokens(const Json& config, std::vector<std::string> tokens) {
-  auto d = CreateTokenDecoder(config, nullptr);
+  auto d = CreateTokenDecoder(config, "decoder", nullptr);
   EXPECT_TRUE(d.ok()) << d.status();
   if (d.ok()) (*d)->DecodeChain(&tokens);
   std::string out;
@@ -131,6 +131,78 @@ TEST(DecoderTest, EachDecoder) {
   EXPECT_EQ(DecodeTokens({{"type", "Replace"}, {"pattern", {{"String", m}}}, {"content", " "}},
                          {m + "x"}),
             " x");
+}
+
+// Each component must refuse a mistyped field with InvalidArgument naming its JSON path.
+template <typename Create>
+void ExpectComponentError(Create create, const Json& config, const std::string& message) {
+  auto built = create(config);
+  ASSERT_FALSE(built.ok()) << "accepted: " << config.dump();
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(built.status().message()), message);
+}
+
+TEST(NormalizerTest, MistypedFieldsNameTheirPath) {
+  auto create = [](const Json& config) { return CreateNormalizer(config, "normalizer"); };
+  ExpectComponentError(create, Json::array(), "normalizer: expected an object, got array");
+  ExpectComponentError(create, {{"type", 7}}, "normalizer.type: expected a string, got integer");
+  ExpectComponentError(create, {{"kind", "NFC"}}, "normalizer.type: missing, expected a string");
+  ExpectComponentError(create, {{"type", "Strip"}, {"strip_left", "yes"}},
+                       "normalizer.strip_left: expected a boolean, got string");
+  ExpectComponentError(create, {{"type", "Prepend"}, {"prepend", nullptr}},
+                       "normalizer.prepend: expected a string, got null");
+  ExpectComponentError(create,
+                       Json::parse(R"({"type": "Sequence", "normalizers": [{"type": "NFC"}, 3]})"),
+                       "normalizer.normalizers[1]: expected an object, got integer");
+  ExpectComponentError(create, {{"type", "Sequence"}},
+                       "normalizer.normalizers: missing, expected an array");
+  ExpectComponentError(create,
+                       {{"type", "Replace"}, {"pattern", {{"String", ""}}}, {"content", " "}},
+                       "normalizer.pattern.String: must not be empty");
+  ExpectComponentError(create, {{"type", "Replace"}, {"pattern", {{"Regex", 1}}}, {"content", " "}},
+                       "normalizer.pattern.Regex: expected a string, got integer");
+  ExpectComponentError(create, {{"type", "Replace"}, {"pattern", "x"}, {"content", " "}},
+                       "normalizer.pattern: expected an object, got string");
+}
+
+TEST(PreTokenizerTest, MistypedFieldsNameTheirPath) {
+  auto create = [](const Json& config) { return CreatePreTokenizer(config, "pre_tokenizer"); };
+  ExpectComponentError(create, {{"type", "ByteLevel"}, {"use_regex", 1}},
+                       "pre_tokenizer.use_regex: expected a boolean, got integer");
+  ExpectComponentError(create, {{"type", "Digits"}, {"individual_digits", nullptr}},
+                       "pre_tokenizer.individual_digits: expected a boolean, got null");
+  ExpectComponentError(create, {{"type", "Metaspace"}, {"prepend_scheme", 2}},
+                       "pre_tokenizer.prepend_scheme: expected a string, got integer");
+  ExpectComponentError(create, {{"type", "Metaspace"}, {"replacement", ""}},
+                       "pre_tokenizer.replacement: must not be empty");
+  ExpectComponentError(create, {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", 1}},
+                       "pre_tokenizer.behavior: expected a string or null, got integer");
+  ExpectComponentError(create, {{"type", "Split"}, {"pattern", {{"Regex", "(x"}}}},
+                       "pre_tokenizer.pattern.Regex: regex '(x' does not compile: end pattern "
+                       "with unmatched parenthesis");
+  ExpectComponentError(create, Json::parse(R"({"type": "Sequence", "pretokenizers": [
+                           {"type": "Split", "invert": "no"}]})"),
+                       "pre_tokenizer.pretokenizers[0].invert: expected a boolean, got string");
+}
+
+TEST(DecoderTest, MistypedFieldsNameTheirPath) {
+  auto create = [](const Json& config) { return CreateTokenDecoder(config, "decoder", nullptr); };
+  ExpectComponentError(create, {{"type", "Strip"}, {"content", " "}, {"start", "1"}},
+                       "decoder.start: expected an integer, got string");
+  ExpectComponentError(create, {{"type", "Strip"}, {"content", " "}, {"stop", -1}},
+                       "decoder.stop: must be in [0, 2147483647] (got -1)");
+  ExpectComponentError(create, {{"type", "Strip"}, {"content", " "}, {"stop", 1.5}},
+                       "decoder.stop: expected an integer, got number");
+  // An empty replacement would make the decoder loop forever.
+  ExpectComponentError(create, {{"type", "Metaspace"}, {"replacement", ""}},
+                       "decoder.replacement: must not be empty");
+  ExpectComponentError(create, {{"type", "Metaspace"}, {"add_prefix_space", "true"}},
+                       "decoder.add_prefix_space: expected a boolean, got string");
+  ExpectComponentError(create, Json::parse(R"({"type": "Sequence", "decoders": {"type": "Fuse"}})"),
+                       "decoder.decoders: expected an array, got object");
+  ExpectComponentError(create,
+                       Json::parse(R"({"type": "Sequence", "decoders": [{"type": "CTC"}]})"),
+                       "decoder.decoders[0].type: unsupported decoder type 'CTC'");
 }
 
 TEST(AddedTokensTest, LeftmostLongestWithStripAndSingleWord) {

@@ -5,8 +5,10 @@
 #include <gmock/gmock.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -276,6 +278,112 @@ TEST_F(PrefixRegistryTest, ReadPrefixesFileRefusesMissingAndMalformedFiles) {
       PrefixRegistry::ReadPrefixesFile(yaml.string());
   EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(broken.status().message()), HasSubstr(yaml.string()));
+}
+
+// tests/data/hostile/prefixes/NAME, found from this file's path (CMake compiles it by its
+// absolute path).
+std::string HostilePrefixes(const std::string& name) {
+  return (fs::path(__FILE__).parent_path().parent_path() / "data/hostile/prefixes" / name).string();
+}
+
+TEST_F(PrefixRegistryTest, YamlAliasesExpandingPastTheBoundAreRefused) {
+  // Nine levels of ten aliases: 10^9 nodes once expanded, which used to run out of memory.
+  const std::string laughs = HostilePrefixes("billion_laughs.yaml");
+  absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> prefixes =
+      PrefixRegistry::ReadPrefixesFile(laughs);
+  EXPECT_EQ(prefixes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(prefixes.status().message()),
+            "--prefixes-file " + laughs +
+                ": not JSON or YAML: yaml-cpp: error at line 8, column 20: aliases expand the "
+                "document past 4194304 nodes");
+
+  // Within the bound, aliases are expanded as usual.
+  prefixes = PrefixRegistry::ReadPrefixesFile(HostilePrefixes("few_aliases.yaml"));
+  ASSERT_TRUE(prefixes.ok()) << prefixes.status();
+  EXPECT_THAT(Names(*prefixes), ElementsAre("a", "b"));
+  EXPECT_EQ((*prefixes)[1].options().ttl_seconds(), 60);
+
+  // Long scalars repeated through aliases count by their bytes.
+  std::string wide = "x: &x \"" + std::string(1 << 20, 'a') + "\"\ny: &y [";
+  for (int i = 0; i < 300; ++i) wide += "*x, ";
+  wide += "*x]\n";
+  const fs::path file = dir_ / "wide.yaml";
+  Write(file, wide);
+  prefixes = PrefixRegistry::ReadPrefixesFile(file.string());
+  EXPECT_EQ(prefixes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(prefixes.status().message()),
+              HasSubstr("aliases expand the document past 268435456 bytes of text"));
+}
+
+TEST_F(PrefixRegistryTest, YamlThatIsNotUtf8IsRefused) {
+  const fs::path file = dir_ / "latin1.yaml";
+  Write(file, "prefixes:\n  - name: caf\xE9\n    text: x\n");
+  absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> prefixes =
+      PrefixRegistry::ReadPrefixesFile(file.string());
+  EXPECT_EQ(prefixes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(prefixes.status().message()),
+            "--prefixes-file " + file.string() + ": YAML text is not valid UTF-8");
+}
+
+TEST_F(PrefixRegistryTest, SpecialFilesAreRefusedByName) {
+  fs::create_directories(dir_);
+  const fs::path zero = dir_ / "zero.yaml";
+  fs::create_symlink("/dev/zero", zero);
+  absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> prefixes =
+      PrefixRegistry::ReadPrefixesFile(zero.string());
+  EXPECT_EQ(prefixes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(prefixes.status().message()),
+            "--prefixes-file " + zero.string() + ": not a regular file (a character device)");
+
+  const fs::path fifo = dir_ / "fifo.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  prefixes = PrefixRegistry::ReadPrefixesFile(fifo.string());
+  EXPECT_EQ(std::string(prefixes.status().message()),
+            "--prefixes-file " + fifo.string() + ": not a regular file (a FIFO)");
+
+  const fs::path big = dir_ / "big.json";
+  Write(big, "");
+  fs::resize_file(big, (int64_t{256} << 20) + 1);  // sparse
+  prefixes = PrefixRegistry::ReadPrefixesFile(big.string());
+  EXPECT_EQ(std::string(prefixes.status().message()),
+            "--prefixes-file " + big.string() +
+                ": 268435457 bytes is more than the 268435456 bytes (256 MiB) allowed");
+
+  // The state file too.
+  fs::create_directories(state_file());
+  absl::StatusOr<std::unique_ptr<PrefixRegistry>> registry = PrefixRegistry::Open(dir());
+  EXPECT_EQ(registry.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(registry.status().message()),
+            state_file().string() + ": not a regular file (a directory)");
+}
+
+TEST_F(PrefixRegistryTest, AFailedSaveChangesNothingAndHidesServerPaths) {
+  std::unique_ptr<PrefixRegistry> registry = OpenOrDie(dir());
+  ASSERT_NE(registry, nullptr);
+  ASSERT_TRUE(registry->Put(Text("a", "alpha"), Opts(true, 0, "static")).ok());
+  // A directory where the temporary file goes makes every save fail, even for root.
+  fs::create_directories(dir_ / "prefixes.json.tmp");
+
+  absl::Status added = registry->Put(Text("b", "beta"), Opts(true, 0, ""));
+  EXPECT_EQ(added.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(std::string(added.message()), "could not save the prefix state: Is a directory");
+  EXPECT_FALSE(registry->Options("b").has_value());
+
+  absl::Status replaced = registry->Put(Text("a", "other"), Opts(false, 60, "dynamic"));
+  EXPECT_EQ(std::string(replaced.message()), "could not save the prefix state: Is a directory");
+  EXPECT_EQ(registry->Options("a")->cache_implementation(), "static");
+
+  absl::Status removed = registry->Remove("a");
+  EXPECT_EQ(std::string(removed.message()), "could not save the prefix state: Is a directory");
+  EXPECT_TRUE(registry->Options("a").has_value());
+  v1::PrefixState state = ReadState();
+  ASSERT_EQ(state.prefixes_size(), 1);
+  EXPECT_EQ(state.prefixes(0).text(), "alpha");
+
+  // Once the file can be written, the record is what the successful calls made it.
+  fs::remove(dir_ / "prefixes.json.tmp");
+  ASSERT_TRUE(registry->Put(Text("c", "gamma"), Opts(true, 0, "")).ok());
+  EXPECT_THAT(StateNames(), ElementsAre("a", "c"));
 }
 
 }  // namespace
