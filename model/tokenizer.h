@@ -71,6 +71,14 @@ class Tokenizer {
   // InvalidArgument naming tokenizer.json and both sizes, to be refused at start-up: such ids
   // would index past the embedding table.
   absl::Status CheckFitsModel(int64_t model_vocab_size) const;
+  // OK when tokenizer_config.json has no chat template or its template parsed; otherwise the
+  // parse error ("tokenizer_config.json: chat template: ..."), for servers that refuse to
+  // start with a template every chat request would fail on.
+  absl::Status CheckChatTemplate() const {
+    return chat_template_ != nullptr || absl::IsFailedPrecondition(chat_template_status_)
+               ? absl::OkStatus()
+               : chat_template_status_;
+  }
 
   // Renders tokenizer_config.json's chat_template within `budget` (see ChatTemplate::Render for
   // its errors). FailedPrecondition when there is none; InvalidArgument "tokenizer_config.json:

@@ -88,7 +88,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelSource
   if (!config.ok()) {
     return absl::Status(
         config.status().code(),
-        absl::StrCat(source.Describe(), "/config.json: ", std::string(config.status().message())));
+        // The message starts with "config.json".
+        absl::StrCat(source.Describe(), "/", std::string(config.status().message())));
   }
   if (!at::isFloatingType(options.dtype)) {
     return absl::InvalidArgumentError("dtype must be a floating-point type");

@@ -137,17 +137,16 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
   if (!transformer_model.ok()) return transformer_model.status();
   loaded.model = *std::move(transformer_model);
   if (source->Has("tokenizer.json")) {
-    absl::StatusOr<std::string> json = source->ReadText("tokenizer.json");
-    if (!json.ok()) return json.status();
-    std::string config;
-    if (source->Has("tokenizer_config.json")) {
-      absl::StatusOr<std::string> text = source->ReadText("tokenizer_config.json");
-      if (!text.ok()) return text.status();
-      config = *std::move(text);
-    }
     absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
-        model::Tokenizer::FromJson(*json, config);
+        model::Tokenizer::FromModelSource(*source);
     if (!tokenizer.ok()) return tokenizer.status();
+    // Ids past the embedding table, or a template every chat request would fail on, are
+    // refused now rather than at the first request.
+    if (absl::Status fits = (*tokenizer)->CheckFitsModel(loaded.model->info().vocab_size);
+        !fits.ok()) {
+      return fits;
+    }
+    if (absl::Status chat = (*tokenizer)->CheckChatTemplate(); !chat.ok()) return chat;
     loaded.tokenizer = *std::move(tokenizer);
   }
   absl::StatusOr<std::string> fingerprint = ModelFingerprint(*source, loaded.model->info());

@@ -156,8 +156,9 @@ absl::StatusOr<std::vector<int32_t>> RequestParser::ChatIds(const v1::ChatMessag
   absl::StatusOr<std::string> text =
       tokenizer_->ApplyChatTemplate(chat, add_generation_prompt, budget);
   if (!text.ok()) {
-    // The client's own deadline or cancellation keeps its code.
-    if (absl::IsDeadlineExceeded(text.status()) || absl::IsCancelled(text.status())) {
+    // The client's own deadline or cancellation, and memory running out, keep their code.
+    if (absl::IsDeadlineExceeded(text.status()) || absl::IsCancelled(text.status()) ||
+        absl::IsResourceExhausted(text.status())) {
       return text.status();
     }
     return FieldError(field,
