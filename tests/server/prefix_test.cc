@@ -325,6 +325,43 @@ TEST_F(PrefixServerTest, RegisteredPrefixesComeBackAfterARestart) {
   std::filesystem::remove_all(dir);
 }
 
+TEST_F(PrefixServerTest, AStateFileThatCannotBeSavedLeavesThePrefixesAsTheyWere) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("kvserve-unsaved-", getpid());
+  std::filesystem::remove_all(dir);
+  ServerOptions options;
+  options.state_dir = dir.string();
+  Start("llama", options);
+  ASSERT_TRUE(Register("kept", Ids(9, 1)).ok());
+  // A folder where the state file's temporary copy goes makes every later save fail.
+  std::filesystem::create_directories(dir / "prefixes.json.tmp");
+  const grpc::Status registered = Register("unsaved", Ids(9, 2));
+  EXPECT_EQ(registered.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(registered.error_message(), StartsWith("could not save the prefix state"));
+  EXPECT_THAT(registered.error_message(), ::testing::Not(HasSubstr(dir.string())));
+  auto get = [&](const std::string& name) {
+    grpc::ClientContext context;
+    v1::GetPrefixRequest request;
+    request.set_name(name);
+    v1::Prefix response;
+    return prefixes_->GetPrefix(&context, request, &response).error_code();
+  };
+  // The registration the client saw fail is not served either.
+  EXPECT_EQ(get("unsaved"), grpc::StatusCode::NOT_FOUND);
+  {
+    grpc::ClientContext context;
+    v1::DeletePrefixRequest request;
+    request.set_name("kept");
+    v1::DeletePrefixResponse response;
+    EXPECT_EQ(prefixes_->DeletePrefix(&context, request, &response).error_code(),
+              grpc::StatusCode::INTERNAL);
+  }
+  // A delete that could not be saved leaves the prefix registered and served.
+  EXPECT_EQ(get("kept"), grpc::StatusCode::OK);
+  EXPECT_EQ(Generate("kept", Ids(3, 4), R"pb()pb").usage().cached_tokens(), 9);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(PrefixServerTest, PrefixesFileInJsonOrYamlIsRegisteredAtStartup) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / absl::StrCat("kvserve-prefixes-", getpid());
