@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string>
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
@@ -72,6 +73,36 @@ void SynchronizeDevice(const c10::Device& device) {
 #else
   (void)device;
 #endif
+}
+
+std::string BuildDescription() {
+  std::string description = "LibTorch " TORCH_VERSION;
+#if defined(KVSERVE_WITH_CUDA)
+  description += ", CUDA " + std::to_string(CUDART_VERSION / 1000) + "." +
+                 std::to_string(CUDART_VERSION % 1000 / 10);
+#else
+  description += ", CPU only";
+#endif
+  return description;
+}
+
+CudaDevices VisibleCudaDevices() {
+  CudaDevices devices;
+#if defined(KVSERVE_WITH_CUDA)
+  // Asked of the runtime directly: LibTorch's device_count() hides the error behind a 0.
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    devices.reason = cudaGetErrorString(error);
+    cudaGetLastError();  // clears the sticky error so later calls are not blamed for it
+    return devices;
+  }
+  devices.count = count;
+  if (count == 0) devices.reason = "no CUDA device is visible";
+#else
+  devices.reason = "built without CUDA";
+#endif
+  return devices;
 }
 
 }  // namespace kvserve::compat

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 #include <cstdint>
+#include <string>
 
 #define KVSERVE_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||          \
@@ -46,5 +47,18 @@ int NumThreads();
 
 // Waits until all queued work on `device` has finished; a no-op on CPU.
 void SynchronizeDevice(const c10::Device& device);
+
+// What this binary was built against, for messages: "LibTorch 1.13.0, CPU only" or
+// "LibTorch 2.6.0, CUDA 12.4".
+std::string BuildDescription();
+
+// The CUDA devices this process can use. `count` is 0 without CUDA, without a driver or
+// without a visible device; `reason` then says why in a few words (the CUDA runtime's own
+// error string when it gave one). Initializes the CUDA runtime on first call.
+struct CudaDevices {
+  int count = 0;
+  std::string reason;
+};
+CudaDevices VisibleCudaDevices();
 
 }  // namespace kvserve::compat

@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "model/device_check.h"
 #include "server/kv_server.h"
 #include "server/logging.h"
 #include "server/server_options.h"
@@ -30,7 +31,7 @@ void OnSignal(int signal_number) {
 // Routes SIGTERM and SIGINT to the pipe. False when the pipe or handler cannot be set up.
 bool InstallSignalHandlers() {
   if (::pipe(g_signal_pipe) != 0) return false;
-  struct sigaction action {};
+  struct sigaction action = {};
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
@@ -94,6 +95,11 @@ int main(int argc, char** argv) {
   if (help) {
     std::cout << usage;
     return 0;
+  }
+  // A device this build cannot use is refused before anything listens.
+  if (absl::Status device = kvserve::model::CheckDeviceUsable(options->device); !device.ok()) {
+    std::cerr << "kvserve: " << device.message() << "\n";
+    return 2;
   }
   kvserve::server::ConfigureLogging(options->log_format);
   if (!InstallSignalHandlers()) {

@@ -17,6 +17,7 @@
 #include "cache/kv_cache.h"
 #include "cache/torch_compat.h"
 #include "model/cli/command_line.h"
+#include "model/device_check.h"
 #include "model/embedded_model.h"
 #include "model/generator.h"
 #include "model/tokenizer.h"
@@ -234,6 +235,11 @@ int main(int argc, char** argv) {
   if (cl->help_requested()) {
     std::cout << cl->Usage("kvserve-generate", "Generates text with a causal language model.");
     return 0;
+  }
+  if (absl::Status device = kvserve::model::CheckDeviceUsable(cl->GetString("device", "cpu"));
+      !device.ok()) {
+    std::cerr << "kvserve-generate: " << device.message() << "\n";
+    return 2;
   }
   absl::Status status = Run(*cl);
   if (!status.ok()) {
