@@ -20,6 +20,7 @@
 
 #include <google/protobuf/text_format.h>
 
+#include "absl/strings/str_cat.h"
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
 #include "grpc_health/v1/health.grpc.pb.h"
