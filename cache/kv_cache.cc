@@ -41,7 +41,45 @@ void KvCache::AttachBudget(KvMemoryBudget* budget) {
   SyncBudget();
 }
 
+bool KvCache::has_staged() const {
+  for (const Staged& s : staged_) {
+    if (s.keys.defined()) return true;
+  }
+  return false;
+}
+
+void KvCache::ForEachStaged(const std::function<void(at::Tensor&)>& fn) {
+  for (Staged& s : staged_) {
+    if (!s.keys.defined()) continue;
+    fn(s.keys);
+    fn(s.values);
+  }
+}
+
+absl::Status KvCache::StagePrefix(int layer_index, const at::Tensor& keys,
+                                  const at::Tensor& values) {
+  if (layer_index < 0 || layer_index >= num_layers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer_index, " is out of range [0, ", num_layers(), ")"));
+  }
+  if (!keys.defined() || !values.defined() || keys.dim() != 4 ||
+      !keys.sizes().equals(values.sizes())) {
+    return absl::InvalidArgumentError(
+        "a staged prefix needs 4-D keys and values of one shape [batch, kv_heads, n, head_dim]");
+  }
+  staged_.resize(layers_.size());
+  if (layers_[layer_index]->SeqLength() != 0 || staged_[layer_index].keys.defined()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("layer ", layer_index,
+                     " is not empty: a prefix is staged only before the "
+                     "layer's first update"));
+  }
+  staged_[layer_index] = {keys, values};
+  return absl::OkStatus();
+}
+
 void KvCache::BeginStep() {
+  staged_at_step_ = staged_;
   step_start_.resize(layers_.size());
   rollback_points_.resize(layers_.size());
   const bool reversible = budget_ != nullptr && budget_->active();
@@ -58,6 +96,7 @@ void KvCache::BeginStep() {
 }
 
 void KvCache::CommitStep() {
+  staged_at_step_.clear();
   for (auto& point : rollback_points_) point.reset();
   if (recording_) {
     (void)Crop(0);  // frees the states kept for a rollback
@@ -84,6 +123,8 @@ absl::Status KvCache::RollbackStep() {
     }
   }
   if (recording_) (void)Crop(0);
+  // Prefixes joined into the failed step's first updates wait for the retry.
+  staged_ = staged_at_step_;
   // Offloaded layers fetched for the failed step (or prefetched for the next layer) go back
   // to the host, so that nothing of a rolled-back step stays on the device.
   for (auto& layer : layers_) {
@@ -127,8 +168,32 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::CreateDynamic(
   return std::make_unique<KvCache>(std::move(layers));
 }
 
-absl::StatusOr<LayerView> KvCache::Update(int layer_index, const at::Tensor& keys,
-                                          const at::Tensor& values) {
+absl::StatusOr<LayerView> KvCache::Update(int layer_index, const at::Tensor& keys_in,
+                                          const at::Tensor& values_in) {
+  if (layer_index < 0 || layer_index >= num_layers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer_index, " is out of range [0, ", num_layers(), ")"));
+  }
+  at::Tensor keys = keys_in;
+  at::Tensor values = values_in;
+  const bool joins_staged =
+      static_cast<size_t>(layer_index) < staged_.size() && staged_[layer_index].keys.defined();
+  if (joins_staged) {
+    // The staged prefix and these tokens arrive as one update; a mismatch is refused before
+    // at::cat would throw, and the prefix stays staged.
+    const at::Tensor& staged = staged_[layer_index].keys;
+    if (!keys_in.defined() || !values_in.defined() || keys_in.dim() != 4 ||
+        !keys_in.sizes().equals(values_in.sizes()) || keys_in.size(0) != staged.size(0) ||
+        keys_in.size(1) != staged.size(1) || keys_in.size(3) != staged.size(3) ||
+        keys_in.scalar_type() != staged.scalar_type() || keys_in.device() != staged.device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", layer_index, ": the update does not match the staged prefix (batch ",
+          staged.size(0), ", kv_heads ", staged.size(1), ", head_dim ", staged.size(3),
+          ", same dtype and device)"));
+    }
+    keys = at::cat({staged_[layer_index].keys, keys_in}, 2);
+    values = at::cat({staged_[layer_index].values, values_in}, 2);
+  }
   CacheLayer& layer = *layers_[layer_index];
   layer.BeforeUpdate();
   for (size_t next = layer_index + 1; next < layers_.size(); ++next) {
@@ -139,6 +204,7 @@ absl::StatusOr<LayerView> KvCache::Update(int layer_index, const at::Tensor& key
   }
   if (budget_ == nullptr) {
     absl::StatusOr<LayerView> view = layer.Update(keys, values);
+    if (joins_staged && view.ok()) staged_[layer_index] = {};
     layer.AfterUpdate();
     return view;
   }
@@ -146,6 +212,8 @@ absl::StatusOr<LayerView> KvCache::Update(int layer_index, const at::Tensor& key
   // against the device only during its update) and checked before it is written back.
   const int64_t before = layer.Memory().device_bytes;
   absl::StatusOr<LayerView> view = layer.Update(keys, values);
+  // The layer holds the prefix now (a failed update left it unchanged, the prefix staged).
+  if (joins_staged && view.ok()) staged_[layer_index] = {};
   const int64_t grew = layer.Memory().device_bytes - before;
   budget_->Add(grew);
   accounted_device_bytes_ += grew;
@@ -172,7 +240,12 @@ void KvCache::PrepareForward() {
   }
 }
 
-int64_t KvCache::SeqLength() const { return layers_.empty() ? 0 : layers_[0]->SeqLength(); }
+int64_t KvCache::SeqLength() const {
+  if (layers_.empty()) return 0;
+  const int64_t staged =
+      !staged_.empty() && staged_[0].keys.defined() ? staged_[0].keys.size(2) : 0;
+  return layers_[0]->SeqLength() + staged;
+}
 
 int64_t KvCache::MaxLength() const {
   int64_t max_length = -1;
@@ -185,6 +258,10 @@ int64_t KvCache::MaxLength() const {
 }
 
 absl::Status KvCache::Crop(int64_t n) {
+  if (n != 0 && has_staged()) {
+    return absl::FailedPreconditionError(
+        "a copied prefix waits for its layers' first update; nothing can be cropped before it");
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (absl::Status s = layers_[i]->CheckCrop(n); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("layer ", i, ": ", s.message()));
@@ -206,6 +283,10 @@ absl::Status KvCache::CheckIndices(const at::Tensor& indices, bool same_size) co
     if (layer->BatchSize() == 0) continue;
     return CheckBatchIndices(indices, layer->BatchSize(), same_size);
   }
+  // Only staged rows so far: they are selected too.
+  for (const Staged& s : staged_) {
+    if (s.keys.defined()) return CheckBatchIndices(indices, s.keys.size(0), same_size);
+  }
   return absl::OkStatus();
 }
 
@@ -214,6 +295,7 @@ absl::Status KvCache::Reorder(const at::Tensor& beam_idx) {
   for (auto& layer : layers_) {
     if (absl::Status s = layer->Reorder(beam_idx); !s.ok()) return s;
   }
+  ForEachStaged([&](at::Tensor& t) { t = t.index_select(0, beam_idx.to(t.device())); });
   return absl::OkStatus();
 }
 
@@ -222,6 +304,7 @@ absl::Status KvCache::SelectIndices(const at::Tensor& indices) {
   for (auto& layer : layers_) {
     if (absl::Status s = layer->SelectIndices(indices); !s.ok()) return s;
   }
+  ForEachStaged([&](at::Tensor& t) { t = t.index_select(0, indices.to(t.device())); });
   return absl::OkStatus();
 }
 
@@ -230,6 +313,7 @@ absl::Status KvCache::RepeatInterleave(int64_t repeats) {
   for (auto& layer : layers_) {
     if (absl::Status s = layer->RepeatInterleave(repeats); !s.ok()) return s;
   }
+  ForEachStaged([&](at::Tensor& t) { t = t.repeat_interleave(repeats, 0); });
   return absl::OkStatus();
 }
 
@@ -243,10 +327,14 @@ std::unique_ptr<KvCache> KvCache::Clone() const {
   std::vector<std::unique_ptr<CacheLayer>> copies;
   copies.reserve(layers_.size());
   for (const auto& layer : layers_) copies.push_back(layer->Clone());
-  return std::make_unique<KvCache>(std::move(copies));
+  auto clone = std::make_unique<KvCache>(std::move(copies));
+  clone->staged_ = staged_;  // views of immutable snapshot storage: safe to share
+  return clone;
 }
 
 void KvCache::Reset() {
+  staged_.clear();
+  staged_at_step_.clear();
   for (auto& layer : layers_) layer->Reset();
   SyncBudget();
 }

@@ -1,6 +1,7 @@
 // KvCache: one request's cache, a container of per-layer CacheLayers built for a model.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -38,6 +39,9 @@ class KvCache {
   // Updates layer `layer_index` with new keys/values ([batch, kv_heads, n, head_dim]) and
   // returns what attention must see; see CacheLayer::Update. The model calls this, layer by
   // layer in order, so that the container can stage storage around each update.
+  // InvalidArgument for a layer index out of range, or for keys/values that do not match a
+  // staged prefix of the layer (batch, kv_heads, head_dim, dtype, device); a staged prefix
+  // stays staged when the update fails.
   // With offloaded layers, the layer is made resident first (waiting for its prefetch),
   // the next offloaded layer is prefetched while this one computes, and the layer is written
   // back to the host after its update.
@@ -49,7 +53,18 @@ class KvCache {
   // every offloaded layer on the host between forwards.)
   void PrepareForward();
 
-  // Tokens seen so far (layer 0's count; every layer sees the same tokens).
+  // Holds `keys`/`values` ([batch, kv_heads, n, head_dim]; views are fine, they are not
+  // copied) for layer `layer_index` until that layer's first Update, which then receives them
+  // joined in front of its own keys/values as one update: a copied prefix reaches a layer
+  // whose contents depend on how updates are split (ContentsDependOnUpdateSplit) as a cold
+  // prefill would. The layer must be empty with nothing staged: FailedPrecondition
+  // otherwise; InvalidArgument for a layer out of range or keys/values that are not 4-D of
+  // one shape. Staged tokens count in SeqLength; they hold no storage of the cache's own.
+  // Crop (n != 0) is refused while anything is staged; beam operations apply to staged rows.
+  absl::Status StagePrefix(int layer_index, const at::Tensor& keys, const at::Tensor& values);
+
+  // Tokens seen so far (layer 0's count, staged tokens included; every layer sees the same
+  // tokens).
   int64_t SeqLength() const;
   // Largest length any layer can hold, -1 when unbounded.
   int64_t MaxLength() const;
@@ -96,7 +111,19 @@ class KvCache {
   // Re-reads the device bytes and reports the difference to the budget.
   void SyncBudget();
 
+  // A prefix waiting for its layer's first update (see StagePrefix).
+  struct Staged {
+    at::Tensor keys;    // [batch, kv_heads, n, head_dim]; undefined: nothing staged
+    at::Tensor values;  // as keys
+  };
+  // Whether any layer has a staged prefix.
+  bool has_staged() const;
+  // Calls `fn` on every staged tensor (beam operations apply to staged rows too).
+  void ForEachStaged(const std::function<void(at::Tensor&)>& fn);
+
   std::vector<std::unique_ptr<CacheLayer>> layers_;
+  std::vector<Staged> staged_;          // per layer (empty: nothing ever staged)
+  std::vector<Staged> staged_at_step_;  // staged_ at BeginStep, restored by RollbackStep
   KvMemoryBudget* budget_ = nullptr;    // not owned; null: no accounting
   int64_t accounted_device_bytes_ = 0;  // what this cache has reported to budget_
   std::vector<int64_t> step_start_;     // per layer: SeqLength at BeginStep

@@ -27,8 +27,17 @@ absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Create(PrefixStoreOpti
 PrefixStore::PrefixStore(PrefixStoreOptions options, const Clock* clock)
     : options_(std::move(options)), clock_(clock) {}
 
+PrefixStore::Released::~Released() {
+  // The snapshots go first: a listener may look at the store again.
+  snapshots.clear();
+  if (on_named_dropped == nullptr || !*on_named_dropped) return;
+  for (const std::string& name : dropped_named) (*on_named_dropped)(name);
+}
+
 void PrefixStore::DropExpiredLocked(absl::Time now, Released* released) {
   while (!expiries_.empty() && expiries_.begin()->first <= now) {
+    const Entry& entry = entries_.at(expiries_.begin()->second);
+    if (entry.named) released->dropped_named.push_back(entry.name);
     RemoveLocked(expiries_.begin()->second, released);
     ++counters_.expirations;
   }
@@ -46,7 +55,7 @@ void PrefixStore::RemoveLocked(EntryId id, Released* released) {
     holders_.erase(holder);
     bytes_used_ -= entry.snapshot->bytes();
   }
-  released->push_back(std::move(entry.snapshot));
+  released->snapshots.push_back(std::move(entry.snapshot));
   entries_.erase(it);
 }
 
@@ -137,7 +146,7 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
         absl::StrCat("named prefix '", name, "' was computed by model '", snapshot->fingerprint(),
                      "' but this store serves model '", options_.model_fingerprint, "'"));
   }
-  Released released;  // destroyed after the lock is released
+  Released released(&options_.on_named_dropped);  // destroyed after the lock is released
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropExpiredLocked(now, &released);
@@ -154,6 +163,8 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
       PlanRoomLocked(*snapshot, existing, absl::StrCat("named prefix '", name, "'"));
   if (!victims.ok()) return victims.status();
   for (EntryId id : *victims) {
+    const Entry& victim = entries_.at(id);
+    if (victim.named) released.dropped_named.push_back(victim.name);
     RemoveLocked(id, &released);
     ++counters_.evictions;
   }
@@ -168,7 +179,7 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
 }
 
 std::shared_ptr<const Snapshot> PrefixStore::GetNamed(const std::string& name) {
-  Released released;
+  Released released(&options_.on_named_dropped);
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropExpiredLocked(now, &released);
@@ -185,7 +196,7 @@ std::shared_ptr<const Snapshot> PrefixStore::GetNamed(const std::string& name) {
 }
 
 std::optional<PrefixInfo> PrefixStore::Info(const std::string& name) {
-  Released released;
+  Released released(&options_.on_named_dropped);
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   auto it = named_.find(name);
@@ -194,7 +205,7 @@ std::optional<PrefixInfo> PrefixStore::Info(const std::string& name) {
 }
 
 std::vector<PrefixInfo> PrefixStore::List() {
-  Released released;
+  Released released(&options_.on_named_dropped);
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   std::vector<PrefixInfo> infos;
@@ -204,7 +215,7 @@ std::vector<PrefixInfo> PrefixStore::List() {
 }
 
 bool PrefixStore::DeleteNamed(const std::string& name) {
-  Released released;
+  Released released(&options_.on_named_dropped);
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   auto it = named_.find(name);
@@ -215,7 +226,7 @@ bool PrefixStore::DeleteNamed(const std::string& name) {
 
 bool PrefixStore::PutAutomatic(std::shared_ptr<const Snapshot> snapshot) {
   if (snapshot == nullptr || snapshot->fingerprint() != options_.model_fingerprint) return false;
-  Released released;
+  Released released(&options_.on_named_dropped);
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropExpiredLocked(now, &released);
@@ -225,6 +236,8 @@ bool PrefixStore::PutAutomatic(std::shared_ptr<const Snapshot> snapshot) {
       PlanRoomLocked(*snapshot, std::nullopt, "automatic prefix");
   if (!victims.ok()) return false;
   for (EntryId id : *victims) {
+    const Entry& victim = entries_.at(id);
+    if (victim.named) released.dropped_named.push_back(victim.name);
     RemoveLocked(id, &released);
     ++counters_.evictions;
   }
@@ -236,12 +249,8 @@ bool PrefixStore::PutAutomatic(std::shared_ptr<const Snapshot> snapshot) {
   return true;
 }
 
-PrefixMatch PrefixStore::Lookup(absl::Span<const int32_t> tokens, int64_t min_tokens,
-                                bool allow_partial) {
-  Released released;
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_->Now();
-  DropExpiredLocked(now, &released);
+PrefixMatch PrefixStore::PeekLocked(absl::Span<const int32_t> tokens, int64_t min_tokens,
+                                    bool allow_partial) const {
   const int64_t min_length = std::max<int64_t>(min_tokens, 1);
   const int64_t max_length = static_cast<int64_t>(tokens.size()) - 1;
   TokenRadixTree::Match match;
@@ -249,28 +258,125 @@ PrefixMatch PrefixStore::Lookup(absl::Span<const int32_t> tokens, int64_t min_to
     match = allow_partial ? tree_.LongestPrefix(tokens, max_length)
                           : tree_.LongestStoredPrefix(tokens, max_length);
   }
-  if (match.length < min_length || match.ids.empty()) {
-    ++counters_.automatic_misses;
-    return {};
-  }
-  Entry* best = nullptr;
+  if (match.length < min_length || match.ids.empty()) return {};
+  const Entry* best = nullptr;
+  EntryId best_id = 0;
   for (EntryId id : match.ids) {
-    Entry& entry = entries_.at(id);
+    const Entry& entry = entries_.at(id);
     if (best == nullptr || (entry.named && (!best->named || entry.name < best->name))) {
       best = &entry;
+      best_id = id;
     }
   }
-  ++best->hits;
-  ++(best->named ? counters_.named_hits : counters_.automatic_hits);
-  TouchLocked(*best, now);
   return PrefixMatch{.snapshot = best->snapshot,
                      .num_tokens = match.length,
                      .named = best->named,
-                     .name = best->name};
+                     .name = best->name,
+                     .entry_id = best_id};
+}
+
+void PrefixStore::RecordUseLocked(const PrefixMatch& match, absl::Time now) {
+  if (match.empty()) {
+    ++counters_.automatic_misses;
+    return;
+  }
+  std::optional<EntryId> id;
+  if (match.entry_id != 0 && entries_.contains(match.entry_id)) {
+    id = match.entry_id;
+  } else if (match.named) {
+    if (auto it = named_.find(match.name); it != named_.end()) id = it->second;
+  }
+  if (!id) return;
+  Entry& entry = entries_.at(*id);
+  if (entry.snapshot != match.snapshot) return;  // replaced or dropped since
+  ++entry.hits;
+  ++(entry.named ? counters_.named_hits : counters_.automatic_hits);
+  TouchLocked(entry, now);
+}
+
+PrefixMatch PrefixStore::Lookup(absl::Span<const int32_t> tokens, int64_t min_tokens,
+                                bool allow_partial) {
+  Released released(&options_.on_named_dropped);
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  DropExpiredLocked(now, &released);
+  PrefixMatch match = PeekLocked(tokens, min_tokens, allow_partial);
+  RecordUseLocked(match, now);
+  return match;
+}
+
+PrefixMatch PrefixStore::Peek(absl::Span<const int32_t> tokens, int64_t min_tokens,
+                              bool allow_partial) {
+  Released released(&options_.on_named_dropped);
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  return PeekLocked(tokens, min_tokens, allow_partial);
+}
+
+void PrefixStore::RecordUse(const PrefixMatch& match) {
+  Released released(&options_.on_named_dropped);
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  DropExpiredLocked(now, &released);
+  RecordUseLocked(match, now);
+}
+
+int64_t PrefixStore::Reclaim(int64_t bytes) {
+  Released released(&options_.on_named_dropped);
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  // Plan, then remove: a removed entry's snapshot waits in `released`, which would make
+  // another entry holding the same snapshot look referenced.
+  std::vector<EntryId> victims;
+  std::unordered_map<const Snapshot*, int> remaining;  // entries left holding each snapshot
+  int64_t planned = 0;
+  for (EntryId id : lru_) {
+    if (planned >= bytes) break;
+    const Entry& entry = entries_.at(id);
+    if (entry.options.pinned || ReferencedLocked(entry)) continue;
+    victims.push_back(id);
+    auto [it, inserted] =
+        remaining.try_emplace(entry.snapshot.get(), holders_.at(entry.snapshot.get()));
+    if (--it->second == 0) planned += entry.snapshot->bytes();
+  }
+  const int64_t before = bytes_used_;
+  for (EntryId id : victims) {
+    const Entry& entry = entries_.at(id);
+    if (entry.named) released.dropped_named.push_back(entry.name);
+    RemoveLocked(id, &released);
+    ++counters_.evictions;
+  }
+  return before - bytes_used_;
+}
+
+int64_t PrefixStore::ReclaimableBytes() {
+  Released released(&options_.on_named_dropped);
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  // A snapshot's bytes come free when every entry holding it can go (one snapshot may be held
+  // by several entries, e.g. under two names).
+  std::unordered_map<const Snapshot*, int> evictable_holders;
+  for (const auto& [id, entry] : entries_) {
+    if (entry.options.pinned || ReferencedLocked(entry)) continue;
+    ++evictable_holders[entry.snapshot.get()];
+  }
+  int64_t bytes = 0;
+  for (const auto& [snapshot, count] : evictable_holders) {
+    if (count == holders_.at(snapshot)) bytes += snapshot->bytes();
+  }
+  return bytes;
+}
+
+std::shared_ptr<const Snapshot> PrefixStore::PeekNamed(const std::string& name) {
+  Released released(&options_.on_named_dropped);
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  auto it = named_.find(name);
+  return it == named_.end() ? nullptr : entries_.at(it->second).snapshot;
 }
 
 PrefixStoreStats PrefixStore::stats() {
-  Released released;
+  Released released(&options_.on_named_dropped);
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   PrefixStoreStats stats = counters_;

@@ -1,10 +1,12 @@
 // Tests for PrefixStore: named entries (idempotence, replacement, deletion, TTL, pinning),
-// automatic entries, LRU eviction under a byte budget, radix lookup and stats.
+// automatic entries, LRU eviction under a byte budget, radix lookup and stats, Peek/RecordUse,
+// Reclaim and the dropped-name callback.
 #include "cache/prefix_store.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +19,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using Tokens = std::vector<int32_t>;
 
 constexpr char kModel[] = "model-a";
@@ -41,11 +44,28 @@ std::shared_ptr<const Snapshot> Snap(const Tokens& tokens,
   return s.ok() ? *s : nullptr;
 }
 
+PrefixStoreOptions StoreOptions(int64_t budget_bytes, const std::string& fingerprint = kModel) {
+  PrefixStoreOptions options;
+  options.budget_bytes = budget_bytes;
+  options.model_fingerprint = fingerprint;
+  return options;
+}
+
+NamedPrefixOptions Named(bool pinned, absl::Duration ttl = absl::InfiniteDuration()) {
+  NamedPrefixOptions options;
+  options.pinned = pinned;
+  options.ttl = ttl;
+  return options;
+}
+
 class PrefixStoreTest : public ::testing::Test {
  protected:
-  std::unique_ptr<PrefixStore> Make(int64_t budget_bytes) {
+  std::unique_ptr<PrefixStore> Make(int64_t budget_bytes,
+                                    std::function<void(const std::string&)> on_named_dropped = {}) {
+    PrefixStoreOptions options = StoreOptions(budget_bytes);
+    options.on_named_dropped = std::move(on_named_dropped);
     absl::StatusOr<std::unique_ptr<PrefixStore>> store =
-        PrefixStore::Create({.budget_bytes = budget_bytes, .model_fingerprint = kModel}, &clock_);
+        PrefixStore::Create(std::move(options), &clock_);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? std::move(*store) : nullptr;
   }
@@ -62,18 +82,15 @@ bool Holds(PrefixStore& store, Tokens tokens) {
 }
 
 TEST_F(PrefixStoreTest, CreateValidatesOptions) {
-  EXPECT_EQ(PrefixStore::Create({.budget_bytes = 0, .model_fingerprint = kModel}).status().code(),
+  EXPECT_EQ(PrefixStore::Create(StoreOptions(0)).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PrefixStore::Create({.budget_bytes = -5, .model_fingerprint = kModel}).status().code(),
+  EXPECT_EQ(PrefixStore::Create(StoreOptions(-5)).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PrefixStore::Create({.budget_bytes = 100, .model_fingerprint = ""}).status().code(),
+  EXPECT_EQ(PrefixStore::Create(StoreOptions(100, "")).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PrefixStore::Create({.budget_bytes = 100, .model_fingerprint = kModel}, nullptr)
-                .status()
-                .code(),
+  EXPECT_EQ(PrefixStore::Create(StoreOptions(100), nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<std::unique_ptr<PrefixStore>> real =
-      PrefixStore::Create({.budget_bytes = 100, .model_fingerprint = kModel});
+  absl::StatusOr<std::unique_ptr<PrefixStore>> real = PrefixStore::Create(StoreOptions(100));
   ASSERT_TRUE(real.ok());
   EXPECT_EQ((*real)->options().budget_bytes, 100);
 }
@@ -121,7 +138,7 @@ TEST_F(PrefixStoreTest, PutNamedValidatesArguments) {
   auto store = Make(1000);
   EXPECT_EQ(store->PutNamed("", Snap({1})).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store->PutNamed("a", nullptr).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store->PutNamed("a", Snap({1}), {.ttl = absl::ZeroDuration()}).status().code(),
+  EXPECT_EQ(store->PutNamed("a", Snap({1}), Named(true, absl::ZeroDuration())).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store->stats().named_entries, 0);
 }
@@ -165,8 +182,7 @@ TEST_F(PrefixStoreTest, OtherContentReplacesWhileAReaderKeepsTheOld) {
 
   // Same tokens with other options is other content too.
   clock_.Advance(absl::Seconds(2));
-  absl::StatusOr<PrefixInfo> unpinned =
-      store->PutNamed("sys", Snap({1, 2, 4, 5}), {.pinned = false});
+  absl::StatusOr<PrefixInfo> unpinned = store->PutNamed("sys", Snap({1, 2, 4, 5}), Named(false));
   ASSERT_TRUE(unpinned.ok());
   EXPECT_FALSE(unpinned->options.pinned);
   EXPECT_EQ(unpinned->created_at, kStart + absl::Seconds(4));
@@ -202,7 +218,7 @@ TEST_F(PrefixStoreTest, LruEvictionOrder) {
   auto store = Make(100);  // three 2-token entries (32 bytes each) fit
   ASSERT_TRUE(store->PutAutomatic(Snap({1, 1})));
   ASSERT_TRUE(store->PutAutomatic(Snap({2, 2})));
-  ASSERT_TRUE(store->PutNamed("c", Snap({3, 3}), {.pinned = false}).ok());
+  ASSERT_TRUE(store->PutNamed("c", Snap({3, 3}), Named(false)).ok());
   EXPECT_EQ(store->stats().bytes_used, 96);
   // Use [1 1]: the order becomes [2 2], c, [1 1].
   EXPECT_EQ(store->Lookup(Tokens{1, 1, 9}, 1, false).num_tokens, 2);
@@ -289,8 +305,8 @@ TEST_F(PrefixStoreTest, OneSnapshotUnderTwoNamesCountsOnce) {
 
 TEST_F(PrefixStoreTest, TtlExpiryWithAFakeClock) {
   auto store = Make(1000);
-  ASSERT_TRUE(store->PutNamed("t", Snap({1, 2}), {.ttl = absl::Seconds(10)}).ok());
-  ASSERT_TRUE(store->PutNamed("u", Snap({3, 4}), {.pinned = false, .ttl = absl::Seconds(5)}).ok());
+  ASSERT_TRUE(store->PutNamed("t", Snap({1, 2}), Named(true, absl::Seconds(10))).ok());
+  ASSERT_TRUE(store->PutNamed("u", Snap({3, 4}), Named(false, absl::Seconds(5))).ok());
   ASSERT_TRUE(store->PutNamed("forever", Snap({5, 6})).ok());
   clock_.Advance(absl::Seconds(4));
   std::shared_ptr<const Snapshot> reader = store->GetNamed("u");
@@ -426,6 +442,216 @@ TEST_F(PrefixStoreTest, AutomaticPutNoOps) {
   EXPECT_EQ(stats.automatic_entries, 1);
   EXPECT_EQ(stats.bytes_used, 128);
   EXPECT_TRUE(Holds(*store, {9, 9, 9, 9}));
+}
+
+// Whether an entry of exactly `tokens` is stored, without counting or touching anything.
+bool Stored(PrefixStore& store, Tokens tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  tokens.push_back(-1);
+  return store.Peek(tokens, n, /*allow_partial=*/false).num_tokens == n;
+}
+
+TEST_F(PrefixStoreTest, PeekCountsNothingAndTouchesNothing) {
+  auto store = Make(100);  // three 2-token entries fit
+  ASSERT_TRUE(store->PutAutomatic(Snap({1, 1})));
+  ASSERT_TRUE(store->PutAutomatic(Snap({2, 2})));
+  ASSERT_TRUE(store->PutNamed("c", Snap({3, 3}), Named(false)).ok());
+  clock_.Advance(absl::Seconds(5));
+
+  PrefixMatch m = store->Peek(Tokens{1, 1, 9}, 1, false);
+  EXPECT_EQ(m.num_tokens, 2);
+  EXPECT_FALSE(m.named);
+  EXPECT_NE(m.entry_id, 0u);
+  EXPECT_THAT(m.snapshot->token_ids(), ElementsAre(1, 1));
+  PrefixMatch n = store->Peek(Tokens{3, 3, 9}, 1, true);
+  EXPECT_TRUE(n.named);
+  EXPECT_EQ(n.name, "c");
+  EXPECT_NE(n.entry_id, m.entry_id);
+  EXPECT_TRUE(store->Peek(Tokens{9, 9}, 1, true).empty());
+  EXPECT_TRUE(store->Peek(Tokens{1, 1}, 2, true).empty());  // the last token stays uncovered
+
+  PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.named_hits, 0);
+  EXPECT_EQ(stats.automatic_hits, 0);
+  EXPECT_EQ(stats.automatic_misses, 0);
+  EXPECT_EQ(store->Info("c")->hits, 0);
+  EXPECT_EQ(store->Info("c")->last_used_at, kStart);
+  EXPECT_TRUE(store->Info("c")->referenced);  // `n` holds it
+  m = {};
+  n = {};
+  // The LRU order is still the insertion order: [1 1] goes first.
+  ASSERT_TRUE(store->PutAutomatic(Snap({4, 4})));
+  EXPECT_FALSE(Stored(*store, {1, 1}));
+  EXPECT_TRUE(Stored(*store, {2, 2}));
+  EXPECT_EQ(store->stats().evictions, 1);
+}
+
+TEST_F(PrefixStoreTest, RecordUseCountsExactlyOneHitAndMakesTheEntryMostRecent) {
+  auto store = Make(100);
+  ASSERT_TRUE(store->PutAutomatic(Snap({1, 1})));
+  ASSERT_TRUE(store->PutAutomatic(Snap({2, 2})));
+  ASSERT_TRUE(store->PutNamed("c", Snap({3, 3}), Named(false)).ok());
+  clock_.Advance(absl::Seconds(5));
+
+  store->RecordUse(store->Peek(Tokens{1, 1, 9}, 1, false));
+  PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.automatic_hits, 1);
+  EXPECT_EQ(stats.named_hits, 0);
+  EXPECT_EQ(stats.automatic_misses, 0);
+
+  store->RecordUse(store->Peek(Tokens{3, 3, 9}, 1, false));
+  EXPECT_EQ(store->stats().named_hits, 1);
+  EXPECT_EQ(store->Info("c")->hits, 1);
+  EXPECT_EQ(store->Info("c")->last_used_at, kStart + absl::Seconds(5));
+
+  store->RecordUse(PrefixMatch{});  // nothing matched: a miss
+  EXPECT_EQ(store->stats().automatic_misses, 1);
+
+  // A named snapshot a caller held (no entry id): found by name.
+  clock_.Advance(absl::Seconds(1));
+  store->RecordUse(
+      {.snapshot = store->PeekNamed("c"), .num_tokens = 2, .named = true, .name = "c"});
+  EXPECT_EQ(store->stats().named_hits, 2);
+  EXPECT_EQ(store->Info("c")->hits, 2);
+  EXPECT_EQ(store->Info("c")->last_used_at, kStart + absl::Seconds(6));
+
+  // Used: [1 1] and c are recent; [2 2] is the least recently used and goes first.
+  ASSERT_TRUE(store->PutAutomatic(Snap({4, 4})));
+  EXPECT_FALSE(Stored(*store, {2, 2}));
+  EXPECT_TRUE(Stored(*store, {1, 1}));
+  EXPECT_TRUE(store->Info("c").has_value());
+}
+
+TEST_F(PrefixStoreTest, RecordUseOfAReplacedOrDroppedEntryCountsNothing) {
+  auto store = Make(1000);
+  ASSERT_TRUE(store->PutNamed("n", Snap({1, 2, 3})).ok());
+  PrefixMatch replaced = store->Peek(Tokens{1, 2, 3, 4}, 1, false);
+  ASSERT_EQ(replaced.name, "n");
+  ASSERT_TRUE(store->PutNamed("n", Snap({1, 2, 5})).ok());
+  store->RecordUse(replaced);
+
+  ASSERT_TRUE(store->PutNamed("d", Snap({7, 7})).ok());
+  PrefixMatch deleted = store->Peek(Tokens{7, 7, 7}, 1, false);
+  ASSERT_TRUE(store->DeleteNamed("d"));
+  store->RecordUse(deleted);
+
+  ASSERT_TRUE(store->PutNamed("t", Snap({8, 8}), Named(true, absl::Seconds(1))).ok());
+  PrefixMatch expired = store->Peek(Tokens{8, 8, 8}, 1, false);
+  ASSERT_EQ(expired.name, "t");
+  clock_.Advance(absl::Seconds(1));
+  store->RecordUse(expired);
+
+  const PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.named_hits, 0);
+  EXPECT_EQ(stats.automatic_hits, 0);
+  EXPECT_EQ(stats.automatic_misses, 0);
+  EXPECT_EQ(store->Info("n")->hits, 0);
+}
+
+TEST_F(PrefixStoreTest, ReclaimFreesUnusedEntriesLeastRecentlyUsedFirst) {
+  std::vector<std::string> dropped;
+  auto store = Make(1000, [&dropped](const std::string& name) { dropped.push_back(name); });
+  ASSERT_TRUE(store->PutAutomatic(Snap({1, 1})));                      // 32 bytes
+  ASSERT_TRUE(store->PutAutomatic(Snap({2, 2, 2})));                   // 48
+  ASSERT_TRUE(store->PutNamed("p", Snap({3, 3})).ok());                // 32, pinned
+  ASSERT_TRUE(store->PutNamed("u", Snap({4, 4}), Named(false)).ok());  // 32
+  std::shared_ptr<const Snapshot> held = Snap({5, 5});
+  ASSERT_TRUE(store->PutAutomatic(held));                    // 32, in use
+  store->RecordUse(store->Peek(Tokens{1, 1, 9}, 1, false));  // [1 1] becomes the most recent
+  // Least recently used first: [2 2 2], p, u, [5 5], [1 1]; p is pinned, [5 5] held.
+  EXPECT_EQ(store->ReclaimableBytes(), 48 + 32 + 32);
+  EXPECT_EQ(store->stats().bytes_used, 176);
+
+  EXPECT_EQ(store->Reclaim(0), 0);
+  EXPECT_EQ(store->stats().bytes_used, 176);
+  EXPECT_EQ(store->Reclaim(1), 48);  // [2 2 2] alone is enough
+  EXPECT_FALSE(Stored(*store, {2, 2, 2}));
+  EXPECT_TRUE(store->Info("u").has_value());
+  EXPECT_EQ(store->Reclaim(40), 64);  // u (32), then [1 1]
+  EXPECT_FALSE(store->Info("u").has_value());
+  EXPECT_FALSE(Stored(*store, {1, 1}));
+  EXPECT_THAT(dropped, ElementsAre("u"));
+  EXPECT_EQ(store->ReclaimableBytes(), 0);
+  EXPECT_EQ(store->Reclaim(1000), 0);  // nothing left that may go
+  EXPECT_TRUE(store->Info("p").has_value());
+  EXPECT_TRUE(Stored(*store, {5, 5}));
+  PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.evictions, 3);
+  EXPECT_EQ(stats.bytes_used, 64);
+
+  held.reset();
+  EXPECT_EQ(store->ReclaimableBytes(), 32);
+  EXPECT_EQ(store->Reclaim(1000), 32);
+  EXPECT_EQ(store->stats().bytes_used, 32);  // p
+}
+
+TEST_F(PrefixStoreTest, ReclaimableBytesOfASnapshotUnderSeveralNames) {
+  auto store = Make(1000);
+  std::shared_ptr<const Snapshot> s = Snap({1, 2, 3});  // 48 bytes
+  ASSERT_TRUE(store->PutNamed("a", s, Named(false)).ok());
+  ASSERT_TRUE(store->PutNamed("b", s, Named(false)).ok());
+  std::shared_ptr<const Snapshot> t = Snap({4, 4});  // 32 bytes, also pinned under another name
+  ASSERT_TRUE(store->PutNamed("pinned", t).ok());
+  ASSERT_TRUE(store->PutNamed("loose", t, Named(false)).ok());
+  EXPECT_EQ(store->ReclaimableBytes(), 0);  // both held by the test
+  s.reset();
+  t.reset();
+  // Both names of [1 2 3] may go, so its bytes can be freed; [4 4] stays with "pinned".
+  EXPECT_EQ(store->ReclaimableBytes(), 48);
+  EXPECT_EQ(store->Reclaim(48), 48);
+  EXPECT_FALSE(store->Info("a").has_value());
+  EXPECT_FALSE(store->Info("b").has_value());
+  EXPECT_EQ(store->stats().bytes_used, 32);
+}
+
+TEST_F(PrefixStoreTest, DroppedNamesAreReportedForEvictionsAndExpirationsOnly) {
+  std::vector<std::string> dropped;
+  auto store = Make(200, [&dropped](const std::string& name) { dropped.push_back(name); });
+  ASSERT_TRUE(store->PutNamed("e", Snap({1, 1}), Named(false)).ok());
+  ASSERT_TRUE(store->PutNamed("d", Snap({2, 2})).ok());
+  ASSERT_TRUE(store->PutNamed("t", Snap({3, 3}), Named(true, absl::Seconds(5))).ok());
+  ASSERT_TRUE(store->PutNamed("r", Snap({4, 4})).ok());
+
+  // Deleting and replacing are the caller's own doing: not reported.
+  ASSERT_TRUE(store->DeleteNamed("d"));
+  ASSERT_TRUE(store->PutNamed("r", Snap({4, 5})).ok());
+  EXPECT_THAT(dropped, IsEmpty());
+
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_THAT(dropped, IsEmpty());  // noticed by the next call
+  EXPECT_EQ(store->stats().expirations, 1);
+  EXPECT_THAT(dropped, ElementsAre("t"));
+
+  // 144 bytes: 136 free; the unpinned "e" is evicted for room.
+  ASSERT_TRUE(store->PutAutomatic(Snap(Tokens(9, 7))));
+  EXPECT_THAT(dropped, ElementsAre("t", "e"));
+  EXPECT_EQ(store->stats().evictions, 1);
+  EXPECT_TRUE(store->Info("r").has_value());
+}
+
+TEST_F(PrefixStoreTest, DroppedNameCallbackRunsAfterTheLockAndMayCallBack) {
+  PrefixStore* self = nullptr;
+  std::weak_ptr<const Snapshot> gone;
+  std::vector<std::string> seen;
+  auto store = Make(1000, [&](const std::string& name) {
+    seen.push_back(name);
+    // Every method takes the store's lock: this would deadlock under it.
+    EXPECT_FALSE(self->Info(name).has_value());
+    EXPECT_EQ(self->List().size(), 1u);
+    EXPECT_NE(self->GetNamed("keep"), nullptr);
+    EXPECT_EQ(self->stats().named_entries, 1);
+    // The dropped snapshot has been released before the callback.
+    EXPECT_TRUE(gone.expired());
+  });
+  self = store.get();
+  std::shared_ptr<const Snapshot> t = Snap({1, 2});
+  gone = t;
+  ASSERT_TRUE(store->PutNamed("t", std::move(t), Named(true, absl::Seconds(1))).ok());
+  ASSERT_TRUE(store->PutNamed("keep", Snap({3, 4})).ok());
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(store->ReclaimableBytes(), 0);
+  EXPECT_THAT(seen, ElementsAre("t"));
+  EXPECT_EQ(store->stats().named_hits, 1);  // the callback's GetNamed
 }
 
 TEST_F(PrefixStoreTest, ConcurrentReadersAndWriters) {

@@ -1,0 +1,554 @@
+// The owner of every KV cache and prefix snapshot of an engine (see kv_cache_manager.h).
+#include "cache/kv_cache_manager.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cache/cache_factory.h"
+#include "cache/dynamic_layer.h"
+#include "cache/kv_buffer.h"
+#include "cache/snapshot.h"
+#include "cache/torch_compat.h"
+
+namespace kvserve::cache {
+
+struct KvCacheManager::Sequence {
+  SequenceRequest request;
+  PrefixMatch chosen;  // the prefix the last CanAdmit chose; released at Allocate
+  std::unique_ptr<KvCache> cache;
+  bool allocated = false;
+  bool offload_fallback = false;
+  bool prefilled = false;  // OnPrefilled or CompleteRegistration ran
+
+  bool uses_cache() const { return request.cache.use_cache() || request.registration; }
+  int64_t max_cache_tokens() const {
+    const int64_t tokens = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens - 1;
+    // A static cache preallocates every slot it was built with, used or not.
+    return !request.registration && request.cache.is_static()
+               ? std::max(tokens, request.cache.max_cache_len.value_or(0))
+               : tokens;
+  }
+};
+
+namespace {
+
+int64_t CommonPrefixLength(absl::Span<const int32_t> a, absl::Span<const int32_t> b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return static_cast<int64_t>(i);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
+    const KvCacheManagerOptions& options, KvModelShape shape, const Clock* clock) {
+  if (options.prefix_cache_bytes < 1) {
+    return absl::InvalidArgumentError("--prefix-cache-bytes must be >= 1");
+  }
+  if (options.auto_prefix_min_tokens < 1) {
+    return absl::InvalidArgumentError("--auto-prefix-min-tokens must be >= 1");
+  }
+  if (!(options.budget.fault_inject_oom_rate >= 0 && options.budget.fault_inject_oom_rate <= 1)) {
+    return absl::InvalidArgumentError("--fault-inject-oom-rate must be in [0, 1]");
+  }
+  if (shape.layers.empty() || shape.num_kv_heads < 1 || shape.head_dim < 1 ||
+      shape.bytes_per_element < 1) {
+    return absl::InvalidArgumentError(
+        "the model shape needs layers, num_kv_heads >= 1, head_dim >= 1 and an element size");
+  }
+  for (size_t i = 0; i < shape.layers.size(); ++i) {
+    if (absl::Status s = ValidateLayerSpec(shape.layers[i], static_cast<int>(i)); !s.ok()) return s;
+  }
+  if (clock == nullptr) return absl::InvalidArgumentError("the cache manager needs a clock");
+  // The store's callback reaches the manager once it exists; the store is made first.
+  auto manager_slot = std::make_shared<KvCacheManager*>(nullptr);
+  absl::StatusOr<std::unique_ptr<PrefixStore>> store =
+      PrefixStore::Create({.budget_bytes = options.prefix_cache_bytes,
+                           .model_fingerprint = shape.fingerprint,
+                           .on_named_dropped =
+                               [manager_slot](const std::string& name) {
+                                 if (*manager_slot != nullptr)
+                                   (*manager_slot)->OnNamedDropped(name);
+                               }},
+                          clock);
+  if (!store.ok()) return store.status();
+  std::unique_ptr<KvCacheManager> manager(
+      new KvCacheManager(options, std::move(shape), *std::move(store), clock));
+  *manager_slot = manager.get();
+  return manager;
+}
+
+KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, KvModelShape shape,
+                               std::unique_ptr<PrefixStore> store, const Clock* clock)
+    : options_(options),
+      shape_(std::move(shape)),
+      clock_(clock),
+      allow_partial_prefix_(std::none_of(shape_.layers.begin(), shape_.layers.end(),
+                                         [](const LayerSpec& l) { return l.is_sliding(); })),
+      budget_(std::make_unique<KvMemoryBudget>(options.budget)),
+      store_(std::move(store)),
+      catalog_(std::make_shared<const PrefixCatalog>()) {}
+
+KvCacheManager::~KvCacheManager() {
+  // Caches give their bytes back to the budget as they go; they go before it.
+  sequences_.clear();
+}
+
+KvCacheManager::Estimate KvCacheManager::EstimateBytes(int64_t tokens) const {
+  // Dynamic storage grows in whole granules.
+  tokens =
+      (tokens + KvBuffer::kGranuleTokens - 1) / KvBuffer::kGranuleTokens * KvBuffer::kGranuleTokens;
+  const int64_t per_token = 2 * shape_.num_kv_heads * shape_.head_dim * shape_.bytes_per_element;
+  Estimate estimate;
+  int64_t largest_layer = 0;
+  for (const LayerSpec& layer : shape_.layers) {
+    const int64_t held = (layer.is_sliding() ? std::min(tokens, layer.window) : tokens) * per_token;
+    estimate.total_bytes += held;
+    largest_layer = std::max(largest_layer, held);
+  }
+  estimate.offloaded_resident_bytes = 2 * largest_layer;
+  return estimate;
+}
+
+KvCacheManager::Sequence* KvCacheManager::Find(SequenceId id) const {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+absl::Status KvCacheManager::Add(SequenceId id, SequenceRequest request) {
+  if (request.prompt.empty()) {
+    return absl::InvalidArgumentError("a sequence needs at least one prompt token");
+  }
+  if (request.max_new_tokens < 1) {
+    return absl::InvalidArgumentError("a sequence needs max_new_tokens >= 1");
+  }
+  if (sequences_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " is already tracked"));
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->request = std::move(request);
+  sequences_.emplace(id, std::move(seq));
+  return absl::OkStatus();
+}
+
+PrefixMatch KvCacheManager::ChoosePrefix(const Sequence& seq) const {
+  const SequenceRequest& r = seq.request;
+  if (r.registration || r.skip_prefix_reuse || !r.cache.use_cache()) return {};
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  PrefixMatch best;
+  if (r.named_prefix != nullptr) {
+    // The last prompt token is always computed: its logits choose the first new token.
+    best = {.snapshot = r.named_prefix,
+            .num_tokens = std::min(r.named_prefix->num_tokens(), prompt - 1),
+            .named = true,
+            .name = r.named_prefix_name};
+  }
+  if (options_.auto_prefix_cache) {
+    PrefixMatch match =
+        store_->Peek(r.prompt, options_.auto_prefix_min_tokens, allow_partial_prefix_);
+    if (!match.empty() && match.num_tokens > best.num_tokens) best = std::move(match);
+  }
+  if (best.num_tokens < 1) return {};
+  return best;
+}
+
+int64_t KvCacheManager::SharedWithPrefillInFlight(
+    const Sequence& seq, int64_t best, absl::Span<const SequenceId> admitted_this_step) const {
+  const SequenceRequest& r = seq.request;
+  if (!options_.auto_prefix_cache || r.registration || r.skip_prefix_reuse ||
+      !r.cache.use_cache()) {
+    return 0;
+  }
+  const int64_t usable_max = static_cast<int64_t>(r.prompt.size()) - 1;
+  for (const auto& [other_id, other] : sequences_) {
+    // Sequences admitted earlier in this pass will prefill in this step: as if allocated.
+    const bool in_flight =
+        other->allocated || std::find(admitted_this_step.begin(), admitted_this_step.end(),
+                                      other_id) != admitted_this_step.end();
+    if (!in_flight || other->prefilled || other.get() == &seq) continue;
+    const SequenceRequest& o = other->request;
+    const int64_t other_prompt = static_cast<int64_t>(o.prompt.size());
+    // Only a prefill that will be kept serves anyone: a registration, or a prompt that
+    // OnPrefilled keeps as an automatic entry.
+    const bool kept = o.registration || (allow_partial_prefix_ && !o.skip_prefix_reuse &&
+                                         o.cache.implementation == CacheImplementation::kDynamic &&
+                                         other_prompt >= options_.auto_prefix_min_tokens);
+    if (!kept) continue;
+    int64_t shared = std::min(CommonPrefixLength(r.prompt, o.prompt), usable_max);
+    // Without partial matches a match ends where a stored prefix ends.
+    if (!allow_partial_prefix_ && shared < other_prompt) shared = 0;
+    if (shared >= options_.auto_prefix_min_tokens && shared > best) return shared;
+  }
+  return 0;
+}
+
+Admission KvCacheManager::CanAdmit(SequenceId id, absl::Span<const SequenceId> admitted_this_step) {
+  Sequence* seq = Find(id);
+  if (seq == nullptr) {
+    Admission unknown;
+    unknown.decision = Admission::Decision::kNever;
+    unknown.reason = absl::StrCat("sequence ", id, " is not tracked");
+    return unknown;
+  }
+  seq->chosen = ChoosePrefix(*seq);
+  Admission admission;
+  admission.num_cached_tokens = seq->chosen.num_tokens;
+  if (!seq->uses_cache()) return admission;
+  if (const int64_t shared =
+          SharedWithPrefillInFlight(*seq, seq->chosen.num_tokens, admitted_this_step);
+      shared > 0) {
+    admission.decision = Admission::Decision::kWait;
+    admission.reason =
+        absl::StrCat("waits for ", shared, " shared prompt tokens another sequence is computing");
+    return admission;
+  }
+  const int64_t limit = budget_->limit();
+  if (limit < 0) return admission;
+  const Estimate estimate = EstimateBytes(seq->max_cache_tokens());
+  if (estimate.offloaded_resident_bytes > limit) {
+    admission.decision = Admission::Decision::kNever;
+    admission.reason = absl::StrCat(
+        "the request's KV cache needs ", estimate.offloaded_resident_bytes,
+        " device bytes even offloaded (", estimate.total_bytes,
+        " on the device), above the KV device budget of ", limit, " bytes (--kv-device-bytes)");
+    return admission;
+  }
+  // Sequences admitted earlier in this pass have no cache yet: count what they will need.
+  int64_t planned = 0;
+  for (SequenceId other : admitted_this_step) {
+    const Sequence* s = Find(other);
+    if (s != nullptr && s->uses_cache() && !s->allocated) {
+      planned += EstimateBytes(s->max_cache_tokens()).total_bytes;
+    }
+  }
+  // Snapshots nobody uses can be dropped to make room (Allocate does it).
+  const int64_t available = limit - budget_->used() - planned + store_->ReclaimableBytes();
+  if (available >= estimate.offloaded_resident_bytes) return admission;
+  admission.decision = Admission::Decision::kWait;
+  admission.reason =
+      absl::StrCat("needs ", estimate.offloaded_resident_bytes, " device bytes at least; ",
+                   std::max<int64_t>(available, 0), " are free beside the live caches");
+  return admission;
+}
+
+absl::StatusOr<Allocation> KvCacheManager::Allocate(SequenceId id) {
+  Sequence* seq = Find(id);
+  if (seq == nullptr) return absl::NotFoundError(absl::StrCat("sequence ", id, " is not tracked"));
+  if (seq->allocated) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", id, " is allocated already"));
+  }
+  seq->allocated = true;
+  if (!seq->uses_cache()) return Allocation{};
+  const SequenceRequest& r = seq->request;
+  if (r.registration) {
+    // Every token of every layer, so that the snapshot loads into a cache of any strategy
+    // (sliding layers' masks come from the model's layer specs, not from the cache).
+    std::vector<std::unique_ptr<CacheLayer>> layers;
+    for (size_t i = 0; i < shape_.layers.size(); ++i) {
+      layers.push_back(std::make_unique<DynamicLayer>());
+    }
+    seq->cache = std::make_unique<KvCache>(std::move(layers));
+  } else {
+    absl::StatusOr<std::unique_ptr<KvCache>> cache = MakeCache(r.cache, shape_.layers);
+    if (!cache.ok()) {
+      return absl::Status(cache.status().code(), absl::StrCat("cache: ", cache.status().message()));
+    }
+    seq->cache = *std::move(cache);
+  }
+  seq->cache->AttachBudget(budget_.get());
+  // Room for the cache: snapshots nobody uses give way to live caches.
+  if (budget_->limit() >= 0) {
+    const int64_t needed = EstimateBytes(seq->max_cache_tokens()).offloaded_resident_bytes;
+    if (budget_->available() < needed) ReclaimSnapshots(needed - budget_->available());
+  }
+  PrefixMatch chosen = std::move(seq->chosen);
+  seq->chosen = {};
+  seq->request.named_prefix = nullptr;  // the choice holds what is copied
+  const bool tried_reuse =
+      !r.registration && !r.skip_prefix_reuse && (options_.auto_prefix_cache || !chosen.empty());
+  if (tried_reuse) {
+    store_->RecordUse(chosen);
+    if (chosen.named) catalog_dirty_ = true;  // its hits changed
+  }
+  Allocation allocation;
+  allocation.cache = seq->cache.get();
+  if (chosen.empty()) return allocation;
+  // A deep copy: the cache shares nothing with the snapshot.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      absl::Status loaded = chosen.snapshot->LoadInto(seq->cache.get(), chosen.num_tokens);
+      if (!loaded.ok()) {
+        return absl::InternalError(absl::StrCat("copying the cached prefix: ", loaded.message()));
+      }
+      allocation.num_cached_tokens = chosen.num_tokens;
+      allocation.prefix_name = chosen.named ? chosen.name : "";
+      return allocation;
+    } catch (const compat::OutOfMemoryError&) {
+      seq->cache->Reset();
+      compat::EmptyDeviceCache();
+      if (attempt == 0) {
+        seq->cache->ConvertToOffloaded();
+        seq->offload_fallback = true;
+        allocation.offload_fallback = true;
+        ++num_offload_fallbacks_;
+      }
+    }
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the cached prefix (", chosen.num_tokens,
+                   " tokens) does not fit in the KV device budget even offloaded; budget ",
+                   budget_->limit(), " bytes, in use ", budget_->used()));
+}
+
+KvCache* KvCacheManager::cache(SequenceId id) const {
+  const Sequence* seq = Find(id);
+  return seq == nullptr ? nullptr : seq->cache.get();
+}
+
+bool KvCacheManager::offload_fallback(SequenceId id) const {
+  const Sequence* seq = Find(id);
+  return seq != nullptr && seq->offload_fallback;
+}
+
+namespace {
+
+// The strategy a sequence's cache follows now (see KvCacheManager::strategy_name).
+std::string StrategyName(const CacheSpec& spec, bool offload_fallback) {
+  CacheImplementation implementation = spec.implementation;
+  if (offload_fallback) {
+    // The cache continued in its offloaded form (quantized stays quantized, on the host).
+    if (implementation == CacheImplementation::kDynamic) {
+      implementation = CacheImplementation::kOffloaded;
+    } else if (implementation == CacheImplementation::kStatic) {
+      implementation = CacheImplementation::kOffloadedStatic;
+    }
+  }
+  return std::string(CacheImplementationName(implementation));
+}
+
+}  // namespace
+
+std::string KvCacheManager::strategy_name(SequenceId id) const {
+  const Sequence* seq = Find(id);
+  return seq == nullptr ? "" : StrategyName(seq->request.cache, seq->offload_fallback);
+}
+
+bool KvCacheManager::prefill_whole(SequenceId id) const {
+  const Sequence* seq = Find(id);
+  return seq != nullptr && seq->request.cache.implementation == CacheImplementation::kQuantized;
+}
+
+void KvCacheManager::BeginStep(absl::Span<const SequenceId> ids) {
+  for (SequenceId id : ids) {
+    if (KvCache* c = cache(id)) c->BeginStep();
+  }
+}
+
+void KvCacheManager::CommitStep(absl::Span<const SequenceId> ids) {
+  for (SequenceId id : ids) {
+    if (KvCache* c = cache(id)) c->CommitStep();
+  }
+}
+
+std::vector<SequenceId> KvCacheManager::RollbackStep(absl::Span<const SequenceId> ids) {
+  std::vector<SequenceId> broken;
+  for (SequenceId id : ids) {
+    KvCache* c = cache(id);
+    if (c != nullptr && !c->RollbackStep().ok()) broken.push_back(id);
+  }
+  return broken;
+}
+
+OutOfMemoryAction KvCacheManager::OnOutOfMemory(absl::Span<const SequenceId> ids) {
+  compat::EmptyDeviceCache();
+  OutOfMemoryAction action;
+  // Snapshots nobody uses go first: they are a cache of work, live caches are requests. All
+  // of them: the step was rolled back, so how much more it needed is unknown (the budget is
+  // back under its limit by now).
+  if (ReclaimSnapshots(std::numeric_limits<int64_t>::max()) > 0) {
+    action.reclaimed_snapshots = true;
+    return action;
+  }
+  // The largest by what its cache holds on the device now or, for caches still empty (a
+  // failed first step was rolled back), by what it will hold.
+  Sequence* largest = nullptr;
+  SequenceId largest_id = 0;
+  int64_t largest_bytes = -1;
+  for (auto& [id, seq] : sequences_) {
+    if (seq->cache == nullptr || seq->cache->fully_offloaded()) continue;
+    const int64_t bytes = std::max(seq->cache->Memory().device_bytes,
+                                   EstimateBytes(seq->max_cache_tokens()).total_bytes);
+    if (bytes > largest_bytes) {
+      largest = seq.get();
+      largest_id = id;
+      largest_bytes = bytes;
+    }
+  }
+  if (largest != nullptr) {
+    largest->cache->ConvertToOffloaded();
+    largest->offload_fallback = true;
+    ++num_offload_fallbacks_;
+    action.offloaded = largest_id;
+    action.offloaded_bytes = largest_bytes;
+    return action;
+  }
+  // Nothing left to move: the sequence of the step holding the most bytes fails alone.
+  int64_t victim_bytes = -1;
+  for (SequenceId id : ids) {
+    const KvCache* c = cache(id);
+    const int64_t bytes = c != nullptr ? c->Memory().total() : 0;
+    if (bytes > victim_bytes) {
+      action.victim = id;
+      victim_bytes = bytes;
+    }
+  }
+  if (action.victim) {
+    action.reason =
+        absl::StrCat("out of KV memory even with every cache offloaded: this request holds ",
+                     victim_bytes, " bytes of KV and its step needed more (budget ",
+                     budget_->limit(), " bytes, in use ", budget_->used(), ")");
+  }
+  return action;
+}
+
+void KvCacheManager::OnPrefilled(SequenceId id) {
+  Sequence* seq = Find(id);
+  if (seq == nullptr || seq->prefilled) return;
+  seq->prefilled = true;
+  const SequenceRequest& r = seq->request;
+  if (!options_.auto_prefix_cache || r.registration || r.skip_prefix_reuse ||
+      seq->cache == nullptr || !allow_partial_prefix_ ||
+      r.cache.implementation != CacheImplementation::kDynamic || seq->offload_fallback ||
+      static_cast<int64_t>(r.prompt.size()) < options_.auto_prefix_min_tokens) {
+    return;
+  }
+  // The copy is device memory too: it is kept only when it fits beside the live caches. It
+  // holds exactly the prompt's tokens in every layer (no spare capacity).
+  if (budget_->limit() >= 0) {
+    const int64_t bytes = static_cast<int64_t>(r.prompt.size()) * 2 * shape_.num_kv_heads *
+                          shape_.head_dim * shape_.bytes_per_element *
+                          static_cast<int64_t>(shape_.layers.size());
+    if (budget_->available() < bytes) return;
+  }
+  absl::StatusOr<std::shared_ptr<const Snapshot>> snapshot =
+      Snapshot::Capture(*seq->cache, r.prompt, shape_.fingerprint);
+  if (snapshot.ok()) store_->PutAutomatic(*std::move(snapshot));
+  SyncSnapshotBytes();
+}
+
+absl::StatusOr<PrefixInfo> KvCacheManager::CompleteRegistration(SequenceId id) {
+  Sequence* seq = Find(id);
+  if (seq == nullptr || !seq->request.registration || seq->cache == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", id, " is not an allocated registration"));
+  }
+  seq->prefilled = true;
+  absl::StatusOr<std::shared_ptr<const Snapshot>> snapshot =
+      Snapshot::Capture(*seq->cache, seq->request.prompt, shape_.fingerprint);
+  if (!snapshot.ok()) return snapshot.status();
+  // The capture cache's copy is the snapshot's now.
+  seq->cache.reset();
+  absl::StatusOr<PrefixInfo> info = store_->PutNamed(
+      seq->request.registration_name, *std::move(snapshot), seq->request.registration_options);
+  SyncSnapshotBytes();
+  if (info.ok()) NoteNamedChange(seq->request.registration_name);
+  return info;
+}
+
+void KvCacheManager::Release(SequenceId id) { sequences_.erase(id); }
+
+bool KvCacheManager::DeletePrefix(const std::string& name) {
+  if (!store_->DeleteNamed(name)) return false;
+  SyncSnapshotBytes();
+  NoteNamedChange(name);
+  return true;
+}
+
+bool KvCacheManager::HasPrefix(const std::string& name) const {
+  return store_->Info(name).has_value();
+}
+
+std::shared_ptr<const Snapshot> KvCacheManager::prefix_snapshot(const std::string& name) const {
+  return store_->PeekNamed(name);
+}
+
+std::string KvCacheManager::registration_name(SequenceId id) const {
+  const Sequence* seq = Find(id);
+  return seq != nullptr && seq->request.registration ? seq->request.registration_name : "";
+}
+
+int64_t KvCacheManager::ReclaimSnapshots(int64_t bytes) {
+  if (bytes <= 0) return 0;
+  const int64_t freed = store_->Reclaim(bytes);
+  SyncSnapshotBytes();
+  return freed;
+}
+
+void KvCacheManager::SyncSnapshotBytes() {
+  const int64_t bytes = store_->stats().bytes_used;
+  budget_->Add(bytes - snapshot_bytes_accounted_);
+  snapshot_bytes_accounted_ = bytes;
+}
+
+void KvCacheManager::NoteNamedChange(const std::string& name) {
+  catalog_dirty_ = true;
+  if (!listener_) return;
+  CatalogChange change;
+  change.name = name;
+  change.info = store_->Info(name);
+  if (change.info) change.snapshot = store_->PeekNamed(name);
+  listener_(change);
+}
+
+void KvCacheManager::OnNamedDropped(const std::string& name) {
+  // A TTL may run out inside any call to the store: its bytes leave the budget at once.
+  SyncSnapshotBytes();
+  catalog_dirty_ = true;
+  if (!listener_) return;
+  CatalogChange change;
+  change.name = name;
+  listener_(change);
+}
+
+std::shared_ptr<const PrefixCatalog> KvCacheManager::catalog() const {
+  absl::MutexLock lock(&catalog_mu_);
+  return catalog_;
+}
+
+void KvCacheManager::PublishCatalog() {
+  // TTLs run out without any call: let the store drop what expired (the listener hears of
+  // it) and keep the budget's count of snapshot bytes current.
+  SyncSnapshotBytes();
+  if (!catalog_dirty_) return;
+  catalog_dirty_ = false;
+  auto catalog = std::make_shared<PrefixCatalog>();
+  for (PrefixInfo& info : store_->List()) {
+    std::string name = info.name;
+    catalog->emplace(std::move(name),
+                     CatalogEntry{.info = std::move(info), .snapshot = store_->PeekNamed(name)});
+  }
+  absl::MutexLock lock(&catalog_mu_);
+  catalog_ = std::move(catalog);
+}
+
+KvCacheManagerStats KvCacheManager::Stats() const {
+  KvCacheManagerStats stats;
+  stats.num_sequences = static_cast<int64_t>(sequences_.size());
+  for (const auto& [id, seq] : sequences_) {
+    if (seq->cache == nullptr) continue;
+    const MemoryUsage usage = seq->cache->Memory();
+    stats.live += usage;
+    stats.by_strategy[StrategyName(seq->request.cache, seq->offload_fallback)] += usage;
+  }
+  stats.prefixes = store_->stats();
+  stats.prefix_bytes = stats.prefixes.bytes_used;
+  stats.budget_used = budget_->used();
+  stats.budget_limit = budget_->limit();
+  stats.num_offload_fallbacks = num_offload_fallbacks_;
+  return stats;
+}
+
+}  // namespace kvserve::cache
