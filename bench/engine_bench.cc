@@ -99,7 +99,7 @@ int Run(const kvserve::cli::CommandLine& cl) {
   kvserve::server::ServerMetrics metrics;
   kvserve::server::EngineOptions options;
   options.scheduler.max_batch_size = std::max(32, concurrency);
-  options.kv_budget.device_limit_bytes = kv_device_bytes;
+  options.kv.budget.device_limit_bytes = kv_device_bytes;
   auto engine = Engine::Create(options, model->get(), nullptr, &metrics);
   if (!engine.ok()) {
     std::cerr << engine.status() << "\n";

@@ -84,6 +84,11 @@ class CacheLayer {
 
   virtual LayerType type() const = 0;
 
+  // True when what the layer stores depends on how its tokens were split into updates (a
+  // quantized layer keeps its first update's tokens quantized and later ones in a residual),
+  // so that a copied prefix must reach it in the same update as the tokens after it.
+  virtual bool ContentsDependOnUpdateSplit() const { return false; }
+
   // Rollback support for a step that fails half-way (KvCache::BeginStep/RollbackStep). For a
   // layer whose Crop cannot undo an update exactly (a quantized layer may requantize), a
   // copy of its state that shares storage with it: a valid rollback point as long as only

@@ -28,6 +28,8 @@ class Fp8Layer final : public CacheLayer {
   std::unique_ptr<CacheLayer> Clone() const override;
   void Reset() override;
   LayerType type() const override { return LayerType::kFullAttention; }
+  // The first update calibrates the scales on every token it gets.
+  bool ContentsDependOnUpdateSplit() const override { return true; }
   bool ForEachTensor(const std::function<void(at::Tensor&)>& fn) override {
     store_.ForEachTensor(fn);
     return true;

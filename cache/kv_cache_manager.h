@@ -235,9 +235,10 @@ class KvCacheManager {
   KvCacheManagerStats Stats() const;
   const KvMemoryBudget& budget() const { return *budget_; }
 
-  // Upper bounds of the device bytes a cache for `tokens` tokens needs, from the model's
-  // shape: every layer on the device, and offloaded (about two layers resident at a time).
-  // A pure function of the shape: any thread.
+  // Estimates of the device bytes a cache for `tokens` tokens needs, from the model's shape:
+  // every layer on the device, and offloaded (about two layers resident at a time). A dynamic
+  // layer growing token by token may hold up to a quarter more for a while; the out-of-memory
+  // fallback covers that. A pure function of the shape: any thread.
   struct Estimate {
     int64_t total_bytes = 0;
     int64_t offloaded_resident_bytes = 0;

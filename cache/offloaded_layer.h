@@ -40,6 +40,9 @@ class OffloadedLayer final : public CacheLayer {
   std::unique_ptr<CacheLayer> Clone() const override;
   void Reset() override;
   LayerType type() const override { return inner_->type(); }
+  bool ContentsDependOnUpdateSplit() const override {
+    return inner_->ContentsDependOnUpdateSplit();
+  }
   bool ForEachTensor(const std::function<void(at::Tensor&)>& fn) override {
     return inner_->ForEachTensor(fn);
   }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -30,6 +31,10 @@ struct PrefixStoreOptions {
   // Fingerprint of the serving model; only snapshots with exactly this fingerprint are
   // stored. Non-empty.
   std::string model_fingerprint;
+  // Told the name of every named entry the store drops by itself (evicted for room or past
+  // its TTL), after the store's lock is released, on the thread of the call that dropped it.
+  // May be null.
+  std::function<void(const std::string& name)> on_named_dropped;
 };
 
 struct NamedPrefixOptions {
@@ -37,6 +42,8 @@ struct NamedPrefixOptions {
   bool pinned = true;
   // > 0. The entry is dropped once created_at + ttl has been reached.
   absl::Duration ttl = absl::InfiniteDuration();
+  // The cache strategy the prefix was registered for ("static", ...), as it was given.
+  std::string cache_implementation;
 
   bool operator==(const NamedPrefixOptions&) const = default;
 };
@@ -60,7 +67,8 @@ struct PrefixMatch {
   // Tokens to load: snapshot->LoadInto(cache, num_tokens); <= snapshot->num_tokens().
   int64_t num_tokens = 0;
   bool named = false;
-  std::string name;  // of the named entry used; empty for automatic entries
+  std::string name;       // of the named entry used; empty for automatic entries
+  uint64_t entry_id = 0;  // the store's entry (0: not from the store)
 
   bool empty() const { return snapshot == nullptr; }
 };
@@ -108,6 +116,8 @@ class PrefixStore {
   // The named snapshot, or null when absent or expired (a named miss). A hit counts on the
   // entry and makes it the most recently used.
   std::shared_ptr<const Snapshot> GetNamed(const std::string& name);
+  // The named snapshot without counting a hit or touching LRU; null when absent.
+  std::shared_ptr<const Snapshot> PeekNamed(const std::string& name);
   // The named entry's info without counting a hit or touching LRU; nullopt when absent.
   std::optional<PrefixInfo> Info(const std::string& name);
   // Every named entry, sorted by name.
@@ -129,13 +139,36 @@ class PrefixStore {
   // name first). Counts a hit on the entry used (or an automatic miss) and makes it the
   // most recently used.
   PrefixMatch Lookup(absl::Span<const int32_t> tokens, int64_t min_tokens, bool allow_partial);
+  // The match Lookup would return, without counting a hit or a miss or touching the LRU order.
+  PrefixMatch Peek(absl::Span<const int32_t> tokens, int64_t min_tokens, bool allow_partial);
+  // Counts the use of a match Peek returned (or of a named snapshot a caller held: a match
+  // with named set, the name and its snapshot): a hit on its entry, which becomes the most
+  // recently used, when the entry still holds that snapshot; an automatic miss for an empty
+  // match.
+  void RecordUse(const PrefixMatch& match);
+
+  // Evicts unpinned, unreferenced entries, least recently used first, until at least `bytes`
+  // of snapshots are freed or none is left to evict (to make room for live caches under a
+  // shared device budget). Returns the bytes freed.
+  int64_t Reclaim(int64_t bytes);
+  // Bytes Reclaim could free now (snapshots held only by unpinned, unreferenced entries).
+  int64_t ReclaimableBytes();
 
   PrefixStoreStats stats();
   const PrefixStoreOptions& options() const { return options_; }
 
  private:
   using EntryId = TokenRadixTree::EntryId;
-  using Released = std::vector<std::shared_ptr<const Snapshot>>;
+  // What a call releases, acted on after the lock: snapshots (whose last reference may free
+  // tensors) and the names of named entries dropped by eviction or expiry.
+  struct Released {
+    explicit Released(const std::function<void(const std::string&)>* on_named_dropped)
+        : on_named_dropped(on_named_dropped) {}
+    ~Released();
+    std::vector<std::shared_ptr<const Snapshot>> snapshots;
+    std::vector<std::string> dropped_named;
+    const std::function<void(const std::string&)>* on_named_dropped;
+  };
 
   struct Entry {
     std::shared_ptr<const Snapshot> snapshot;
@@ -151,6 +184,10 @@ class PrefixStore {
 
   PrefixStore(PrefixStoreOptions options, const Clock* clock);
 
+  // Peek under the lock.
+  PrefixMatch PeekLocked(absl::Span<const int32_t> tokens, int64_t min_tokens,
+                         bool allow_partial) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordUseLocked(const PrefixMatch& match, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops every entry whose TTL has run out at `now`.
   void DropExpiredLocked(absl::Time now, Released* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes entry `id` from every index; its snapshot goes to `released` when no other

@@ -41,6 +41,7 @@ class QuantizedLayer final : public CacheLayer {
   std::unique_ptr<CacheLayer> Clone() const override;
   void Reset() override;
   LayerType type() const override { return LayerType::kFullAttention; }
+  bool ContentsDependOnUpdateSplit() const override { return true; }
   bool ForEachTensor(const std::function<void(at::Tensor&)>& fn) override;
   // A shallow copy: requantizing replaces the stores and appends write past the saved end.
   std::unique_ptr<CacheLayer> RollbackPoint() const override {

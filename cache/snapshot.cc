@@ -91,8 +91,15 @@ absl::Status Snapshot::LoadInto(KvCache* cache, int64_t num_tokens) const {
   for (int i = 0; i < num_layers(); ++i) {
     // Views of the first num_tokens tokens: every layer copies its update into its own
     // storage, so no copy is made here.
-    absl::StatusOr<LayerView> view =
-        cache->Update(i, keys_[i].narrow(2, 0, num_tokens), values_[i].narrow(2, 0, num_tokens));
+    const at::Tensor keys = keys_[i].narrow(2, 0, num_tokens);
+    const at::Tensor values = values_[i].narrow(2, 0, num_tokens);
+    if (cache->layer(i).ContentsDependOnUpdateSplit()) {
+      // A quantized layer's first update quantizes all it gets: the prefix waits, at full
+      // precision, to arrive with the tokens after it, as in a cold prefill.
+      if (absl::Status staged = cache->StagePrefix(i, keys, values); !staged.ok()) return staged;
+      continue;
+    }
+    absl::StatusOr<LayerView> view = cache->Update(i, keys, values);
     if (!view.ok()) {
       return absl::Status(view.status().code(), absl::StrCat("loading the snapshot into layer ", i,
                                                              " (the cache is "

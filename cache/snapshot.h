@@ -34,7 +34,11 @@ class Snapshot {
   // Feeds the first `num_tokens` tokens of every layer i to `cache` as one
   // cache->Update(i, keys, values), so that each strategy ends up holding exactly what it
   // would hold after prefilling those tokens in one forward; the layers copy into their own
-  // storage, so `cache` shares nothing with the snapshot. `cache` must be empty (SeqLength 0
+  // storage, so `cache` shares nothing with the snapshot. A layer whose contents depend on
+  // how updates are split (quantized) gets them staged instead (KvCache::StagePrefix): they
+  // join the layer's first real update, so that prefix and suffix are quantized together as
+  // a cold prefill of the whole prompt would; until then the cache holds views of the
+  // snapshot's tensors (which are immutable). `cache` must be empty (SeqLength 0
   // on every layer) with num_layers() layers, and 1 <= num_tokens <= this->num_tokens():
   // InvalidArgument / FailedPrecondition otherwise, before anything changes. OutOfRange
   // before anything changes when a bounded full-attention layer (static) has fewer than

@@ -93,8 +93,17 @@ CudaDevices VisibleCudaDevices() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
-    devices.reason = cudaGetErrorString(error);
-    cudaGetLastError();  // clears the sticky error so later calls are not blamed for it
+    cudaGetLastError();  // clears the error so later calls are not blamed for it
+    // Without a driver the runtime says "driver version is insufficient": name the cause.
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY);
+    if (driver == nullptr) {
+      devices.reason =
+          "no NVIDIA driver: libcuda.so.1 cannot be loaded (in a container, run it with the "
+          "NVIDIA Container Toolkit, e.g. docker run --gpus all)";
+    } else {
+      dlclose(driver);
+      devices.reason = cudaGetErrorString(error);
+    }
     return devices;
   }
   devices.count = count;

@@ -1,4 +1,5 @@
-// Engine: the continuous-batching loop on its own thread.
+// Engine: the continuous-batching loop on its own thread. KV memory decisions belong to the
+// KvCacheManager; the engine keeps the inbox, the scheduler, the forward, sampling and sinks.
 #include "server/engine.h"
 
 #include <c10/util/Exception.h>
@@ -12,11 +13,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "cache/cache_factory.h"
-#include "cache/dynamic_layer.h"
-#include "cache/kv_buffer.h"
 #include "cache/kv_cache.h"
-#include "cache/prefix_store.h"
 #include "cache/snapshot.h"
 #include "cache/torch_compat.h"
 #include "model/incremental_detokenizer.h"
@@ -24,6 +21,7 @@
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "server/metrics.h"
+#include "server/prefix_persistence.h"
 #include "server/stop_string_matcher.h"
 
 namespace kvserve::server {
@@ -50,85 +48,61 @@ std::string OutcomeLabel(const absl::Status& status) {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
-// Upper bounds of the device bytes a request's cache needs, from the model's shape (quantized
-// caches need less; counting them unquantized keeps admission on the safe side).
-struct KvEstimate {
-  int64_t total_bytes = 0;               // every layer on the device
-  int64_t offloaded_resident_bytes = 0;  // offloaded: about two layers resident at a time
-};
-
-KvEstimate EstimateKv(const model::ModelInfo& info, int64_t tokens) {
-  // Dynamic storage grows in whole granules.
-  tokens = (tokens + cache::KvBuffer::kGranuleTokens - 1) / cache::KvBuffer::kGranuleTokens *
-           cache::KvBuffer::kGranuleTokens;
-  const int64_t per_token =
-      2 * info.num_kv_heads * info.head_dim * static_cast<int64_t>(c10::elementSize(info.dtype));
-  KvEstimate estimate;
-  int64_t largest_layer = 0;
-  for (const cache::LayerSpec& layer : info.layer_specs) {
-    const int64_t held = layer.is_sliding() ? std::min(tokens, layer.window) : tokens;
-    estimate.total_bytes += held * per_token;
-    largest_layer = std::max(largest_layer, held * per_token);
-  }
-  estimate.offloaded_resident_bytes = 2 * largest_layer;
-  return estimate;
+cache::KvModelShape ShapeOf(const model::ModelInfo& info, const std::string& fingerprint) {
+  return {.layers = info.layer_specs,
+          .num_kv_heads = info.num_kv_heads,
+          .head_dim = info.head_dim,
+          .bytes_per_element = static_cast<int64_t>(c10::elementSize(info.dtype)),
+          .fingerprint = fingerprint};
 }
-
-absl::Status CannotFit(const KvEstimate& estimate, int64_t limit) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the request's KV cache needs ", estimate.offloaded_resident_bytes,
-      " device bytes even offloaded (", estimate.total_bytes,
-      " on the device), above the KV device budget of ", limit, " bytes (--kv-device-bytes)"));
-}
-
-// Admission by KV memory: a request is admitted when its cache fits beside the running ones,
-// or when it would fit offloaded (the out-of-memory fallback then offloads it); admission
-// pauses while the budget is exceeded; a request that cannot fit even offloaded is refused.
-class KvAdmissionPolicy final : public AdmissionPolicy {
- public:
-  KvAdmissionPolicy(const model::ModelInfo* info, const cache::KvMemoryBudget* budget)
-      : info_(info), budget_(budget) {}
-
-  Decision Admit(const AdmissionQuery& query) override {
-    const int64_t limit = budget_->limit();
-    if (limit < 0) return Decision::kAdmit;
-    const KvEstimate estimate = EstimateKv(*info_, query.max_cache_tokens());
-    if (estimate.offloaded_resident_bytes > limit) return Decision::kReject;
-    if (budget_->used() > limit) return Decision::kDefer;
-    if (budget_->available() >= estimate.total_bytes) return Decision::kAdmit;
-    return budget_->available() >= estimate.offloaded_resident_bytes ? Decision::kAdmit
-                                                                     : Decision::kDefer;
-  }
-
- private:
-  const model::ModelInfo* info_;
-  const cache::KvMemoryBudget* budget_;
-};
 
 }  // namespace
 
-struct Engine::Registration {
-  std::string name;
-  std::vector<int32_t> token_ids;
-  cache::NamedPrefixOptions options;
-  RegisterCallback done;
-};
+// The scheduler asks the cache manager; answers that refuse for good keep their reason for
+// the request's error.
+class Engine::Admission final : public AdmissionPolicy {
+ public:
+  explicit Admission(cache::KvCacheManager* kv) : kv_(kv) {}
 
-struct Engine::PrefixChoice {
-  std::shared_ptr<const cache::Snapshot> snapshot;  // null: nothing to copy
-  int64_t num_tokens = 0;                           // tokens of it to copy
-  std::string name;                                 // the registered prefix's name, if named
+  Answer Admit(const AdmissionQuery& query) override {
+    const cache::Admission a = kv_->CanAdmit(query.id, query.admitted_this_step);
+    Answer answer{.num_cached_tokens = a.num_cached_tokens};
+    switch (a.decision) {
+      case cache::Admission::Decision::kAdmit:
+        answer.decision = Decision::kAdmit;
+        break;
+      case cache::Admission::Decision::kWait:
+        answer.decision = Decision::kDefer;
+        break;
+      case cache::Admission::Decision::kNever:
+        answer.decision = Decision::kReject;
+        refusals_[query.id] = a.reason;
+        break;
+    }
+    return answer;
+  }
+
+  // Why `id` was refused (and forgets it).
+  std::string TakeRefusal(RequestId id) {
+    auto it = refusals_.find(id);
+    if (it == refusals_.end()) return "the request's KV cache cannot fit the device budget";
+    std::string reason = std::move(it->second);
+    refusals_.erase(it);
+    return reason;
+  }
+
+ private:
+  cache::KvCacheManager* const kv_;
+  absl::flat_hash_map<RequestId, std::string> refusals_;
 };
 
 struct Engine::Live {
+  // A request (sink set) or a registration (done set).
   GenerationRequest request;
-  // The cached prefix to copy into the cache at admission (released once copied).
-  PrefixChoice prefix;
-  int64_t num_cached_tokens = 0;
-  // The cache was converted to its offloaded form after an out-of-memory error.
-  bool offload_fallback = false;
   std::shared_ptr<RequestSink> sink;
-  std::unique_ptr<cache::KvCache> cache;  // null without a cache (use_cache=false)
+  RegisterCallback registration_done;
+  std::string prefix_name;  // the named prefix copied into its cache; empty: none
+  int64_t num_cached_tokens = 0;
   std::unique_ptr<model::Sampler> sampler;
   std::unique_ptr<model::IncrementalDetokenizer> detokenizer;  // null without a tokenizer
   StopStringMatcher stop;
@@ -138,63 +112,68 @@ struct Engine::Live {
   absl::Time admitted_at;
   absl::Time first_token_at;
   absl::Time last_token_at;
+
+  bool is_registration() const { return sink == nullptr; }
+};
+
+struct Engine::ForwardResult {
+  absl::StatusOr<model::ForwardOutput> output = model::ForwardOutput{};
+  // Per sequence of the plan: its index in the batch the forward ran, or -1.
+  std::vector<int> batch_index;
 };
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
                                                        model::Model* model,
                                                        const model::Tokenizer* tokenizer,
-                                                       ServerMetrics* metrics,
-                                                       cache::PrefixStore* prefix_store) {
+                                                       ServerMetrics* metrics) {
   if (model == nullptr || metrics == nullptr) {
     return absl::InvalidArgumentError("Engine::Create: model and metrics are required");
-  }
-  if (options.auto_prefix_min_tokens < 1) {
-    return absl::InvalidArgumentError("--auto-prefix-min-tokens must be >= 1");
   }
   if (options.idle_poll <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("idle_poll must be > 0");
   }
-  if (!(options.kv_budget.fault_inject_oom_rate >= 0 &&
-        options.kv_budget.fault_inject_oom_rate <= 1)) {
-    return absl::InvalidArgumentError("--fault-inject-oom-rate must be in [0, 1]");
-  }
-  auto budget = std::make_unique<cache::KvMemoryBudget>(options.kv_budget);
-  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
-      options.scheduler, std::make_unique<KvAdmissionPolicy>(&model->info(), budget.get()));
+  if (options.clock == nullptr) return absl::InvalidArgumentError("the engine needs a clock");
+  absl::StatusOr<std::unique_ptr<cache::KvCacheManager>> kv = cache::KvCacheManager::Create(
+      options.kv, ShapeOf(model->info(), options.model_fingerprint), options.clock);
+  if (!kv.ok()) return kv.status();
+  std::unique_ptr<Engine> engine(new Engine(options, model, tokenizer, metrics, *std::move(kv)));
+  auto admission = std::make_unique<Admission>(engine->kv_.get());
+  engine->admission_ = admission.get();
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(options.scheduler, std::move(admission));
   if (!scheduler.ok()) return scheduler.status();
-  std::unique_ptr<Engine> engine(new Engine(options, model, tokenizer, metrics, prefix_store,
-                                            std::move(budget), *std::move(scheduler)));
+  engine->scheduler_ = *std::move(scheduler);
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
 
 Engine::Engine(const EngineOptions& options, model::Model* model, const model::Tokenizer* tokenizer,
-               ServerMetrics* metrics, cache::PrefixStore* prefix_store,
-               std::unique_ptr<cache::KvMemoryBudget> budget, std::unique_ptr<Scheduler> scheduler)
+               ServerMetrics* metrics, std::unique_ptr<cache::KvCacheManager> kv)
     : options_(options),
       model_(model),
       tokenizer_(tokenizer),
       metrics_(metrics),
-      prefix_store_(prefix_store),
-      budget_(std::move(budget)),
-      scheduler_(std::move(scheduler)) {
-  for (const cache::LayerSpec& spec : model_->info().layer_specs) {
-    if (spec.is_sliding()) allow_partial_prefix_ = false;
-  }
+      clock_(options.clock),
+      kv_(std::move(kv)),
+      persistence_(options.persistence) {
+  kv_->SetCatalogListener([this](const cache::CatalogChange& change) { OnCatalogChange(change); });
 }
 
 Engine::~Engine() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request,
                                          std::shared_ptr<RequestSink> sink) {
-  const int64_t limit = options_.kv_budget.device_limit_bytes;
+  // Refused at once when it can never fit (the estimate is a pure function of the shape).
+  const int64_t limit = options_.kv.budget.device_limit_bytes;
   if (limit >= 0 && request.cache_spec.use_cache()) {
-    const KvEstimate estimate =
-        EstimateKv(model_->info(),
-                   static_cast<int64_t>(request.prompt_ids.size()) + request.max_new_tokens - 1);
+    const cache::KvCacheManager::Estimate estimate = kv_->EstimateBytes(
+        static_cast<int64_t>(request.prompt_ids.size()) + request.max_new_tokens - 1);
     if (estimate.offloaded_resident_bytes > limit) {
       metrics_->CountRequest("resource_exhausted");
-      return CannotFit(estimate, limit);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the request's KV cache needs ", estimate.offloaded_resident_bytes,
+          " device bytes even offloaded (", estimate.total_bytes,
+          " on the device), above the KV device budget of ", limit, " bytes (--kv-device-bytes)"));
     }
   }
   absl::MutexLock lock(&mu_);
@@ -221,156 +200,120 @@ void Engine::Cancel(RequestId id) {
 }
 
 void Engine::RegisterPrefix(std::string name, std::vector<int32_t> token_ids,
-                            const cache::NamedPrefixOptions& options, RegisterCallback done) {
-  auto registration = std::make_unique<Registration>();
-  registration->name = std::move(name);
-  registration->token_ids = std::move(token_ids);
-  registration->options = options;
-  registration->done = std::move(done);
+                            cache::CacheSpec strategy, cache::NamedPrefixOptions options,
+                            RegisterCallback done) {
   {
     absl::MutexLock lock(&mu_);
     if (!draining_) {
-      registrations_.push_back(std::move(registration));
+      const RequestId id = next_id_++;
+      ++num_live_;
+      registrations_.emplace_back(
+          id, Registration{std::move(name), std::move(token_ids), std::move(strategy),
+                           std::move(options), std::move(done)});
       return;
     }
   }
-  registration->done(absl::UnavailableError("the server is shutting down"));
+  done(absl::UnavailableError("the server is shutting down"));
 }
 
-void Engine::RunRegistration(Registration& r) {
-  if (prefix_store_ == nullptr) {
-    r.done(absl::FailedPreconditionError("this server has no prefix cache"));
-    return;
-  }
-  // The capture cache holds every token in every layer (plain dynamic layers even where the
-  // model slides: the masks come from the model's layer specs), so the snapshot can be
-  // loaded into a cache of any strategy.
-  std::vector<std::unique_ptr<cache::CacheLayer>> layers;
-  for (int64_t i = 0; i < model_->info().num_layers; ++i) {
-    layers.push_back(std::make_unique<cache::DynamicLayer>());
-  }
-  cache::KvCache capture(std::move(layers));
-  model::Batch batch;
-  batch.sequences.push_back({r.token_ids, &capture, false});
-  absl::Status status;
-  try {
-    absl::StatusOr<model::ForwardOutput> out = model_->Forward(batch);
-    status = out.status();
-  } catch (const c10::Error& e) {
-    status = absl::InternalError(absl::StrCat("prefill failed: ", e.what_without_backtrace()));
-  }
-  if (!status.ok()) {
-    r.done(status);
-    return;
-  }
-  absl::StatusOr<std::shared_ptr<const cache::Snapshot>> snapshot =
-      cache::Snapshot::Capture(capture, r.token_ids, options_.model_fingerprint);
-  if (!snapshot.ok()) {
-    r.done(snapshot.status());
-    return;
-  }
-  r.done(prefix_store_->PutNamed(r.name, *std::move(snapshot), r.options));
-}
-
-Engine::PrefixChoice Engine::ChoosePrefix(const GenerationRequest& request) {
-  PrefixChoice choice;
-  const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
-  if (prefix_store_ == nullptr || request.skip_prefix_reuse || !request.cache_spec.use_cache()) {
-    return choice;
-  }
-  if (request.prefix_snapshot != nullptr) {
-    choice.snapshot = request.prefix_snapshot;
-    // The last prompt token is always computed: its logits choose the first new token.
-    choice.num_tokens = std::min(request.prefix_snapshot->num_tokens(), prompt - 1);
-    choice.name = request.prefix;
-  }
-  if (options_.auto_prefix_cache) {
-    cache::PrefixMatch match = prefix_store_->Lookup(
-        request.prompt_ids, options_.auto_prefix_min_tokens, allow_partial_prefix_);
-    if (!match.empty() && match.num_tokens > choice.num_tokens) {
-      choice.snapshot = std::move(match.snapshot);
-      choice.num_tokens = match.num_tokens;
-      choice.name = match.named ? match.name : "";
+void Engine::DeletePrefix(std::string name, DeleteCallback done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!draining_) {
+      deletions_.push_back({std::move(name), std::move(done)});
+      return;
     }
   }
-  if (choice.num_tokens < 1) choice = PrefixChoice();
-  return choice;
+  done(absl::UnavailableError("the server is shutting down"));
 }
 
-absl::Status Engine::LoadPrefix(Live& live) {
-  // A deep copy: the request's cache shares nothing with the snapshot.
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    try {
-      absl::Status loaded =
-          live.prefix.snapshot->LoadInto(live.cache.get(), live.prefix.num_tokens);
-      if (!loaded.ok()) {
-        return absl::InternalError(absl::StrCat("copying the cached prefix: ", loaded.message()));
-      }
-      return absl::OkStatus();
-    } catch (const compat::OutOfMemoryError& e) {
-      ++num_oom_events_;
-      metrics_->CountOutOfMemory();
-      live.cache->Reset();
-      compat::EmptyDeviceCache();
-      if (attempt == 0) {
-        live.cache->ConvertToOffloaded();
-        live.offload_fallback = true;
-        ++num_offload_fallbacks_;
-        metrics_->CountOffloadFallback();
-      }
+void Engine::ApplyDeletion(Deletion deletion) {
+  const absl::Status not_found = absl::NotFoundError(
+      absl::StrCat("name: no prefix named '", deletion.name, "' is registered"));
+  if (persistence_ != nullptr && deletion.kind == Deletion::Kind::kClient) {
+    if (!kv_->HasPrefix(deletion.name)) {
+      deletion.done(not_found);
+      return;
     }
-  }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("the cached prefix (", live.prefix.num_tokens,
-                   " tokens) does not fit in the KV device budget even offloaded; budget ",
-                   budget_->limit(), " bytes, in use ", budget_->used()));
-}
-
-bool Engine::OffloadLargestCache() {
-  // The largest by what its cache holds on the device now or, for caches still empty (a
-  // failed first step was rolled back), by what it will hold.
-  Live* largest = nullptr;
-  int64_t largest_bytes = -1;
-  for (auto& [id, live] : live_) {
-    if (live->cache == nullptr || live->cache->fully_offloaded()) continue;
-    const GenerationRequest& r = live->request;
-    const int64_t bytes = std::max(
-        live->cache->Memory().device_bytes,
-        EstimateKv(model_->info(), static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens - 1)
-            .total_bytes);
-    if (bytes > largest_bytes) {
-      largest = live.get();
-      largest_bytes = bytes;
-    }
-  }
-  if (largest == nullptr) return false;
-  largest->cache->ConvertToOffloaded();
-  largest->offload_fallback = true;
-  ++num_offload_fallbacks_;
-  metrics_->CountOffloadFallback();
-  spdlog::warn("out of KV memory: a request's cache ({} device bytes) moved to the host",
-               largest_bytes);
-  return true;
-}
-
-void Engine::KeepAutomaticPrefix(const Live& live) {
-  const GenerationRequest& r = live.request;
-  if (prefix_store_ == nullptr || !options_.auto_prefix_cache || r.skip_prefix_reuse ||
-      live.cache == nullptr || !allow_partial_prefix_ ||
-      r.cache_spec.implementation != cache::CacheImplementation::kDynamic ||
-      static_cast<int64_t>(r.prompt_ids.size()) < options_.auto_prefix_min_tokens) {
+    // Recorded first: a deletion that cannot be saved leaves the prefix registered.
+    const std::string name = deletion.name;
+    persistence_->RecordDelete(
+        name, [this, name, done = std::move(deletion.done)](absl::Status saved) mutable {
+          if (!saved.ok()) {
+            done(saved);
+            return;
+          }
+          absl::MutexLock lock(&mu_);
+          deletions_.push_back({name, std::move(done), Deletion::Kind::kRecorded});
+        });
     return;
   }
-  absl::StatusOr<std::shared_ptr<const cache::Snapshot>> snapshot =
-      cache::Snapshot::Capture(*live.cache, r.prompt_ids, options_.model_fingerprint);
-  if (snapshot.ok()) prefix_store_->PutAutomatic(*std::move(snapshot));
+  // Recorded already (or nothing records): the listener must not record it again. An undone
+  // put's deletion is recorded by the listener, so that the record follows the catalog.
+  const bool record = deletion.kind == Deletion::Kind::kUndo;
+  if (!record) deleting_.push_back(deletion.name);
+  const bool found = kv_->DeletePrefix(deletion.name);
+  if (!record) deleting_.pop_back();
+  kv_->PublishCatalog();
+  deletion.done(found ? absl::OkStatus() : not_found);
 }
+
+void Engine::OnCatalogChange(const cache::CatalogChange& change) {
+  if (persistence_ == nullptr) return;
+  if (change.info) {
+    // CompleteRegistration records its own put, with the client's reply.
+    if (change.name == registering_) return;
+    persistence_->RecordPut(change.name,
+                            std::vector<int32_t>(change.snapshot->token_ids().begin(),
+                                                 change.snapshot->token_ids().end()),
+                            change.info->options, change.info->created_at, nullptr);
+    return;
+  }
+  // A deletion the engine recorded before making it needs no second record.
+  if (std::find(deleting_.begin(), deleting_.end(), change.name) != deleting_.end()) return;
+  persistence_->RecordDelete(change.name, nullptr);
+}
+
+void Engine::CompleteRegistration(RequestId id) {
+  Live& live = *live_.at(id);
+  RegisterCallback done = std::move(live.registration_done);
+  const std::string name = kv_->registration_name(id);
+  registering_ = name;
+  absl::StatusOr<cache::PrefixInfo> stored = kv_->CompleteRegistration(id);
+  registering_.clear();
+  Forget(id);
+  // Requests naming it may follow the reply at once: they must find it.
+  kv_->PublishCatalog();
+  std::shared_ptr<const cache::Snapshot> snapshot =
+      stored.ok() ? kv_->prefix_snapshot(name) : nullptr;
+  if (persistence_ == nullptr || snapshot == nullptr) {
+    done(std::move(stored));
+    return;
+  }
+  // The reply waits until the prefix is durable; one that cannot be saved is undone.
+  persistence_->RecordPut(
+      name, std::vector<int32_t>(snapshot->token_ids().begin(), snapshot->token_ids().end()),
+      stored->options, stored->created_at,
+      [this, done = std::move(done), info = *stored, name](absl::Status saved) {
+        if (saved.ok()) {
+          done(info);
+          return;
+        }
+        {
+          absl::MutexLock lock(&mu_);
+          deletions_.push_back({name, [](absl::Status) {}, Deletion::Kind::kUndo});
+        }
+        done(saved);
+      });
+}
+
+std::shared_ptr<const cache::PrefixCatalog> Engine::catalog() const { return kv_->catalog(); }
 
 void Engine::Shutdown(absl::Duration grace) {
   absl::MutexLock shutdown_lock(&shutdown_mu_);
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time deadline = absl::Now() + grace;
+    const absl::Time deadline = clock_->Now() + grace;
     draining_ = true;
     drain_deadline_ = std::min(drain_deadline_, deadline);
   }
@@ -393,7 +336,7 @@ bool Engine::WaitIdle(absl::Duration timeout) const {
 void Engine::Loop() {
   while (true) {
     DrainInbox();
-    const absl::Time now = absl::Now();
+    const absl::Time now = clock_->Now();
     ExpireDeadlines(now);
     bool draining = false;
     absl::Time drain_deadline;
@@ -405,67 +348,105 @@ void Engine::Loop() {
     if (draining && now >= drain_deadline) CancelAllLive();
     if (draining && live_.empty()) break;
     const bool ran = Step();
+    kv_->PublishCatalog();
     PublishStats();
     if (!ran) {
       absl::MutexLock lock(&mu_);
       auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return !inbox_.empty() || !cancels_.empty();
+        return !inbox_.empty() || !cancels_.empty() || !registrations_.empty() ||
+               !deletions_.empty();
       };
       mu_.AwaitWithTimeout(absl::Condition(&has_work), options_.idle_poll);
     }
   }
-  // Registrations that arrived after the last drain: the engine no longer runs them.
-  std::vector<std::unique_ptr<Registration>> late;
+  // Work that arrived after the last drain: the engine no longer runs it.
+  std::vector<std::pair<RequestId, Registration>> late;
+  std::vector<Deletion> deletions;
   {
     absl::MutexLock lock(&mu_);
     late.swap(registrations_);
+    deletions.swap(deletions_);
+    num_live_ -= static_cast<int64_t>(late.size());
   }
-  for (auto& registration : late) {
-    registration->done(absl::UnavailableError("the server is shutting down"));
+  for (auto& [id, registration] : late) {
+    registration.done(absl::UnavailableError("the server is shutting down"));
   }
+  for (Deletion& deletion : deletions) {
+    deletion.done(absl::UnavailableError("the server is shutting down"));
+  }
+  kv_->PublishCatalog();
   PublishStats();
 }
 
 void Engine::DrainInbox() {
   std::vector<Incoming> incoming;
   std::vector<RequestId> cancels;
-  std::vector<std::unique_ptr<Registration>> registrations;
+  std::vector<std::pair<RequestId, Registration>> registrations;
+  std::vector<Deletion> deletions;
   {
     absl::MutexLock lock(&mu_);
     incoming.swap(inbox_);
     cancels.swap(cancels_);
     registrations.swap(registrations_);
+    deletions.swap(deletions_);
   }
-  for (std::unique_ptr<Registration>& registration : registrations) {
-    RunRegistration(*registration);
-  }
-  for (Incoming& in : incoming) {
-    auto live = std::make_unique<Live>();
-    live->request = std::move(in.request);
-    live->sink = std::move(in.sink);
-    live->tokens = live->request.prompt_ids;
-    live->stop = StopStringMatcher(live->request.stop_strings);
-    const int64_t num_prompt = static_cast<int64_t>(live->tokens.size());
-    const int64_t max_new = live->request.max_new_tokens;
-    live->prefix = ChoosePrefix(live->request);
-    live->request.prefix_snapshot = nullptr;  // the choice holds what is copied
-    live->num_cached_tokens = live->prefix.num_tokens;
-    const int64_t num_cached = live->num_cached_tokens;
-    live_.emplace(in.id, std::move(live));
-    // A quantized cache's contents depend on how its updates are split, so its prompt runs
-    // in one update, as in the reference, whatever else is running.
-    const PrefillMode prefill =
-        live_.at(in.id)->request.cache_spec.implementation == cache::CacheImplementation::kQuantized
-            ? PrefillMode::kWhole
-            : PrefillMode::kChunked;
-    absl::Status added = scheduler_->Add(in.id, num_prompt, max_new, num_cached, prefill);
-    if (!added.ok()) Fail(in.id, added);
-  }
+  for (Deletion& deletion : deletions) ApplyDeletion(std::move(deletion));
+  for (auto& [id, registration] : registrations) AddRegistration(id, std::move(registration));
+  for (Incoming& in : incoming) AddRequest(std::move(in));
   for (RequestId id : cancels) {
-    if (!live_.contains(id)) continue;
+    auto it = live_.find(id);
+    if (it == live_.end() || it->second->is_registration()) continue;
     scheduler_->Abort(id);
     Fail(id, absl::CancelledError("the client cancelled the request"));
   }
+}
+
+void Engine::AddRequest(Incoming in) {
+  const RequestId id = in.id;
+  auto live = std::make_unique<Live>();
+  live->request = std::move(in.request);
+  live->sink = std::move(in.sink);
+  live->tokens = live->request.prompt_ids;
+  live->stop = StopStringMatcher(live->request.stop_strings);
+  const GenerationRequest& r = live->request;
+  cache::SequenceRequest sequence;
+  sequence.prompt = r.prompt_ids;
+  sequence.max_new_tokens = r.max_new_tokens;
+  sequence.cache = r.cache_spec;
+  sequence.named_prefix = r.prefix_snapshot;
+  sequence.named_prefix_name = r.prefix;
+  sequence.skip_prefix_reuse = r.skip_prefix_reuse;
+  live->request.prefix_snapshot = nullptr;  // the manager holds it while the request waits
+  const int64_t num_prompt = static_cast<int64_t>(r.prompt_ids.size());
+  const int64_t max_new = r.max_new_tokens;
+  live_.emplace(id, std::move(live));
+  absl::Status added = kv_->Add(id, std::move(sequence));
+  if (added.ok()) {
+    added = scheduler_->Add(id, num_prompt, max_new, /*num_cached_tokens=*/0,
+                            kv_->prefill_whole(id) ? PrefillMode::kWhole : PrefillMode::kChunked);
+  }
+  if (!added.ok()) Fail(id, added);
+}
+
+void Engine::AddRegistration(RequestId id, Registration registration) {
+  auto live = std::make_unique<Live>();
+  live->registration_done = std::move(registration.done);
+  live->tokens = registration.token_ids;
+  live->request.arrival_time = clock_->Now();
+  const int64_t num_prompt = static_cast<int64_t>(registration.token_ids.size());
+  cache::SequenceRequest sequence;
+  sequence.prompt = std::move(registration.token_ids);
+  sequence.cache = registration.strategy;
+  sequence.registration = true;
+  sequence.registration_name = std::move(registration.name);
+  sequence.registration_options = std::move(registration.options);
+  live_.emplace(id, std::move(live));
+  absl::Status added = kv_->Add(id, std::move(sequence));
+  if (added.ok()) {
+    added = scheduler_->Add(id, num_prompt, /*max_new_tokens=*/1, /*num_cached_tokens=*/0,
+                            kv_->prefill_whole(id) ? PrefillMode::kWhole : PrefillMode::kChunked);
+  }
+  if (!added.ok()) Fail(id, added);
 }
 
 void Engine::ExpireDeadlines(absl::Time now) {
@@ -486,21 +467,34 @@ void Engine::CancelAllLive() {
   for (RequestId id : ids) {
     scheduler_->Abort(id);
     Live& live = *live_.at(id);
+    if (live.is_registration()) {
+      Fail(id, absl::UnavailableError("the server is shutting down"));
+      continue;
+    }
     std::string text;
     if (live.detokenizer) text = live.stop.Feed(live.detokenizer->Finish());
     text += live.stop.Flush();
     if (!text.empty()) live.sink->OnOutput(text, {});
-    Finish(id, live, FinishReason::kCancelled);
+    Finish(id, FinishReason::kCancelled);
   }
 }
 
-bool Engine::Admit(RequestId id, Live& live, absl::Time now) {
+bool Engine::Allocate(RequestId id, Live& live, absl::Time now) {
   live.admitted = true;
   live.admitted_at = now;
   {
     absl::MutexLock lock(&mu_);
-    --num_queued_;
+    if (!live.is_registration()) --num_queued_;
   }
+  absl::StatusOr<cache::Allocation> allocation = kv_->Allocate(id);
+  if (!allocation.ok()) {
+    Fail(id, allocation.status());
+    return false;
+  }
+  if (allocation->offload_fallback) metrics_->CountOffloadFallback();
+  live.num_cached_tokens = allocation->num_cached_tokens;
+  live.prefix_name = allocation->prefix_name;
+  if (live.is_registration()) return true;
   metrics_->ObserveQueueTime(absl::ToDoubleSeconds(now - live.request.arrival_time));
   metrics_->AddPromptTokens(static_cast<int64_t>(live.request.prompt_ids.size()),
                             live.num_cached_tokens);
@@ -508,22 +502,6 @@ bool Engine::Admit(RequestId id, Live& live, absl::Time now) {
   if (!sampling.ok()) {
     Fail(id, absl::InvalidArgumentError(absl::StrCat("sampling: ", sampling.message())));
     return false;
-  }
-  absl::StatusOr<std::unique_ptr<cache::KvCache>> cache =
-      cache::MakeCache(live.request.cache_spec, model_->info().layer_specs);
-  if (!cache.ok()) {
-    Fail(id, absl::InvalidArgumentError(absl::StrCat("cache: ", cache.status().message())));
-    return false;
-  }
-  live.cache = *std::move(cache);
-  if (live.cache != nullptr) live.cache->AttachBudget(budget_.get());
-  if (live.prefix.snapshot != nullptr) {
-    absl::Status loaded = LoadPrefix(live);
-    live.prefix.snapshot = nullptr;
-    if (!loaded.ok()) {
-      Fail(id, loaded);
-      return false;
-    }
   }
   live.sampler = std::make_unique<model::Sampler>(live.request.sampling);
   if (tokenizer_ != nullptr) {
@@ -533,6 +511,89 @@ bool Engine::Admit(RequestId id, Live& live, absl::Time now) {
   return true;
 }
 
+Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>& ended) {
+  const size_t n = plan.sequences.size();
+  ForwardResult result;
+  model::Batch batch;
+  std::vector<RequestId> with_cache;  // the step's sequences that keep a cache
+  auto build_batch = [&] {
+    batch.sequences.clear();
+    with_cache.clear();
+    result.batch_index.assign(n, -1);
+    for (size_t i = 0; i < n; ++i) {
+      if (ended[i]) continue;
+      const ScheduledSequence& s = plan.sequences[i];
+      Live& live = *live_.at(s.id);
+      model::SequenceInput input;
+      cache::KvCache* cache = kv_->cache(s.id);
+      if (cache == nullptr) {
+        // Without a cache a sequence is recomputed whole whenever it samples.
+        if (!s.samples) continue;
+        input.token_ids = live.tokens;
+      } else {
+        input.token_ids =
+            absl::Span<const int32_t>(live.tokens).subspan(s.start_position, s.num_tokens);
+        input.cache = cache;
+        with_cache.push_back(s.id);
+      }
+      result.batch_index[i] = static_cast<int>(batch.sequences.size());
+      batch.sequences.push_back(input);
+    }
+    kv_->BeginStep(with_cache);
+  };
+  build_batch();
+  while (!batch.sequences.empty()) {
+    try {
+      result.output = model_->Forward(batch);
+      kv_->CommitStep(with_cache);
+      return result;
+    } catch (const compat::OutOfMemoryError& e) {
+      // Out of device memory (CUDA's allocator or the KV budget): take the step back, free
+      // memory and run the step again; only when nothing is left to move does the largest
+      // sequence of the step fail, alone.
+      ++num_oom_events_;
+      metrics_->CountOutOfMemory();
+      spdlog::warn("step out of memory: {}", std::string(e.what_without_backtrace()));
+      for (RequestId broken : kv_->RollbackStep(with_cache)) {
+        for (size_t i = 0; i < n; ++i) {
+          if (plan.sequences[i].id != broken || ended[i]) continue;
+          Fail(broken, absl::InternalError("a step could not be rolled back after running "
+                                           "out of memory"));
+          ended[i] = true;
+        }
+      }
+      const cache::OutOfMemoryAction action = kv_->OnOutOfMemory(with_cache);
+      if (action.offloaded) {
+        metrics_->CountOffloadFallback();
+        spdlog::warn("out of KV memory: a request's cache ({} device bytes) moved to the host",
+                     action.offloaded_bytes);
+      } else if (action.victim) {
+        for (size_t i = 0; i < n; ++i) {
+          if (plan.sequences[i].id != *action.victim || ended[i]) continue;
+          Fail(*action.victim, absl::ResourceExhaustedError(
+                                   absl::StrCat(action.reason, ": ", e.what_without_backtrace())));
+          ended[i] = true;
+        }
+      } else if (!action.reclaimed_snapshots) {
+        result.output = absl::ResourceExhaustedError(
+            absl::StrCat("out of memory with nothing left to free: ", e.what_without_backtrace()));
+        return result;
+      }
+      build_batch();
+    } catch (const c10::Error& e) {
+      (void)kv_->RollbackStep(with_cache);
+      result.output =
+          absl::InternalError(absl::StrCat("forward failed: ", e.what_without_backtrace()));
+      return result;
+    } catch (const std::exception& e) {
+      (void)kv_->RollbackStep(with_cache);
+      result.output = absl::InternalError(absl::StrCat("forward failed: ", e.what()));
+      return result;
+    }
+  }
+  return result;
+}
+
 bool Engine::Step() {
   absl::StatusOr<StepPlan> plan = scheduler_->Schedule();
   if (!plan.ok()) {
@@ -540,145 +601,83 @@ bool Engine::Step() {
     return false;
   }
   for (RequestId id : plan->rejected) {
-    const GenerationRequest& r = live_.at(id)->request;
-    Fail(id, CannotFit(EstimateKv(model_->info(),
-                                  static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens - 1),
-                       budget_->limit()));
+    Fail(id, absl::ResourceExhaustedError(admission_->TakeRefusal(id)));
   }
   if (plan->empty()) return false;
 
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   const size_t n = plan->sequences.size();
-  constexpr size_t kNotRun = static_cast<size_t>(-1);
-  std::vector<size_t> batch_index(n, kNotRun);
   std::vector<bool> ended(n, false);  // failed at admission or alone out of memory
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSequence& s = plan->sequences[i];
-    if (s.newly_admitted && !Admit(s.id, *live_.at(s.id), start)) ended[i] = true;
+    if (s.newly_admitted && !Allocate(s.id, *live_.at(s.id), start)) ended[i] = true;
   }
-  // The batch of the sequences still in the step (rebuilt when one fails alone).
-  model::Batch batch;
-  auto build_batch = [&] {
-    batch.sequences.clear();
-    std::fill(batch_index.begin(), batch_index.end(), kNotRun);
-    for (size_t i = 0; i < n; ++i) {
-      if (ended[i]) continue;
-      const ScheduledSequence& s = plan->sequences[i];
-      Live& live = *live_.at(s.id);
-      model::SequenceInput input;
-      if (live.cache == nullptr) {
-        // Without a cache a sequence is recomputed whole whenever it samples.
-        if (!s.samples) continue;
-        input.token_ids = live.tokens;
-      } else {
-        input.token_ids =
-            absl::Span<const int32_t>(live.tokens).subspan(s.start_position, s.num_tokens);
-        input.cache = live.cache.get();
-      }
-      batch_index[i] = batch.sequences.size();
-      batch.sequences.push_back(input);
-    }
-  };
-  build_batch();
-  for (const model::SequenceInput& input : batch.sequences) {
-    if (input.cache != nullptr) input.cache->BeginStep();
-  }
-
-  absl::StatusOr<model::ForwardOutput> output = model::ForwardOutput{};
-  while (!batch.sequences.empty()) {
-    try {
-      output = model_->Forward(batch);
-      break;
-    } catch (const compat::OutOfMemoryError& e) {
-      // Out of device memory (CUDA's allocator or the KV budget): take the step back, move
-      // the largest cache to the host and run the step again. Only when nothing is left to
-      // move does the largest request of the step fail, alone.
-      ++num_oom_events_;
-      metrics_->CountOutOfMemory();
-      spdlog::warn("step out of memory: {}", std::string(e.what_without_backtrace()));
-      for (size_t i = 0; i < n; ++i) {
-        if (ended[i] || batch_index[i] == kNotRun) continue;
-        const ScheduledSequence& s = plan->sequences[i];
-        Live& live = *live_.at(s.id);
-        if (live.cache == nullptr) continue;
-        if (absl::Status rolled = live.cache->RollbackStep(); !rolled.ok()) {
-          Fail(s.id, rolled);
-          ended[i] = true;
-        }
-      }
-      compat::EmptyDeviceCache();
-      if (!OffloadLargestCache()) {
-        size_t victim = kNotRun;
-        int64_t victim_bytes = -1;
-        for (size_t i = 0; i < n; ++i) {
-          if (ended[i] || batch_index[i] == kNotRun) continue;
-          const Live& live = *live_.at(plan->sequences[i].id);
-          const int64_t bytes = live.cache ? live.cache->Memory().total() : 0;
-          if (bytes > victim_bytes) {
-            victim = i;
-            victim_bytes = bytes;
-          }
-        }
-        if (victim == kNotRun) break;
-
-        Fail(plan->sequences[victim].id,
-             absl::ResourceExhaustedError(absl::StrCat(
-                 "out of KV memory even with every cache offloaded: this request holds ",
-                 victim_bytes, " bytes of KV and its step needed more (budget ", budget_->limit(),
-                 " bytes, in use ", budget_->used(), "): ", e.what_without_backtrace())));
-        ended[victim] = true;
-      }
-      build_batch();
-      for (const model::SequenceInput& input : batch.sequences) {
-        if (input.cache != nullptr) input.cache->BeginStep();
-      }
-    } catch (const c10::Error& e) {
-      output = absl::InternalError(absl::StrCat("forward failed: ", e.what_without_backtrace()));
-      break;
-    } catch (const std::exception& e) {
-      output = absl::InternalError(absl::StrCat("forward failed: ", e.what()));
-      break;
+  for (size_t i = 0; i < n; ++i) {
+    if (!ended[i] && plan->sequences[i].is_prefill) {
+      prompt_tokens_computed_ += plan->sequences[i].num_tokens;
     }
   }
-  if (output.ok()) {
-    for (const model::SequenceInput& input : batch.sequences) {
-      if (input.cache != nullptr) input.cache->CommitStep();
-    }
-  }
-  const absl::Time now = absl::Now();
+  ForwardResult forward = RunForward(*plan, ended);
+  const absl::Time now = clock_->Now();
   std::vector<SequenceResult> results;
   results.reserve(n);
+  // Sequences whose prompt this step completed, and requests that finished: their prompt is
+  // kept (a copy) only after every token of the step went out, so that it never delays one.
+  std::vector<RequestId> prefilled;
+  std::vector<std::pair<RequestId, FinishReason>> finished;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSequence& s = plan->sequences[i];
     if (ended[i]) {
       results.push_back({s.id, true});
       continue;
     }
-    if (!output.ok()) {
+    if (!forward.output.ok()) {
       // One failed forward leaves every cache of the batch with a partial step: the batch's
-      // requests fail; others are untouched.
-      spdlog::error("request {}: {}", s.id, std::string(output.status().message()));
-      Fail(s.id, output.status());
+      // sequences fail; others are untouched.
+      spdlog::error("request {}: {}", s.id, std::string(forward.output.status().message()));
+      Fail(s.id, forward.output.status());
       results.push_back({s.id, true});
       continue;
     }
-    bool finished = false;
-    if (s.samples) {
-      Live& live = *live_.at(s.id);
-      if (s.is_prefill) KeepAutomaticPrefix(live);
-      const int32_t token = live.sampler->Sample(output->logits[batch_index[i]], live.tokens);
-      finished = AcceptToken(s.id, live, token, now);
+    if (!s.samples) {
+      results.push_back({s.id, false});
+      continue;
     }
-    results.push_back({s.id, finished});
+    Live& live = *live_.at(s.id);
+    if (live.is_registration()) {
+      CompleteRegistration(s.id);
+      results.push_back({s.id, true});
+      continue;
+    }
+    if (s.is_prefill) prefilled.push_back(s.id);
+    const int32_t token =
+        live.sampler->Sample(forward.output->logits[forward.batch_index[i]], live.tokens);
+    std::optional<FinishReason> reason = AcceptToken(live, token, now);
+    if (reason) finished.emplace_back(s.id, *reason);
+    results.push_back({s.id, reason.has_value()});
   }
-  absl::Status updated = scheduler_->Update(results);
-  if (!updated.ok()) spdlog::error("scheduler update: {}", std::string(updated.message()));
-  absl::MutexLock lock(&mu_);
-  ++stats_.num_steps;
+  for (RequestId id : prefilled) kv_->OnPrefilled(id);
+  for (const auto& [id, reason] : finished) Finish(id, reason);
+  if (absl::Status updated = scheduler_->Update(results); !updated.ok()) {
+    RecoverFromFailedUpdate(*plan, updated);
+  }
+  ++num_steps_;
   return true;
 }
 
-bool Engine::AcceptToken(RequestId id, Live& live, int32_t token, absl::Time now) {
+void Engine::RecoverFromFailedUpdate(const StepPlan& plan, const absl::Status& status) {
+  spdlog::error("scheduler update: {}; the step's requests fail", std::string(status.message()));
+  for (const ScheduledSequence& s : plan.sequences) {
+    scheduler_->Abort(s.id);
+    Fail(s.id, absl::InternalError("the engine lost track of this request's step"));
+  }
+  // Every sequence of the plan is aborted: an empty update closes it.
+  if (absl::Status closed = scheduler_->Update({}); !closed.ok()) {
+    spdlog::critical("scheduler: cannot close a failed plan: {}", std::string(closed.message()));
+  }
+}
+
+std::optional<FinishReason> Engine::AcceptToken(Live& live, int32_t token, absl::Time now) {
   live.tokens.push_back(token);
   ++live.num_generated;
   if (live.num_generated == 1) {
@@ -712,12 +711,11 @@ bool Engine::AcceptToken(RequestId id, Live& live, int32_t token, absl::Time now
   }
   const int32_t ids[1] = {token};
   live.sink->OnOutput(text, ids);
-  if (!reason) return false;
-  Finish(id, live, *reason);
-  return true;
+  return reason;
 }
 
-void Engine::Finish(RequestId id, Live& live, FinishReason reason) {
+void Engine::Finish(RequestId id, FinishReason reason) {
+  Live& live = *live_.at(id);
   GenerationSummary summary;
   summary.finish_reason = reason;
   summary.prompt_tokens = static_cast<int64_t>(live.request.prompt_ids.size());
@@ -729,77 +727,76 @@ void Engine::Finish(RequestId id, Live& live, FinishReason reason) {
     summary.ttft_ms = Ms(live.first_token_at - arrival);
     summary.decode_ms = Ms(live.last_token_at - live.first_token_at);
   }
-  cache::CacheImplementation implementation = live.request.cache_spec.implementation;
-  if (live.offload_fallback) {
-    // The cache continued in its offloaded form.
-    if (implementation == cache::CacheImplementation::kDynamic) {
-      implementation = cache::CacheImplementation::kOffloaded;
-    } else if (implementation == cache::CacheImplementation::kStatic) {
-      implementation = cache::CacheImplementation::kOffloadedStatic;
-    }
-  }
-  summary.cache_implementation = std::string(cache::CacheImplementationName(implementation));
-  summary.offload_fallback = live.offload_fallback;
-  summary.prefix = live.prefix.name;
+  summary.cache_implementation =
+      live.request.cache_spec.use_cache() ? kv_->strategy_name(id) : "none";
+  summary.offload_fallback = kv_->offload_fallback(id);
+  summary.prefix = live.prefix_name;
   // Counted before the client hears of it, so that metrics read after a reply include it.
   metrics_->CountRequest(FinishReasonName(reason));
-  live.sink->OnFinish(summary);
-  {
-    absl::MutexLock lock(&mu_);
-    if (!live.admitted) --num_queued_;
-    --num_live_;
-  }
-  live_.erase(id);
+  std::shared_ptr<RequestSink> sink = live.sink;
+  Forget(id);
+  sink->OnFinish(summary);
 }
 
 void Engine::Fail(RequestId id, const absl::Status& status) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
   Live& live = *it->second;
+  if (live.is_registration()) {
+    RegisterCallback done = std::move(live.registration_done);
+    Forget(id);
+    if (done) done(status);
+    return;
+  }
   metrics_->CountRequest(OutcomeLabel(status));
-  live.sink->OnError(status);
+  std::shared_ptr<RequestSink> sink = live.sink;
+  Forget(id);
+  sink->OnError(status);
+}
+
+void Engine::Forget(RequestId id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
   {
     absl::MutexLock lock(&mu_);
-    if (!live.admitted) --num_queued_;
+    if (!it->second->admitted && !it->second->is_registration()) --num_queued_;
     --num_live_;
   }
   live_.erase(it);
+  kv_->Release(id);
 }
 
 void Engine::PublishStats() {
+  const cache::KvCacheManagerStats kv = kv_->Stats();
   std::map<std::pair<std::string, std::string>, int64_t> by_strategy;
   const std::string device = model_->info().device.str();
-  cache::MemoryUsage total;
-  for (const auto& [id, live] : live_) {
-    if (live->cache == nullptr) continue;
-    const cache::MemoryUsage usage = live->cache->Memory();
-    total += usage;
-    const std::string strategy(
-        cache::CacheImplementationName(live->request.cache_spec.implementation));
+  for (const auto& [strategy, usage] : kv.by_strategy) {
     by_strategy[{strategy, device}] += usage.device_bytes;
     by_strategy[{strategy, "host"}] += usage.host_bytes;
   }
   metrics_->SetKvBytes(by_strategy);
-  if (prefix_store_ != nullptr) {
-    const cache::PrefixStoreStats p = prefix_store_->stats();
-    metrics_->SetPrefixCounts({.named_hits = p.named_hits,
-                               .named_misses = p.named_misses,
-                               .automatic_hits = p.automatic_hits,
-                               .automatic_misses = p.automatic_misses,
-                               .evictions = p.evictions,
-                               .expirations = p.expirations,
-                               .bytes = p.bytes_used,
-                               .named_entries = p.named_entries,
-                               .automatic_entries = p.automatic_entries});
-  }
+  const cache::PrefixStoreStats& p = kv.prefixes;
+  metrics_->SetPrefixCounts({.named_hits = p.named_hits,
+                             .named_misses = p.named_misses,
+                             .automatic_hits = p.automatic_hits,
+                             .automatic_misses = p.automatic_misses,
+                             .evictions = p.evictions,
+                             .expirations = p.expirations,
+                             .bytes = p.bytes_used,
+                             .named_entries = p.named_entries,
+                             .automatic_entries = p.automatic_entries});
   metrics_->SetQueue(scheduler_->num_waiting(), scheduler_->num_running());
   absl::MutexLock lock(&mu_);
   stats_.num_waiting = num_queued_;
   stats_.num_running = num_live_ - num_queued_;
-  stats_.kv_device_bytes = total.device_bytes;
-  stats_.kv_host_bytes = total.host_bytes;
+  stats_.kv_device_bytes = kv.live.device_bytes;
+  stats_.kv_host_bytes = kv.live.host_bytes;
+  stats_.prefix_bytes = kv.prefix_bytes;
+  stats_.num_steps = num_steps_;
   stats_.num_oom_events = num_oom_events_;
-  stats_.num_offload_fallbacks = num_offload_fallbacks_;
+  stats_.num_offload_fallbacks = kv.num_offload_fallbacks;
+  stats_.prompt_tokens_computed = prompt_tokens_computed_;
+  stats_.prefixes = kv.prefixes;
 }
 
 }  // namespace kvserve::server

@@ -1,10 +1,11 @@
-// Engine: the one thread that owns the model and every KV cache; runs continuous batching
-// (one ragged forward per step over every scheduled sequence, each with its own cache).
+// Engine: the one thread that owns the model and, through its KvCacheManager, every KV cache;
+// runs continuous batching (one ragged forward per step over every scheduled sequence).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -18,15 +19,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "cache/kv_memory_budget.h"
+#include "cache/clock.h"
+#include "cache/kv_cache_manager.h"
 #include "server/generation_request.h"
 #include "server/scheduler.h"
 
-namespace kvserve::cache {
-class PrefixStore;
-struct NamedPrefixOptions;
-struct PrefixInfo;
-}  // namespace kvserve::cache
 namespace kvserve::model {
 class Model;
 class Tokenizer;
@@ -34,6 +31,7 @@ class Tokenizer;
 
 namespace kvserve::server {
 
+class PrefixPersistence;
 class ServerMetrics;
 
 // Where the engine delivers a request's results. Called only from the engine thread, in
@@ -55,18 +53,16 @@ class RequestSink {
 
 struct EngineOptions {
   SchedulerOptions scheduler;
-  // --auto-prefix-cache: keep each prompt's K/V (dynamic caches on full-attention models)
-  // as an automatic prefix entry, and start later requests from the longest stored prefix of
-  // their prompt (named or automatic).
-  bool auto_prefix_cache = true;
-  // --auto-prefix-min-tokens: shortest prompt kept, and shortest match used, automatically.
-  int64_t auto_prefix_min_tokens = 32;
-  // The fingerprint snapshots are made with (the prefix store's model fingerprint).
-  std::string model_fingerprint;
-  // --kv-device-bytes (device_limit_bytes < 0: unlimited) and --fault-inject-oom-rate.
-  cache::KvMemoryBudgetOptions kv_budget;
+  // The KV memory: device budget and fault injection, prefix cache size, automatic reuse.
+  cache::KvCacheManagerOptions kv;
+  // The fingerprint snapshots are made with (see ModelFingerprint). Non-empty.
+  std::string model_fingerprint = "unnamed-model";
   // How long the engine thread sleeps at most while idle before it looks at deadlines.
   absl::Duration idle_poll = absl::Milliseconds(20);
+  // Time of arrivals, deadlines, TTFT and prefix TTLs; must outlive the engine.
+  const cache::Clock* clock = cache::RealClock::Get();
+  // Where the named prefixes' changes are recorded (null: nowhere); must outlive the engine.
+  PrefixPersistence* persistence = nullptr;
 };
 
 // A consistent snapshot of the engine's state, for health, metrics and tests.
@@ -75,45 +71,58 @@ struct EngineStats {
   int64_t num_running = 0;  // admitted, not finished
   int64_t kv_device_bytes = 0;
   int64_t kv_host_bytes = 0;
-  int64_t num_steps = 0;              // forwards run so far
-  int64_t num_oom_events = 0;         // out-of-memory errors caught during steps
-  int64_t num_offload_fallbacks = 0;  // caches converted to offloaded form
+  int64_t prefix_bytes = 0;            // prefix snapshots held
+  int64_t num_steps = 0;               // forwards run so far
+  int64_t num_oom_events = 0;          // out-of-memory errors caught during steps
+  int64_t num_offload_fallbacks = 0;   // caches converted to offloaded form
+  int64_t prompt_tokens_computed = 0;  // prompt tokens run through the model, all requests
+  cache::PrefixStoreStats prefixes;
 };
 
-// Thread model: Submit, Cancel, Stats and Shutdown may be called from any thread; everything
-// that touches tensors runs on the engine's own thread (started by Create).
+// A registration's outcome: the stored prefix, or why it was not stored.
+using RegisterCallback = std::function<void(absl::StatusOr<cache::PrefixInfo>)>;
+// A deletion's outcome: OK (deleted), NotFound, or Internal when it could not be recorded.
+using DeleteCallback = std::function<void(absl::Status)>;
+
+// Thread model: Submit, Cancel, RegisterPrefix, DeletePrefix, catalog, Stats and Shutdown
+// may be called from any thread; everything that touches tensors runs on the engine's own
+// thread (started by Create).
 class Engine {
  public:
   // `model`, `tokenizer` (null: outputs carry token ids and no text) and `metrics` must
   // outlive the engine. InvalidArgument naming the option when `options` is out of range.
-  // `prefix_store` (may be null: no prefix reuse at all) must outlive the engine too.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
                                                         model::Model* model,
                                                         const model::Tokenizer* tokenizer,
-                                                        ServerMetrics* metrics,
-                                                        cache::PrefixStore* prefix_store = nullptr);
+                                                        ServerMetrics* metrics);
   // Shuts down with no grace period.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Queues a validated request; its results go to `sink`. Returns the id to Cancel it with.
-  // ResourceExhausted when --max-queue requests are already waiting, Unavailable once
-  // Shutdown has begun; the sink is not called then.
+  // ResourceExhausted when --max-queue requests are already waiting or its cache can never
+  // fit, Unavailable once Shutdown has begun; the sink is not called then.
   absl::StatusOr<RequestId> Submit(GenerationRequest request, std::shared_ptr<RequestSink> sink);
 
   // Ends a request with CANCELLED and frees its cache before the next step. Unknown or
   // already finished ids are ignored.
   void Cancel(RequestId id);
 
-  using RegisterCallback = std::function<void(absl::StatusOr<cache::PrefixInfo>)>;
-  // Prefills `token_ids` (>= 1, each in the vocabulary, within the context) once, between
-  // two steps on the engine thread, and stores the snapshot under `name` in the prefix store.
-  // `done` is called exactly once, on the engine thread, with the store's answer (see
-  // PrefixStore::PutNamed), FailedPrecondition without a prefix store, Unavailable after
-  // Shutdown began, or the forward's error. Thread-safe.
-  void RegisterPrefix(std::string name, std::vector<int32_t> token_ids,
-                      const cache::NamedPrefixOptions& options, RegisterCallback done);
+  // Prefills `token_ids` (>= 1, each in the vocabulary, within the context) as a prefill-only
+  // sequence through the scheduler (chunked and budgeted beside running requests, whole for
+  // a quantized strategy) and stores the snapshot under `name`. `done` is called exactly
+  // once, from the engine thread or (with persistence, once the prefix is durable) the
+  // persistence's thread, with the store's answer (see PrefixStore::PutNamed), Unavailable
+  // after Shutdown began, the forward's error, or Internal when it could not be recorded
+  // (the prefix is then deleted again).
+  void RegisterPrefix(std::string name, std::vector<int32_t> token_ids, cache::CacheSpec strategy,
+                      cache::NamedPrefixOptions options, RegisterCallback done);
+  // Deletes the named prefix once its deletion is recorded; a deletion that cannot be
+  // recorded changes nothing. `done` is called once, from any thread.
+  void DeletePrefix(std::string name, DeleteCallback done);
+  // The named prefixes as last published (after each step). Any thread.
+  std::shared_ptr<const cache::PrefixCatalog> catalog() const;
 
   // Stops accepting requests, lets live ones run for up to `grace`, then ends the rest with
   // finish reason kCancelled and their partial output, and joins the engine thread.
@@ -127,75 +136,102 @@ class Engine {
   bool WaitIdle(absl::Duration timeout) const;
 
  private:
-  struct Live;  // a request's engine-thread state
+  struct Live;  // a sequence's engine-thread state (a request or a registration)
   struct Incoming {
     RequestId id;
     GenerationRequest request;
     std::shared_ptr<RequestSink> sink;
   };
-  struct Registration;
+  struct Registration {
+    std::string name;
+    std::vector<int32_t> token_ids;
+    cache::CacheSpec strategy;
+    cache::NamedPrefixOptions options;
+    RegisterCallback done;
+  };
+  struct Deletion {
+    enum class Kind {
+      kClient,    // record it, then delete (a deletion that cannot be saved changes nothing)
+      kRecorded,  // recorded: delete from the store now, without recording it again
+      kUndo,      // a put that could not be saved: delete now; the deletion is recorded after
+    };
+    std::string name;
+    DeleteCallback done;
+    Kind kind = Kind::kClient;
+  };
+  class Admission;  // the scheduler's admission policy: the cache manager's answer
 
   Engine(const EngineOptions& options, model::Model* model, const model::Tokenizer* tokenizer,
-         ServerMetrics* metrics, cache::PrefixStore* prefix_store,
-         std::unique_ptr<cache::KvMemoryBudget> budget, std::unique_ptr<Scheduler> scheduler);
+         ServerMetrics* metrics, std::unique_ptr<cache::KvCacheManager> kv);
 
   void Loop();
-  // Moves submitted requests into the scheduler and applies cancels. Engine thread.
+  // Moves submitted requests and registrations into the manager and the scheduler, applies
+  // cancels and deletions. Engine thread.
   void DrainInbox();
-  // Runs one registration's prefill and stores its snapshot. Engine thread.
-  void RunRegistration(Registration& registration);
-  // The prompt's cached prefix to copy (named, else automatic), or an empty match.
-  struct PrefixChoice;
-  PrefixChoice ChoosePrefix(const GenerationRequest& request);
-  // Keeps a just-prefilled prompt as an automatic prefix entry when it qualifies.
-  void KeepAutomaticPrefix(const Live& live);
-  // The out-of-memory fallback: converts the running request whose cache holds the most
-  // device bytes to its offloaded form. False when no cache has device bytes left to move.
-  bool OffloadLargestCache();
-  // Copies the request's cached prefix into its new cache, falling back to an offloaded
-  // cache when the copy runs out of memory. Engine thread.
-  absl::Status LoadPrefix(Live& live);
+  void AddRequest(Incoming in);
+  void AddRegistration(RequestId id, Registration registration);
   // Fails requests whose deadline has passed. Engine thread.
   void ExpireDeadlines(absl::Time now);
   // Ends every live request with finish reason kCancelled (shutdown grace over).
   void CancelAllLive();
   // Runs one scheduled step; returns false when there was nothing to run.
   bool Step();
-  // Builds an admitted request's cache; false (request failed and forgotten) on error.
-  bool Admit(RequestId id, Live& live, absl::Time now);
-  // Appends a sampled token and reports output; returns whether the request finished.
-  bool AcceptToken(RequestId id, Live& live, int32_t token, absl::Time now);
+  // Allocates a newly admitted sequence's cache (prefix copied); false when it failed (and
+  // was ended).
+  bool Allocate(RequestId id, Live& live, absl::Time now);
+  // Runs the forward over the plan's sequences not `ended`, with the out-of-memory
+  // fallback: a step that runs out of memory is rolled back, memory is freed (snapshots,
+  // then the largest cache offloaded) and the step runs again; only when nothing is left to
+  // move does the largest sequence fail alone (marked in `ended`). The logits per sequence
+  // index of the plan, or the forward's error.
+  struct ForwardResult;
+  ForwardResult RunForward(const StepPlan& plan, std::vector<bool>& ended);
+  // Appends a sampled token and reports output; returns why the request finished, if it did.
+  std::optional<FinishReason> AcceptToken(Live& live, int32_t token, absl::Time now);
   // Ends a request: reports to its sink, counts it, frees its cache. Scheduler state is the
   // caller's business.
-  void Finish(RequestId id, Live& live, FinishReason reason);
+  void Finish(RequestId id, FinishReason reason);
   void Fail(RequestId id, const absl::Status& status);
+  // Forgets a sequence everywhere but the scheduler (the caller's business).
+  void Forget(RequestId id);
   // Recomputes EngineStats and the queue and KV metrics. Engine thread.
   void PublishStats();
+  // The scheduler's plan could not be updated (an engine bug): its sequences fail and the
+  // scheduler takes the next plan.
+  void RecoverFromFailedUpdate(const StepPlan& plan, const absl::Status& status);
+  // Stores a registration whose prefill is done and arranges its reply (after it is durable).
+  void CompleteRegistration(RequestId id);
+  // Records a deletion first, then deletes; or deletes a recorded one. Engine thread.
+  void ApplyDeletion(Deletion deletion);
+  // The manager's catalog listener: every change goes to the persistence.
+  void OnCatalogChange(const cache::CatalogChange& change);
 
   const EngineOptions options_;
   model::Model* const model_;
   const model::Tokenizer* const tokenizer_;
   ServerMetrics* const metrics_;
-  cache::PrefixStore* const prefix_store_;  // null: no prefix reuse
-  // Device KV bytes of every live cache against --kv-device-bytes. Engine thread only (the
-  // admission policy reads it from Schedule, on the engine thread).
-  std::unique_ptr<cache::KvMemoryBudget> budget_;
-  // Whether automatic matches may end inside a stored prefix (no sliding/chunked layers).
-  bool allow_partial_prefix_ = true;
+  const cache::Clock* const clock_;
+  std::unique_ptr<cache::KvCacheManager> kv_;                   // engine thread only
+  Admission* admission_ = nullptr;                              // owned by scheduler_
   std::unique_ptr<Scheduler> scheduler_;                        // engine thread only
   absl::flat_hash_map<RequestId, std::unique_ptr<Live>> live_;  // engine thread only
+  int64_t num_oom_events_ = 0;                                  // engine thread
+  int64_t num_steps_ = 0;                                       // engine thread
+  int64_t prompt_tokens_computed_ = 0;                          // engine thread
+  PrefixPersistence* const persistence_;                        // null: nothing recorded
+  std::string registering_;            // engine thread: the registration being stored
+  std::vector<std::string> deleting_;  // engine thread: deletions recorded before made
 
   mutable absl::Mutex mu_;
   std::vector<Incoming> inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Registration>> registrations_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<RequestId, Registration>> registrations_ ABSL_GUARDED_BY(mu_);
+  std::vector<Deletion> deletions_ ABSL_GUARDED_BY(mu_);
   RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Submitted and not yet admitted or ended: what --max-queue bounds.
   int64_t num_queued_ ABSL_GUARDED_BY(mu_) = 0;
-  // Submitted and not yet ended.
+  // Submitted and not yet ended (requests and registrations).
   int64_t num_live_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t num_oom_events_ = 0;         // engine thread
-  int64_t num_offload_fallbacks_ = 0;  // engine thread
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time drain_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   EngineStats stats_ ABSL_GUARDED_BY(mu_);

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "cache/cache_factory.h"
-#include "cache/prefix_store.h"
+#include "cache/kv_cache_manager.h"
 #include "cache/torch_compat.h"
 #include "model/embedded_model.h"
 #include "model/generator.h"
@@ -28,8 +28,10 @@
 #include "server/metrics.h"
 #include "server/metrics_http_server.h"
 #include "server/model_fingerprint.h"
-#include "server/prefix_registry.h"
+#include "server/prefix_journal.h"
+#include "server/prefix_persistence.h"
 #include "server/prefix_service.h"
+#include "server/prefixes_file.h"
 #include "server/request_parser.h"
 
 namespace kvserve::server {
@@ -78,6 +80,47 @@ v1::ModelInfo ToProto(const model::ModelInfo& info, const std::string& name,
   out.set_device(info.device.str());
   out.set_max_new_tokens_limit(static_cast<int32_t>(limits.max_new_tokens_limit));
   return out;
+}
+
+// The engine's persistence, written to a PrefixJournal: a prefix is recorded by its token ids,
+// so that a restart registers exactly what was served without tokenizing again.
+class JournalPersistence final : public PrefixPersistence {
+ public:
+  explicit JournalPersistence(PrefixJournal* journal) : journal_(journal) {}
+
+  void RecordPut(const std::string& name, std::vector<int32_t> token_ids,
+                 const cache::NamedPrefixOptions& options, absl::Time created_at,
+                 Done done) override {
+    v1::PrefixOptions wire;
+    wire.set_pinned(options.pinned);
+    if (options.ttl != absl::InfiniteDuration()) {
+      wire.set_ttl_seconds(absl::ToInt64Seconds(absl::Ceil(options.ttl, absl::Seconds(1))));
+    }
+    wire.set_cache_implementation(options.cache_implementation);
+    v1::RegisterPrefixRequest request;
+    request.set_name(name);
+    request.mutable_token_ids()->mutable_ids()->Add(token_ids.begin(), token_ids.end());
+    *request.mutable_options() = wire;
+    journal_->RecordPut(request, wire, created_at, std::move(done));
+  }
+  void RecordDelete(const std::string& name, Done done) override {
+    journal_->RecordDelete(name, std::move(done));
+  }
+
+ private:
+  PrefixJournal* const journal_;
+};
+
+// --prefix-cache-bytes when not given: on a GPU a quarter of the KV device budget (snapshots
+// share it with live caches); on the CPU four full-context prompts of this model, within
+// [64 MiB, 1 GiB], so that a small model's server stays small.
+int64_t DefaultPrefixCacheBytes(const model::ModelInfo& info, int64_t kv_device_limit) {
+  if (info.device.is_cuda() && kv_device_limit > 0)
+    return std::max<int64_t>(kv_device_limit / 4, 1);
+  const int64_t per_token = 2 * info.num_layers * info.num_kv_heads * info.head_dim *
+                            static_cast<int64_t>(c10::elementSize(info.dtype));
+  return std::clamp<int64_t>(4 * per_token * info.max_position_embeddings, int64_t{64} << 20,
+                             int64_t{1} << 30);
 }
 
 // Runs one short generation straight on the model, before the engine exists, so that the
@@ -219,45 +262,68 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
     return absl::FailedPreconditionError("the server already serves a model or has shut down");
   }
   model_ = std::move(loaded);
-  absl::StatusOr<std::unique_ptr<cache::PrefixStore>> store = cache::PrefixStore::Create(
-      {.budget_bytes = options_.prefix_cache_bytes, .model_fingerprint = model_.fingerprint});
-  if (!store.ok()) return store.status();
-  prefix_store_ = *std::move(store);
-  absl::StatusOr<std::unique_ptr<PrefixRegistry>> registry =
-      PrefixRegistry::Open(options_.state_dir);
-  if (!registry.ok()) return registry.status();
-  registry_ = *std::move(registry);
-  std::vector<v1::RegisterPrefixRequest> startup_prefixes = registry_->persisted();
+  const model::ModelInfo& info = model_.model->info();
+  std::vector<v1::RegisterPrefixRequest> listed;
   if (!options_.prefixes_file.empty()) {
-    absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> listed =
-        PrefixRegistry::ReadPrefixesFile(options_.prefixes_file);
-    if (!listed.ok()) return listed.status();
-    startup_prefixes.insert(startup_prefixes.end(), listed->begin(), listed->end());
+    absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> read =
+        ReadPrefixesFile(options_.prefixes_file);
+    if (!read.ok()) return read.status();
+    listed = *std::move(read);
   }
-  parser_ = std::make_unique<RequestParser>(model_.model->info(), model_.tokenizer.get(),
-                                            options_.limits, prefix_store_.get());
+  if (!options_.state_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<PrefixJournal>> journal =
+        PrefixJournal::Open({.state_dir = options_.state_dir});
+    if (!journal.ok()) return journal.status();
+    journal_ = *std::move(journal);
+    persistence_ = std::make_unique<JournalPersistence>(journal_.get());
+  }
   EngineOptions engine_options;
   engine_options.scheduler = options_.scheduler;
-  engine_options.auto_prefix_cache = options_.auto_prefix_cache;
-  engine_options.auto_prefix_min_tokens = options_.auto_prefix_min_tokens;
   engine_options.model_fingerprint = model_.fingerprint;
-  engine_options.kv_budget.device_limit_bytes = options_.kv_device_bytes;
+  engine_options.persistence = persistence_.get();
+  cache::KvCacheManagerOptions& kv = engine_options.kv;
+  kv.auto_prefix_cache = options_.auto_prefix_cache;
+  kv.auto_prefix_min_tokens = options_.auto_prefix_min_tokens;
+  kv.budget.device_limit_bytes = options_.kv_device_bytes;
   if (options_.kv_device_bytes < 0) {
     // On a GPU the KV caches get most of what is free once the weights are loaded.
-    const int64_t free_bytes = compat::DeviceFreeMemoryBytes(model_.model->info().device);
-    if (free_bytes > 0) engine_options.kv_budget.device_limit_bytes = free_bytes / 10 * 9;
+    const int64_t free_bytes = compat::DeviceFreeMemoryBytes(info.device);
+    if (free_bytes > 0) kv.budget.device_limit_bytes = free_bytes / 10 * 9;
   }
-  engine_options.kv_budget.fault_inject_oom_rate = options_.fault_inject_oom_rate;
+  kv.budget.fault_inject_oom_rate = options_.fault_inject_oom_rate;
+  kv.prefix_cache_bytes = options_.prefix_cache_bytes > 0
+                              ? options_.prefix_cache_bytes
+                              : DefaultPrefixCacheBytes(info, kv.budget.device_limit_bytes);
   if (absl::Status warm = WarmUp(*model_.model); !warm.ok()) return warm;
   absl::StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::Create(engine_options, model_.model.get(), model_.tokenizer.get(), metrics_.get(),
-                     prefix_store_.get());
+      Engine::Create(engine_options, model_.model.get(), model_.tokenizer.get(), metrics_.get());
   if (!engine.ok()) return engine.status();
   engine_ = *std::move(engine);
-  const model::ModelInfo& info = model_.model->info();
-  // Prefixes registered before a restart, then the deployment's list; health stays
-  // NOT_SERVING until they are all warm.
-  for (const v1::RegisterPrefixRequest& prefix : startup_prefixes) {
+  Engine* const engine_ptr = engine_.get();
+  parser_ =
+      std::make_unique<RequestParser>(model_.model->info(), model_.tokenizer.get(), options_.limits,
+                                      [engine_ptr] { return engine_ptr->catalog(); });
+  // Prefixes live before a restart, then the deployment's list; health stays NOT_SERVING
+  // until they are all warm. What the state holds never stops the start-up: a prefix that no
+  // longer registers (another model, a smaller cache) is skipped with a warning.
+  if (journal_ != nullptr) {
+    for (const RecoveredPrefix& recovered : journal_->recovered()) {
+      v1::RegisterPrefixRequest request = recovered.request;
+      *request.mutable_options() = recovered.options;
+      if (recovered.options.ttl_seconds() > 0) {
+        // The TTL counts from the first registration, not from the restart.
+        const int64_t left = absl::ToInt64Seconds(
+            recovered.created_at + absl::Seconds(recovered.options.ttl_seconds()) - absl::Now());
+        if (left < 1) continue;
+        request.mutable_options()->set_ttl_seconds(left);
+      }
+      if (absl::Status registered = RegisterAtStartup(request); !registered.ok()) {
+        spdlog::warn("prefix '{}' from the state directory was not registered again: {}",
+                     request.name(), std::string(registered.message()));
+      }
+    }
+  }
+  for (const v1::RegisterPrefixRequest& prefix : listed) {
     absl::Status registered = RegisterAtStartup(prefix);
     if (!registered.ok()) {
       return absl::Status(registered.code(),
@@ -265,11 +331,11 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
     }
   }
   generation_->Attach({engine_.get(), parser_.get(), ToProto(info, model_.name, options_.limits)});
-  prefixes_->Attach({engine_.get(), parser_.get(), prefix_store_.get(), registry_.get()});
+  prefixes_->Attach({engine_.get(), parser_.get()});
   serving_ = true;
   server_->GetHealthCheckService()->SetServingStatus(true);
-  spdlog::info("serving {} ({} layers, vocab {}) on {}", model_.name, info.num_layers,
-               info.vocab_size, info.device.str());
+  spdlog::info("serving {} ({} layers, vocab {}) on {}; prefix cache {} bytes", model_.name,
+               info.num_layers, info.vocab_size, info.device.str(), kv.prefix_cache_bytes);
   return absl::OkStatus();
 }
 
@@ -278,19 +344,13 @@ absl::Status KvServer::RegisterAtStartup(const v1::RegisterPrefixRequest& reques
   if (!parsed.ok()) return parsed.status();
   absl::Notification done;
   absl::Status status;
-  engine_->RegisterPrefix(parsed->name, parsed->token_ids, parsed->options,
+  engine_->RegisterPrefix(parsed->name, parsed->token_ids, parsed->strategy, parsed->options,
                           [&](absl::StatusOr<cache::PrefixInfo> info) {
                             status = info.status();
                             done.Notify();
                           });
   done.WaitForNotification();
-  if (!status.ok()) return status;
-  return registry_->Put(request, parsed->proto_options);
-}
-
-cache::PrefixStore* KvServer::prefix_store() const {
-  absl::MutexLock lock(&mu_);
-  return prefix_store_.get();
+  return status;
 }
 
 Engine* KvServer::engine() const {
@@ -312,6 +372,9 @@ void KvServer::Shutdown(absl::Duration grace) {
   // The engine ends every live request (they finish their gRPC calls) before gRPC stops, so
   // clients get their output or CANCELLED with partial output, never a dropped connection.
   if (engine != nullptr) engine->Shutdown(grace);
+  // The engine makes no record any more: every queued one is written (and answered) while
+  // the engine its callbacks reach still exists.
+  if (journal_ != nullptr) (void)journal_->Flush();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   metrics_server_.reset();
 }

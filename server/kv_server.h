@@ -15,9 +15,6 @@
 namespace grpc {
 class Server;
 }  // namespace grpc
-namespace kvserve::cache {
-class PrefixStore;
-}  // namespace kvserve::cache
 namespace kvserve::model {
 class Model;
 class Tokenizer;
@@ -28,7 +25,8 @@ namespace kvserve::server {
 class Engine;
 class GenerationService;
 class MetricsHttpServer;
-class PrefixRegistry;
+class PrefixJournal;
+class PrefixPersistence;
 class PrefixService;
 class ReplicaIdentity;
 class RequestParser;
@@ -78,8 +76,6 @@ class KvServer {
   // Null before Serve.
   Engine* engine() const;
   ServerMetrics& metrics() const { return *metrics_; }
-  // Null before Serve.
-  cache::PrefixStore* prefix_store() const;
 
  private:
   explicit KvServer(const ServerOptions& options);
@@ -100,8 +96,9 @@ class KvServer {
   mutable absl::Mutex mu_;  // guards the model state below and the lifecycle flags
   LoadedModel model_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<RequestParser> parser_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<cache::PrefixStore> prefix_store_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<PrefixRegistry> registry_ ABSL_GUARDED_BY(mu_);
+  // With --state-dir: where the named prefixes are recorded (the engine's persistence).
+  std::unique_ptr<PrefixJournal> journal_;
+  std::unique_ptr<PrefixPersistence> persistence_;
   std::unique_ptr<Engine> engine_ ABSL_GUARDED_BY(mu_);
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,9 +10,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "cache/prefix_store.h"
+#include "cache/kv_cache_manager.h"
 #include "server/engine.h"
-#include "server/prefix_registry.h"
 #include "server/request_parser.h"
 #include "server/status_mapping.h"
 #include "server/unary_answer.h"
@@ -33,7 +32,7 @@ absl::Status NotFound(const std::string& name) {
 
 }  // namespace
 
-v1::Prefix ToProto(const cache::PrefixInfo& info, const v1::PrefixOptions& options) {
+v1::Prefix ToProto(const cache::PrefixInfo& info) {
   v1::Prefix out;
   out.set_name(info.name);
   out.set_num_tokens(static_cast<int32_t>(info.num_tokens));
@@ -42,7 +41,11 @@ v1::Prefix ToProto(const cache::PrefixInfo& info, const v1::PrefixOptions& optio
   *out.mutable_created_at() =
       google::protobuf::util::TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(info.created_at));
   out.set_hits(info.hits);
-  *out.mutable_options() = options;
+  v1::PrefixOptions* options = out.mutable_options();
+  options->set_pinned(info.options.pinned);
+  options->set_ttl_seconds(
+      info.options.ttl == absl::InfiniteDuration() ? 0 : absl::ToInt64Seconds(info.options.ttl));
+  options->set_cache_implementation(info.options.cache_implementation);
   return out;
 }
 
@@ -51,17 +54,17 @@ grpc::ServerUnaryReactor* PrefixService::RegisterPrefix(grpc::CallbackServerCont
                                                         grpc::ByteBuffer* raw_response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const std::string request_id = BeginCall(context, *replica_, "RegisterPrefix");
-  auto request = std::make_shared<v1::RegisterPrefixRequest>();
+  v1::RegisterPrefixRequest request;
   absl::StatusOr<PrefixRegistration> parsed;
   const ServedPrefixes* served = served_.get();
   try {
-    absl::Status wire = ParseWireMessage(*raw_request, request.get());
+    absl::Status wire = ParseWireMessage(*raw_request, &request);
     if (!wire.ok()) {
       parsed = wire;
     } else if (served == nullptr) {
       parsed = ModelLoadingError();
     } else {
-      parsed = served->parser->ParseRegisterPrefix(*request);
+      parsed = served->parser->ParseRegisterPrefix(request);
     }
   } catch (const std::exception& e) {
     parsed = InternalErrorFor(request_id, "RegisterPrefix", &e);
@@ -70,26 +73,16 @@ grpc::ServerUnaryReactor* PrefixService::RegisterPrefix(grpc::CallbackServerCont
     reactor->Finish(ToGrpcStatus(parsed.status()));
     return reactor;
   }
-  // The engine calls back on its thread once the prefill is stored; the response buffer
+  // The engine calls back once the prefix is stored (and durable); the response buffer
   // lives until Finish.
   served->engine->RegisterPrefix(
-      parsed->name, parsed->token_ids, parsed->options,
-      [reactor, request, raw_response, served,
-       options = parsed->proto_options](absl::StatusOr<cache::PrefixInfo> info) {
+      parsed->name, parsed->token_ids, parsed->strategy, parsed->options,
+      [reactor, raw_response](absl::StatusOr<cache::PrefixInfo> info) {
         if (!info.ok()) {
           reactor->Finish(ToGrpcStatus(info.status()));
           return;
         }
-        // A registration that cannot be saved is undone, so that a restart does not lose
-        // a prefix the client saw registered. (One it replaced is gone from the store but
-        // stays in the state file.)
-        absl::Status saved = served->registry->Put(*request, options);
-        if (!saved.ok()) {
-          served->store->DeleteNamed(info->name);
-          reactor->Finish(ToGrpcStatus(saved));
-          return;
-        }
-        reactor->Finish(ToGrpcStatus(SerializeWireMessage(ToProto(*info, options), raw_response)));
+        reactor->Finish(ToGrpcStatus(SerializeWireMessage(ToProto(*info), raw_response)));
       });
   return reactor;
 }
@@ -102,9 +95,10 @@ grpc::ServerUnaryReactor* PrefixService::GetPrefix(grpc::CallbackServerContext* 
       [this](const v1::GetPrefixRequest& in, v1::Prefix* out) -> absl::Status {
         const ServedPrefixes* served = served_.get();
         if (served == nullptr) return ModelLoadingError();
-        std::optional<cache::PrefixInfo> info = served->store->Info(in.name());
-        if (!info) return NotFound(in.name());
-        *out = ToProto(*info, served->registry->Options(in.name()).value_or(v1::PrefixOptions()));
+        const std::shared_ptr<const cache::PrefixCatalog> catalog = served->engine->catalog();
+        auto it = catalog->find(in.name());
+        if (it == catalog->end()) return NotFound(in.name());
+        *out = ToProto(it->second.info);
         return absl::OkStatus();
       });
 }
@@ -117,29 +111,32 @@ grpc::ServerUnaryReactor* PrefixService::ListPrefixes(grpc::CallbackServerContex
       [this](const v1::ListPrefixesRequest&, v1::ListPrefixesResponse* out) -> absl::Status {
         const ServedPrefixes* served = served_.get();
         if (served == nullptr) return ModelLoadingError();
-        for (const cache::PrefixInfo& info : served->store->List()) {
-          *out->add_prefixes() =
-              ToProto(info, served->registry->Options(info.name).value_or(v1::PrefixOptions()));
+        for (const auto& [name, entry] : *served->engine->catalog()) {
+          *out->add_prefixes() = ToProto(entry.info);
         }
         return absl::OkStatus();
       });
 }
 
 grpc::ServerUnaryReactor* PrefixService::DeletePrefix(grpc::CallbackServerContext* context,
-                                                      const grpc::ByteBuffer* request,
-                                                      grpc::ByteBuffer* response) {
-  return AnswerUnary<v1::DeletePrefixRequest, v1::DeletePrefixResponse>(
-      context, *replica_, "DeletePrefix", request, response,
-      [this](const v1::DeletePrefixRequest& in, v1::DeletePrefixResponse*) -> absl::Status {
-        const ServedPrefixes* served = served_.get();
-        if (served == nullptr) return ModelLoadingError();
-        if (!served->store->Info(in.name()).has_value()) return NotFound(in.name());
-        // The state file first: when it cannot be saved, the prefix stays registered.
-        if (absl::Status saved = served->registry->Remove(in.name()); !saved.ok()) return saved;
-        // Deleted meanwhile by another call.
-        if (!served->store->DeleteNamed(in.name())) return NotFound(in.name());
-        return absl::OkStatus();
-      });
+                                                      const grpc::ByteBuffer* raw_request,
+                                                      grpc::ByteBuffer* raw_response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const std::string request_id = BeginCall(context, *replica_, "DeletePrefix");
+  v1::DeletePrefixRequest request;
+  const ServedPrefixes* served = served_.get();
+  absl::Status parsed = ParseWireMessage(*raw_request, &request);
+  if (parsed.ok() && served == nullptr) parsed = ModelLoadingError();
+  if (!parsed.ok()) {
+    reactor->Finish(ToGrpcStatus(parsed));
+    return reactor;
+  }
+  // The engine deletes once the deletion is recorded; the reply comes from its callback.
+  served->engine->DeletePrefix(request.name(), [reactor, raw_response](absl::Status deleted) {
+    if (deleted.ok()) deleted = SerializeWireMessage(v1::DeletePrefixResponse(), raw_response);
+    reactor->Finish(ToGrpcStatus(deleted));
+  });
+  return reactor;
 }
 
 }  // namespace kvserve::server

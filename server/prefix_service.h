@@ -9,22 +9,18 @@
 #include "server/call_context.h"
 
 namespace kvserve::cache {
-class PrefixStore;
 struct PrefixInfo;
 }  // namespace kvserve::cache
 
 namespace kvserve::server {
 
 class Engine;
-class PrefixRegistry;
 class RequestParser;
 
 // What the service serves once the model is loaded; every pointer must outlive the service.
 struct ServedPrefixes {
-  Engine* engine = nullptr;
+  Engine* engine = nullptr;  // registers and deletes; its published catalog answers Get/List
   const RequestParser* parser = nullptr;
-  cache::PrefixStore* store = nullptr;
-  PrefixRegistry* registry = nullptr;
 };
 
 // Every method takes the request's raw bytes (see wire_codec.h).
@@ -61,7 +57,7 @@ class PrefixService final : public RawPrefixCacheService {
   Attached<ServedPrefixes> served_;
 };
 
-// The wire form of a stored prefix; `options` as it was registered.
-v1::Prefix ToProto(const cache::PrefixInfo& info, const v1::PrefixOptions& options);
+// The wire form of a stored prefix, its options as it was registered (defaults applied).
+v1::Prefix ToProto(const cache::PrefixInfo& info);
 
 }  // namespace kvserve::server

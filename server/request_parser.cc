@@ -93,11 +93,11 @@ absl::Status CheckIdsInVocab(const std::vector<int32_t>& ids, int64_t vocab_size
 }  // namespace
 
 RequestParser::RequestParser(const model::ModelInfo& model_info, const model::Tokenizer* tokenizer,
-                             RequestLimits limits, cache::PrefixStore* prefix_store)
+                             RequestLimits limits, CatalogSource catalog)
     : model_info_(model_info),
       tokenizer_(tokenizer),
       limits_(limits),
-      prefix_store_(prefix_store),
+      catalog_(std::move(catalog)),
       max_input_bytes_(MaxInputBytes(model_info, tokenizer)) {}
 
 absl::StatusOr<std::vector<int32_t>> RequestParser::TextIds(const std::string& text,
@@ -342,8 +342,13 @@ absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest
     return FieldError(field, "the input has no tokens; at least one is required");
   }
   if (!request.prefix().empty()) {
-    std::shared_ptr<const cache::Snapshot> snapshot =
-        prefix_store_ != nullptr ? prefix_store_->GetNamed(request.prefix()) : nullptr;
+    std::shared_ptr<const cache::Snapshot> snapshot;
+    if (catalog_) {
+      const std::shared_ptr<const cache::PrefixCatalog> catalog = catalog_();
+      if (auto it = catalog->find(request.prefix()); it != catalog->end()) {
+        snapshot = it->second.snapshot.lock();
+      }
+    }
     if (snapshot == nullptr) {
       return absl::NotFoundError(
           Cat("prefix: no prefix named '", request.prefix(), "' is registered"));
@@ -415,17 +420,20 @@ absl::StatusOr<PrefixRegistration> RequestParser::ParseRegisterPrefix(
     return FieldError("options.ttl_seconds", Cat("must be >= 0 (got ", o.ttl_seconds(), ")"));
   }
   if (o.ttl_seconds() > 0) out.options.ttl = absl::Seconds(o.ttl_seconds());
-  // The snapshot always holds every token's K/V (see Engine::RegisterPrefix); the strategy
-  // named here is checked, and each request's own strategy decides how it is kept.
-  const std::string implementation =
+  // The snapshot always holds every token's K/V; the strategy decides how its prompt is
+  // prefilled (whole for a quantized one) and is checked against the model here.
+  out.options.cache_implementation =
       o.cache_implementation().empty() ? "static" : o.cache_implementation();
-  absl::StatusOr<cache::CacheSpec> spec = cache::CacheSpec::Parse(implementation);
+  absl::StatusOr<cache::CacheSpec> spec = cache::CacheSpec::Parse(out.options.cache_implementation);
   if (!spec.ok()) {
     return FieldError("options.cache_implementation", std::string(spec.status().message()));
   }
-  out.proto_options.set_pinned(out.options.pinned);
-  out.proto_options.set_ttl_seconds(o.ttl_seconds());
-  out.proto_options.set_cache_implementation(implementation);
+  if (absl::Status fits =
+          cache::CheckSpecForModel(*spec, model_info_.layer_specs, model_info_.head_dim);
+      !fits.ok()) {
+    return FieldError("options.cache_implementation", std::string(fits.message()));
+  }
+  out.strategy = *std::move(spec);
   return out;
 }
 

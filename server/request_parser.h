@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "cache/prefix_store.h"
+#include "cache/kv_cache_manager.h"
 #include "kvserve/v1/generation.pb.h"
 #include "kvserve/v1/prefix.pb.h"
 #include "model/model.h"
@@ -24,9 +24,13 @@ namespace kvserve::server {
 struct PrefixRegistration {
   std::string name;
   std::vector<int32_t> token_ids;     // >= 1 token, within the model's context
-  cache::NamedPrefixOptions options;  // what the store keeps
-  v1::PrefixOptions proto_options;    // the same with defaults applied, as Prefix reports it
+  cache::CacheSpec strategy;          // options.cache_implementation, checked against the model
+  cache::NamedPrefixOptions options;  // what the store keeps (defaults applied)
 };
+
+// The named prefixes a parser resolves GenerateRequest.prefix against: the engine's
+// published catalog. Thread-safe.
+using CatalogSource = std::function<std::shared_ptr<const cache::PrefixCatalog>()>;
 
 struct RequestLimits {
   // --max-new-tokens-limit: the largest max_new_tokens a request may ask for.
@@ -48,10 +52,10 @@ struct ParseContext {
 // tokenizer.json: then only token_ids inputs are accepted) must outlive the parser.
 class RequestParser {
  public:
-  // `prefix_store` (null: every prefix name is NOT_FOUND) resolves GenerateRequest.prefix;
-  // it must outlive the parser.
+  // `catalog` (null: every prefix name is NOT_FOUND) resolves GenerateRequest.prefix without
+  // counting a hit (the engine counts the one use at admission).
   RequestParser(const model::ModelInfo& model_info, const model::Tokenizer* tokenizer,
-                RequestLimits limits, cache::PrefixStore* prefix_store = nullptr);
+                RequestLimits limits, CatalogSource catalog = nullptr);
 
   // Applies the defaults of the proto's comments and checks every field. InvalidArgument
   // whose message starts with the field's path ("sampling.top_p: ...", "input: ...") for the
@@ -95,7 +99,7 @@ class RequestParser {
   const model::ModelInfo& model_info_;
   const model::Tokenizer* tokenizer_;
   RequestLimits limits_;
-  cache::PrefixStore* prefix_store_;
+  CatalogSource catalog_;
   int64_t max_input_bytes_;
 };
 

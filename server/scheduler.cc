@@ -142,17 +142,21 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
          static_cast<int>(running_.size()) < options_.max_batch_size) {
     const RequestId id = waiting_.front();
     Request& r = requests_.at(id);
+    const AdmissionPolicy::Answer answer = policy_->Admit({.id = id,
+                                                           .num_prompt_tokens = r.num_prompt_tokens,
+                                                           .num_cached_tokens = r.num_cached_tokens,
+                                                           .max_new_tokens = r.max_new_tokens,
+                                                           .admitted_this_step = admitted});
+    AdmissionPolicy::Decision decision = answer.decision;
+    const int64_t num_cached = std::clamp<int64_t>(
+        answer.num_cached_tokens.value_or(r.num_cached_tokens), 0, r.num_prompt_tokens - 1);
     // A whole-prompt request waits (blocking those behind it) for a step with room, or for a
-    // step of its own when its prompt exceeds the budget.
-    if (r.prefill == PrefillMode::kWhole && r.num_prompt_tokens - r.num_computed > budget &&
-        !plan.sequences.empty()) {
+    // step of its own when its prompt exceeds the budget. (Admit has no side effects, so its
+    // answer may be dropped.)
+    if (decision == AdmissionPolicy::Decision::kAdmit && r.prefill == PrefillMode::kWhole &&
+        r.num_prompt_tokens - num_cached > budget && !plan.sequences.empty()) {
       break;
     }
-    AdmissionPolicy::Decision decision = policy_->Admit({.id = id,
-                                                         .num_prompt_tokens = r.num_prompt_tokens,
-                                                         .num_cached_tokens = r.num_cached_tokens,
-                                                         .max_new_tokens = r.max_new_tokens,
-                                                         .admitted_this_step = admitted});
     if (decision == AdmissionPolicy::Decision::kDefer && running_.empty()) {
       decision = AdmissionPolicy::Decision::kReject;
     }
@@ -163,6 +167,8 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
       plan.rejected.push_back(id);
       continue;
     }
+    r.num_cached_tokens = num_cached;
+    r.num_computed = num_cached;
     r.running = true;
     running_.push_back(id);
     admitted.push_back(id);

@@ -69,14 +69,20 @@ class AdmissionPolicy {
               // wait too). Treated as kReject when nothing is running, since nothing will free.
     kReject,  // can never fit; the request leaves the queue and is listed in StepPlan::rejected
   };
+  struct Answer {
+    Decision decision = Decision::kAdmit;
+    // Prompt tokens a prefix supplies if the request is admitted now (the prefix is chosen at
+    // admission); nullopt keeps what Add was given. Must be in [0, num_prompt_tokens).
+    std::optional<int64_t> num_cached_tokens;
+  };
   virtual ~AdmissionPolicy() = default;
-  virtual Decision Admit(const AdmissionQuery& query) = 0;
+  virtual Answer Admit(const AdmissionQuery& query) = 0;
 };
 
 // The default policy: every request fits.
 class AdmitAllPolicy final : public AdmissionPolicy {
  public:
-  Decision Admit(const AdmissionQuery& query) override { return Decision::kAdmit; }
+  Answer Admit(const AdmissionQuery& query) override { return {}; }
 };
 
 // One sequence's work in a step.
@@ -134,10 +140,10 @@ class Scheduler {
 
   // Queues a request whose prompt has `num_prompt_tokens` tokens, the first
   // `num_cached_tokens` of which its cache will already hold (copied from a prefix
-  // snapshot). InvalidArgument for counts out of range (the prompt needs >= 1 token,
-  // max_new_tokens >= 1, 0 <= cached < prompt so that the last prompt token is computed and
-  // gives logits), AlreadyExists for an id the scheduler holds, ResourceExhausted when
-  // max_queue requests already wait. Nothing changes on failure.
+  // snapshot; the admission policy may revise it at admission). InvalidArgument for counts out of
+  // range (the prompt needs >= 1 token, max_new_tokens >= 1, 0 <= cached < prompt so that the last
+  // prompt token is computed and gives logits), AlreadyExists for an id the scheduler holds,
+  // ResourceExhausted when max_queue requests already wait. Nothing changes on failure.
   absl::Status Add(RequestId id, int64_t num_prompt_tokens, int64_t max_new_tokens,
                    int64_t num_cached_tokens = 0, PrefillMode prefill = PrefillMode::kChunked);
 

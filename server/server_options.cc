@@ -26,7 +26,9 @@ std::vector<cli::FlagSpec> Flags() {
       {"max-batch-tokens", "tokens per step at most (long prefills are chunked to fit)", "2048"},
       {"max-queue", "requests waiting for admission at most (beyond: RESOURCE_EXHAUSTED)", "256"},
       {"max-new-tokens-limit", "the largest max_new_tokens a request may ask for", "4096"},
-      {"prefix-cache-bytes", "bytes of prefix snapshots kept (named and automatic)", "2 GiB"},
+      {"prefix-cache-bytes",
+       "bytes of prefix snapshots kept (named and automatic); 0: follow the device and model",
+       "GPU: 1/4 of the KV budget; CPU: 4 full contexts, 64 MiB-1 GiB"},
       {"no-auto-prefix-cache", "do not reuse shared prompt prefixes automatically", "", true},
       {"auto-prefix-min-tokens", "shortest prompt prefix kept and reused automatically", "32"},
       {"state-dir", "directory where registered prefixes survive restarts", "none"},
@@ -150,8 +152,8 @@ absl::Status ServerOptions::Validate() const {
   if (!(fault_inject_oom_rate >= 0 && fault_inject_oom_rate <= 1)) {
     return absl::InvalidArgumentError("--fault-inject-oom-rate must be in [0, 1]");
   }
-  if (prefix_cache_bytes < 1) {
-    return absl::InvalidArgumentError("--prefix-cache-bytes must be >= 1");
+  if (prefix_cache_bytes < 0) {
+    return absl::InvalidArgumentError("--prefix-cache-bytes must be >= 0 (0: automatic)");
   }
   if (auto_prefix_min_tokens < 1) {
     return absl::InvalidArgumentError("--auto-prefix-min-tokens must be >= 1");

@@ -30,8 +30,10 @@ struct ServerOptions {
   SchedulerOptions scheduler;
   // --max-new-tokens-limit and the stop-string limits.
   RequestLimits limits;
-  // --prefix-cache-bytes: budget of prefix snapshots (named and automatic), > 0.
-  int64_t prefix_cache_bytes = int64_t{2} << 30;
+  // --prefix-cache-bytes: budget of prefix snapshots (named and automatic); 0 (the default)
+  // follows the device and the model: a quarter of the KV device budget on a GPU, four
+  // full-context prompts within [64 MiB, 1 GiB] on the CPU.
+  int64_t prefix_cache_bytes = 0;
   // --auto-prefix-cache / --no-auto-prefix-cache: keep prompts as automatic prefixes and
   // reuse the longest stored prefix of each prompt.
   bool auto_prefix_cache = true;

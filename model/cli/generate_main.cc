@@ -98,14 +98,11 @@ absl::Status Run(const CommandLine& cl) {
 
   std::unique_ptr<m::Tokenizer> tokenizer;
   if (source->Has("tokenizer.json")) {
-    absl::StatusOr<std::string> json = source->ReadText("tokenizer.json");
-    absl::StatusOr<std::string> config = source->Has("tokenizer_config.json")
-                                             ? source->ReadText("tokenizer_config.json")
-                                             : absl::StatusOr<std::string>("");
-    if (!json.ok()) return json.status();
-    if (!config.ok()) return config.status();
-    absl::StatusOr<std::unique_ptr<m::Tokenizer>> t = m::Tokenizer::FromJson(*json, *config);
+    absl::StatusOr<std::unique_ptr<m::Tokenizer>> t = m::Tokenizer::FromModelSource(*source);
     if (!t.ok()) return t.status();
+    if (absl::Status fits = (*t)->CheckFitsModel((*model)->info().vocab_size); !fits.ok()) {
+      return fits;
+    }
     tokenizer = *std::move(t);
   }
 

@@ -10,11 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "cache/cache_spec.h"
 #include "server/fake_model.h"
 #include "server/metrics.h"
+#include "server/prefix_persistence.h"
 
 namespace kvserve::server {
 namespace {
@@ -104,7 +106,8 @@ std::vector<int32_t> Expected(const FakeModel& model, std::vector<int32_t> promp
 
 class EngineTest : public ::testing::Test {
  protected:
-  void Start(FakeModelOptions model_options = {}, SchedulerOptions scheduler = {}) {
+  void Start(FakeModelOptions model_options = {}, SchedulerOptions scheduler = {},
+             PrefixPersistence* persistence = nullptr) {
     if (model_options.layer_specs.empty()) {
       model_options.layer_specs = {{cache::LayerType::kFullAttention, 0},
                                    {cache::LayerType::kSlidingAttention, 4}};
@@ -115,6 +118,7 @@ class EngineTest : public ::testing::Test {
     model_ = *std::move(model);
     EngineOptions options;
     options.scheduler = scheduler;
+    options.persistence = persistence;
     absl::StatusOr<std::unique_ptr<Engine>> engine =
         Engine::Create(options, model_.get(), nullptr, &metrics_);
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -317,6 +321,114 @@ TEST_F(EngineTest, CacheSpecTheModelRefusesFailsOnlyThatRequest) {
   EXPECT_THAT(std::string(bad_sink->status().message()), HasSubstr("cache:"));
   EXPECT_TRUE(good_sink->status().ok());
   EXPECT_EQ(good_sink->tokens().size(), 4u);
+}
+
+// A persistence that records what it is told and fails while told to.
+class FakePersistence final : public PrefixPersistence {
+ public:
+  void RecordPut(const std::string& name, std::vector<int32_t> token_ids,
+                 const cache::NamedPrefixOptions& options, absl::Time created_at,
+                 Done done) override {
+    Record(absl::StrCat("put ", name, " ", token_ids.size(), " ", options.cache_implementation),
+           std::move(done));
+  }
+  void RecordDelete(const std::string& name, Done done) override {
+    Record(absl::StrCat("delete ", name), std::move(done));
+  }
+  void set_fail(bool fail) {
+    absl::MutexLock lock(&mu_);
+    fail_ = fail;
+  }
+  std::vector<std::string> records() {
+    absl::MutexLock lock(&mu_);
+    return records_;
+  }
+
+ private:
+  void Record(std::string what, Done done) {
+    absl::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      records_.push_back(std::move(what));
+      if (fail_) status = absl::InternalError("could not save the prefix state: disk full");
+    }
+    if (done) done(status);
+  }
+  absl::Mutex mu_;
+  bool fail_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> records_ ABSL_GUARDED_BY(mu_);
+};
+
+// Registers `tokens` as `name` and returns the engine's answer.
+absl::StatusOr<cache::PrefixInfo> Register(Engine& engine, const std::string& name,
+                                           std::vector<int32_t> tokens) {
+  absl::Notification done;
+  absl::StatusOr<cache::PrefixInfo> result;
+  cache::NamedPrefixOptions options;
+  options.cache_implementation = "dynamic";
+  engine.RegisterPrefix(name, std::move(tokens), *cache::CacheSpec::Parse("dynamic"), options,
+                        [&](absl::StatusOr<cache::PrefixInfo> info) {
+                          result = std::move(info);
+                          done.Notify();
+                        });
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  return result;
+}
+
+absl::Status Delete(Engine& engine, const std::string& name) {
+  absl::Notification done;
+  absl::Status result;
+  engine.DeletePrefix(name, [&](absl::Status status) {
+    result = status;
+    done.Notify();
+  });
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  return result;
+}
+
+TEST_F(EngineTest, RegistrationsAndDeletionsAreRecordedAndNamedOnce) {
+  FakePersistence persistence;
+  Start({}, {}, &persistence);
+  absl::StatusOr<cache::PrefixInfo> info = Register(*engine_, "sys", {1, 2, 3, 4, 5});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->num_tokens, 5);
+  // The reply comes after the record, and the catalog already names it.
+  EXPECT_EQ(persistence.records(), std::vector<std::string>({"put sys 5 dynamic"}));
+  ASSERT_EQ(engine_->catalog()->count("sys"), 1u);
+  // A request naming it starts from it, and counts one hit.
+  GenerationRequest request = MakeRequest({1, 2, 3, 4, 5, 6}, 3);
+  request.prefix = "sys";
+  request.prefix_snapshot = engine_->catalog()->at("sys").snapshot.lock();
+  auto sink = Submit(std::move(request));
+  sink->Wait();
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->summary().cached_tokens, 5);
+  EXPECT_EQ(sink->summary().prefix, "sys");
+  EXPECT_EQ(engine_->Stats().prefixes.named_hits, 1);
+  EXPECT_TRUE(Delete(*engine_, "sys").ok());
+  EXPECT_EQ(Delete(*engine_, "sys").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(persistence.records(), std::vector<std::string>({"put sys 5 dynamic", "delete sys"}));
+  EXPECT_EQ(engine_->catalog()->count("sys"), 0u);
+}
+
+TEST_F(EngineTest, WhatCannotBeRecordedChangesNothing) {
+  FakePersistence persistence;
+  Start({}, {}, &persistence);
+  ASSERT_TRUE(Register(*engine_, "kept", {1, 2, 3}).ok());
+  persistence.set_fail(true);
+  // A registration that cannot be saved fails, and is undone.
+  absl::StatusOr<cache::PrefixInfo> unsaved = Register(*engine_, "unsaved", {4, 5, 6});
+  EXPECT_EQ(unsaved.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(unsaved.status().message(), "could not save the prefix state: disk full");
+  // A deletion that cannot be saved leaves the prefix registered. (Its answer also comes
+  // after the undo above, which went into the inbox first.)
+  EXPECT_EQ(Delete(*engine_, "kept").code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(engine_->catalog()->count("kept"), 1u);
+  EXPECT_EQ(engine_->catalog()->count("unsaved"), 0u);
+  // The undo is recorded too, so that the record follows the catalog.
+  EXPECT_EQ(persistence.records(),
+            std::vector<std::string>(
+                {"put kept 3 dynamic", "put unsaved 3 dynamic", "delete unsaved", "delete kept"}));
 }
 
 }  // namespace

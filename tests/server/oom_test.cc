@@ -75,7 +75,7 @@ std::unique_ptr<Engine> MakeEngine(model::Model* model, ServerMetrics* metrics,
   EngineOptions options;
   options.scheduler.max_batch_size = 32;
   options.scheduler.max_queue = 512;
-  options.kv_budget = budget;
+  options.kv.budget = budget;
   return *Engine::Create(options, model, nullptr, metrics);
 }
 

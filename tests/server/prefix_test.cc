@@ -29,6 +29,7 @@
 #include "model/tiny_model_maker.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "server/engine.h"
 #include "server/kv_server.h"
 #include "server/model_fingerprint.h"
 
@@ -194,7 +195,7 @@ TEST_F(PrefixServerTest, AutomaticReuseOfASharedPromptPrefix) {
     EXPECT_THAT(warm.token_ids(), ElementsAreArray(cold.token_ids())) << cache;
     EXPECT_EQ(warm.cache_report().prefix(), "");
   }
-  const cache::PrefixStoreStats stats = server_->prefix_store()->stats();
+  const cache::PrefixStoreStats stats = server_->engine()->Stats().prefixes;
   EXPECT_GE(stats.automatic_hits, 4);
   EXPECT_GE(stats.automatic_entries, 1);
 }
@@ -206,7 +207,8 @@ TEST_F(PrefixServerTest, ConcurrentUsersOfOnePrefixEqualTheirSoloRunsAndLeaveItU
   Start("llama", options);
   const std::vector<int32_t> prefix = Ids(24, 1);
   ASSERT_TRUE(Register("sys", prefix).ok());
-  std::shared_ptr<const cache::Snapshot> snapshot = server_->prefix_store()->GetNamed("sys");
+  std::shared_ptr<const cache::Snapshot> snapshot =
+      server_->engine()->catalog()->at("sys").snapshot.lock();
   ASSERT_NE(snapshot, nullptr);
   std::vector<at::Tensor> before;
   for (int l = 0; l < snapshot->num_layers(); ++l) {
@@ -325,43 +327,6 @@ TEST_F(PrefixServerTest, RegisteredPrefixesComeBackAfterARestart) {
   std::filesystem::remove_all(dir);
 }
 
-TEST_F(PrefixServerTest, AStateFileThatCannotBeSavedLeavesThePrefixesAsTheyWere) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / absl::StrCat("kvserve-unsaved-", getpid());
-  std::filesystem::remove_all(dir);
-  ServerOptions options;
-  options.state_dir = dir.string();
-  Start("llama", options);
-  ASSERT_TRUE(Register("kept", Ids(9, 1)).ok());
-  // A folder where the state file's temporary copy goes makes every later save fail.
-  std::filesystem::create_directories(dir / "prefixes.json.tmp");
-  const grpc::Status registered = Register("unsaved", Ids(9, 2));
-  EXPECT_EQ(registered.error_code(), grpc::StatusCode::INTERNAL);
-  EXPECT_THAT(registered.error_message(), StartsWith("could not save the prefix state"));
-  EXPECT_THAT(registered.error_message(), ::testing::Not(HasSubstr(dir.string())));
-  auto get = [&](const std::string& name) {
-    grpc::ClientContext context;
-    v1::GetPrefixRequest request;
-    request.set_name(name);
-    v1::Prefix response;
-    return prefixes_->GetPrefix(&context, request, &response).error_code();
-  };
-  // The registration the client saw fail is not served either.
-  EXPECT_EQ(get("unsaved"), grpc::StatusCode::NOT_FOUND);
-  {
-    grpc::ClientContext context;
-    v1::DeletePrefixRequest request;
-    request.set_name("kept");
-    v1::DeletePrefixResponse response;
-    EXPECT_EQ(prefixes_->DeletePrefix(&context, request, &response).error_code(),
-              grpc::StatusCode::INTERNAL);
-  }
-  // A delete that could not be saved leaves the prefix registered and served.
-  EXPECT_EQ(get("kept"), grpc::StatusCode::OK);
-  EXPECT_EQ(Generate("kept", Ids(3, 4), R"pb()pb").usage().cached_tokens(), 9);
-  std::filesystem::remove_all(dir);
-}
-
 TEST_F(PrefixServerTest, PrefixesFileInJsonOrYamlIsRegisteredAtStartup) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / absl::StrCat("kvserve-prefixes-", getpid());
@@ -409,10 +374,9 @@ TEST_F(PrefixServerTest, PrefixesFileInJsonOrYamlIsRegisteredAtStartup) {
 }
 
 // Logits, not only tokens: copying a snapshot and prefilling the suffix gives the logits of
-// prefilling the whole prompt (within 1e-4). For quantized caches the copy equals prefilling
-// the prefix and then the suffix in two forwards (how a quantized cache holds a reused
-// prefix): the copied prefix is quantized on its own, as the reference's cache would be
-// after a prefix-only prefill.
+// prefilling the whole prompt (within 1e-4), for every strategy. A quantized cache keeps the
+// copied prefix at full precision until the suffix arrives and quantizes both in that one
+// update, as a cold prefill of the whole prompt does.
 TEST(SnapshotLogitsTest, CopiedPrefixThenSuffixMatchesRecomputation) {
   for (const std::string arch : {"llama", "mistral"}) {
     LoadedModel loaded = TinyModel(arch);
@@ -436,13 +400,8 @@ TEST(SnapshotLogitsTest, CopiedPrefixThenSuffixMatchesRecomputation) {
       ASSERT_TRUE(snapshot->LoadInto(copied.get(), 40).ok());
       const at::Tensor reused = m.Forward({{{suffix, copied.get(), true}}})->logits[0];
       auto fresh = *cache::MakeCache(spec, m.info().layer_specs);
-      at::Tensor expected;
-      if (name == "quantized") {
-        ASSERT_TRUE(m.Forward({{{prefix, fresh.get(), false}}}).ok());
-        expected = m.Forward({{{suffix, fresh.get(), true}}})->logits[0];
-      } else {
-        expected = m.Forward({{{whole, fresh.get(), true}}})->logits[0].narrow(0, 40, 7);
-      }
+      const at::Tensor expected =
+          m.Forward({{{whole, fresh.get(), true}}})->logits[0].narrow(0, 40, 7);
       EXPECT_LE((reused - expected).abs().max().item<float>(), 1e-4) << arch << " " << name;
     }
   }

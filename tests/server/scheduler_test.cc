@@ -377,21 +377,67 @@ class ScriptedPolicy final : public AdmissionPolicy {
     std::vector<RequestId> admitted_this_step;
   };
 
-  explicit ScriptedPolicy(std::map<RequestId, Decision>* decisions, std::vector<Asked>* asked)
-      : decisions_(decisions), asked_(asked) {}
+  explicit ScriptedPolicy(std::map<RequestId, Decision>* decisions, std::vector<Asked>* asked,
+                          std::map<RequestId, int64_t>* cached = nullptr)
+      : decisions_(decisions), asked_(asked), cached_(cached) {}
 
-  Decision Admit(const AdmissionQuery& query) override {
+  Answer Admit(const AdmissionQuery& query) override {
     asked_->push_back({query.id,
                        query.max_cache_tokens(),
                        {query.admitted_this_step.begin(), query.admitted_this_step.end()}});
-    auto it = decisions_->find(query.id);
-    return it == decisions_->end() ? Decision::kAdmit : it->second;
+    Answer answer;
+    if (auto it = decisions_->find(query.id); it != decisions_->end()) answer.decision = it->second;
+    if (cached_ != nullptr) {
+      if (auto it = cached_->find(query.id); it != cached_->end()) {
+        answer.num_cached_tokens = it->second;
+      }
+    }
+    return answer;
   }
 
  private:
   std::map<RequestId, Decision>* decisions_;
   std::vector<Asked>* asked_;
+  std::map<RequestId, int64_t>* cached_;
 };
+
+TEST(SchedulerTest, ThePolicyChoosesTheCachedTokensAtAdmission) {
+  std::map<RequestId, AdmissionPolicy::Decision> decisions;
+  std::vector<ScriptedPolicy::Asked> asked;
+  std::map<RequestId, int64_t> cached = {{1, 6}, {2, 99}};
+  auto s = MakeScheduler({.max_batch_size = 8, .max_batch_tokens = 64},
+                         std::make_unique<ScriptedPolicy>(&decisions, &asked, &cached));
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->Add(1, 10, 2).ok());
+  ASSERT_TRUE(s->Add(2, 5, 2, 1).ok());
+  absl::StatusOr<StepPlan> plan = s->Schedule();
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->sequences.size(), 2u);
+  // 6 of 10 prompt tokens come from a prefix chosen at admission: 4 are computed from 6 on.
+  EXPECT_EQ(plan->sequences[0].start_position, 6);
+  EXPECT_EQ(plan->sequences[0].num_tokens, 4);
+  EXPECT_TRUE(plan->sequences[0].samples);
+  // An answer past the prompt is clamped: the last prompt token is always computed.
+  EXPECT_EQ(plan->sequences[1].start_position, 4);
+  EXPECT_EQ(plan->sequences[1].num_tokens, 1);
+}
+
+TEST(SchedulerTest, AWholePromptWaitsForRoomCountingOnlyWhatItComputes) {
+  std::map<RequestId, AdmissionPolicy::Decision> decisions;
+  std::vector<ScriptedPolicy::Asked> asked;
+  std::map<RequestId, int64_t> cached = {{2, 90}};
+  auto s = MakeScheduler({.max_batch_size = 8, .max_batch_tokens = 64},
+                         std::make_unique<ScriptedPolicy>(&decisions, &asked, &cached));
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->Add(1, 10, 5).ok());
+  // 100 prompt tokens, 90 cached: the 10 it computes fit beside request 1's prefill.
+  ASSERT_TRUE(s->Add(2, 100, 5, 0, PrefillMode::kWhole).ok());
+  absl::StatusOr<StepPlan> plan = s->Schedule();
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->sequences.size(), 2u);
+  EXPECT_EQ(plan->sequences[1].id, 2u);
+  EXPECT_EQ(plan->sequences[1].num_tokens, 10);
+}
 
 TEST(SchedulerTest, AdmissionPolicyDefersAndRejects) {
   using Decision = AdmissionPolicy::Decision;
@@ -436,8 +482,10 @@ TEST(SchedulerTest, AdmissionPolicyDefersAndRejects) {
 
 TEST(SchedulerTest, DefaultPolicyAdmitsEverything) {
   AdmitAllPolicy policy;
-  EXPECT_EQ(policy.Admit({.id = 1, .num_prompt_tokens = 1000000, .max_new_tokens = 1000000}),
-            AdmissionPolicy::Decision::kAdmit);
+  const AdmissionPolicy::Answer answer =
+      policy.Admit({.id = 1, .num_prompt_tokens = 1000000, .max_new_tokens = 1000000});
+  EXPECT_EQ(answer.decision, AdmissionPolicy::Decision::kAdmit);
+  EXPECT_FALSE(answer.num_cached_tokens.has_value());
 }
 
 // The engine's loop in miniature: scheduler plans, FakeModel runs, greedy picks. Every request

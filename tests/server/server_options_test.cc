@@ -55,7 +55,7 @@ TEST(ServerOptionsTest, NoFlagsGiveTheDocumentedDefaults) {
   EXPECT_EQ(o.scheduler.max_batch_tokens, 2048);
   EXPECT_EQ(o.scheduler.max_queue, 256);
   EXPECT_EQ(o.limits.max_new_tokens_limit, 4096);
-  EXPECT_EQ(o.prefix_cache_bytes, int64_t{2} << 30);
+  EXPECT_EQ(o.prefix_cache_bytes, 0);  // follows the device and the model
   EXPECT_TRUE(o.auto_prefix_cache);
   EXPECT_EQ(o.auto_prefix_min_tokens, 32);
   EXPECT_EQ(o.state_dir, "");
@@ -166,7 +166,7 @@ TEST(ServerOptionsTest, FaultRateOutsideZeroToOneIsRefused) {
 }
 
 TEST(ServerOptionsTest, ZeroPrefixCacheBytesIsRefused) {
-  EXPECT_THAT(Error({"--prefix-cache-bytes", "0"}), HasSubstr("--prefix-cache-bytes"));
+  EXPECT_THAT(Error({"--prefix-cache-bytes", "-1"}), HasSubstr("--prefix-cache-bytes"));
 }
 
 TEST(ServerOptionsTest, OtherOutOfRangeValuesNameTheirFlag) {
