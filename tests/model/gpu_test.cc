@@ -124,24 +124,25 @@ TEST_P(GpuCachedEqualsRecomputedTest, SameTokensAsRecomputation) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TinyModels, GpuCachedEqualsRecomputedTest, ::testing::ValuesIn([] {
-      std::vector<StrategyCase> cases;
-      for (const char* arch : {"llama", "mistral", "qwen3"}) {
-        for (const char* impl : {"dynamic", "static", "offloaded", "offloaded_static"}) {
-          cases.push_back({arch, impl, ""});
-        }
-      }
-      // Quantized caches refuse sliding layers (mistral), as the reference does.
-      for (const char* arch : {"llama", "qwen3"}) {
-        cases.push_back({arch, "quantized",
-                         R"({"backend": "hqq", "nbits": 8, "axis_key": 1, "axis_value": 1,
-                             "residual_length": 2})"});
-        cases.push_back({arch, "quantized", R"({"backend": "fp8"})"});
-      }
-      return cases;
-    }()),
-    CaseName);
+std::vector<StrategyCase> AllStrategies() {
+  std::vector<StrategyCase> cases;
+  for (const char* arch : {"llama", "mistral", "qwen3"}) {
+    for (const char* impl : {"dynamic", "static", "offloaded", "offloaded_static"}) {
+      cases.push_back({arch, impl, ""});
+    }
+  }
+  // Quantized caches refuse sliding layers (mistral), as the reference does.
+  for (const char* arch : {"llama", "qwen3"}) {
+    cases.push_back({arch, "quantized",
+                     R"({"backend": "hqq", "nbits": 8, "axis_key": 1, "axis_value": 1,
+                         "residual_length": 2})"});
+    cases.push_back({arch, "quantized", R"({"backend": "fp8"})"});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, GpuCachedEqualsRecomputedTest,
+                         ::testing::ValuesIn(AllStrategies()), CaseName);
 
 // The GPU computes what the CPU computes (float32, greedy).
 TEST(GpuModelTest, MatchesTheCpu) {
