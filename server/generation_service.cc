@@ -53,7 +53,7 @@ void SetSummary(const GenerationSummary& s, Message* m) {
   m->mutable_cache_report()->set_offload_fallback(s.offload_fallback);
 }
 
-// The client's deadline, InfiniteFuture when it set none.
+// The client's deadline (wall-clock time), InfiniteFuture when it set none.
 absl::Time ClientDeadline(const grpc::CallbackServerContext& context) {
   const auto deadline = context.deadline();
   // gRPC reports "no deadline" as a time far in the future.
@@ -69,7 +69,7 @@ absl::StatusOr<GenerationRequest> ParseGenerate(grpc::CallbackServerContext* con
                                                 const grpc::ByteBuffer& raw,
                                                 const ServedModel* served) {
   if (served == nullptr) return ModelLoadingError();
-  const absl::Time arrival = absl::Now();
+  const absl::Time arrival = served->clock->Now();
   v1::GenerateRequest request;
   absl::Status wire = ParseWireMessage(raw, &request);
   if (!wire.ok()) return wire;
@@ -78,7 +78,10 @@ absl::StatusOr<GenerationRequest> ParseGenerate(grpc::CallbackServerContext* con
   absl::StatusOr<GenerationRequest> parsed = served->parser->Parse(request, parse_context);
   if (!parsed.ok()) return parsed;
   parsed->arrival_time = arrival;
-  parsed->deadline = parse_context.deadline;
+  // The engine counts in its clock's time: the deadline is what is left of the client's.
+  parsed->deadline = parse_context.deadline == absl::InfiniteFuture()
+                         ? absl::InfiniteFuture()
+                         : arrival + (parse_context.deadline - absl::Now());
   return parsed;
 }
 

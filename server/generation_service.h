@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "cache/clock.h"
 #include "kvserve/v1/generation.grpc.pb.h"
 #include "server/attached.h"
 #include "server/call_context.h"
@@ -19,6 +20,8 @@ struct ServedModel {
   Engine* engine = nullptr;               // must outlive the service
   const RequestParser* parser = nullptr;  // must outlive the service
   v1::ModelInfo info;
+  // The engine's clock: arrivals and deadlines are stamped in its time.
+  const cache::Clock* clock = cache::RealClock::Get();
 };
 
 // Every method takes the request's raw bytes (see wire_codec.h), so that malformed bytes are

@@ -272,7 +272,7 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   }
   if (!options_.state_dir.empty()) {
     absl::StatusOr<std::unique_ptr<PrefixJournal>> journal =
-        PrefixJournal::Open({.state_dir = options_.state_dir});
+        PrefixJournal::Open({.state_dir = options_.state_dir, .clock = options_.clock});
     if (!journal.ok()) return journal.status();
     journal_ = *std::move(journal);
     persistence_ = std::make_unique<JournalPersistence>(journal_.get());
@@ -281,6 +281,7 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   engine_options.scheduler = options_.scheduler;
   engine_options.model_fingerprint = model_.fingerprint;
   engine_options.persistence = persistence_.get();
+  engine_options.clock = options_.clock;
   cache::KvCacheManagerOptions& kv = engine_options.kv;
   kv.auto_prefix_cache = options_.auto_prefix_cache;
   kv.auto_prefix_min_tokens = options_.auto_prefix_min_tokens;
@@ -312,8 +313,9 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
       *request.mutable_options() = recovered.options;
       if (recovered.options.ttl_seconds() > 0) {
         // The TTL counts from the first registration, not from the restart.
-        const int64_t left = absl::ToInt64Seconds(
-            recovered.created_at + absl::Seconds(recovered.options.ttl_seconds()) - absl::Now());
+        const int64_t left = absl::ToInt64Seconds(recovered.created_at +
+                                                  absl::Seconds(recovered.options.ttl_seconds()) -
+                                                  options_.clock->Now());
         if (left < 1) continue;
         request.mutable_options()->set_ttl_seconds(left);
       }
@@ -330,7 +332,8 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
                           absl::StrCat("prefix '", prefix.name(), "': ", registered.message()));
     }
   }
-  generation_->Attach({engine_.get(), parser_.get(), ToProto(info, model_.name, options_.limits)});
+  generation_->Attach(
+      {engine_.get(), parser_.get(), ToProto(info, model_.name, options_.limits), options_.clock});
   prefixes_->Attach({engine_.get(), parser_.get()});
   serving_ = true;
   server_->GetHealthCheckService()->SetServingStatus(true);

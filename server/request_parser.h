@@ -43,8 +43,8 @@ struct RequestLimits {
 // What parsing knows of the call it serves: long work (rendering a chat template) stops when
 // the deadline passes or the client cancels.
 struct ParseContext {
-  absl::Time deadline = absl::InfiniteFuture();
-  std::function<bool()> cancelled;  // null: never cancelled
+  absl::Time deadline = absl::InfiniteFuture();  // wall-clock time (absl::Now())
+  std::function<bool()> cancelled;               // null: never cancelled
 };
 
 // Immutable after construction; Parse and Tokenize may run on any number of threads at once

@@ -107,7 +107,7 @@ std::vector<int32_t> Expected(const FakeModel& model, std::vector<int32_t> promp
 class EngineTest : public ::testing::Test {
  protected:
   void Start(FakeModelOptions model_options = {}, SchedulerOptions scheduler = {},
-             PrefixPersistence* persistence = nullptr) {
+             PrefixPersistence* persistence = nullptr, cache::KvCacheManagerOptions kv = {}) {
     if (model_options.layer_specs.empty()) {
       model_options.layer_specs = {{cache::LayerType::kFullAttention, 0},
                                    {cache::LayerType::kSlidingAttention, 4}};
@@ -119,6 +119,7 @@ class EngineTest : public ::testing::Test {
     EngineOptions options;
     options.scheduler = scheduler;
     options.persistence = persistence;
+    options.kv = kv;
     absl::StatusOr<std::unique_ptr<Engine>> engine =
         Engine::Create(options, model_.get(), nullptr, &metrics_);
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -429,6 +430,93 @@ TEST_F(EngineTest, WhatCannotBeRecordedChangesNothing) {
   EXPECT_EQ(persistence.records(),
             std::vector<std::string>(
                 {"put kept 3 dynamic", "put unsaved 3 dynamic", "delete unsaved", "delete kept"}));
+}
+
+// A model with full attention only (automatic prefixes are kept) and room for long prompts.
+FakeModelOptions FullAttentionModel(int64_t context = 4096) {
+  FakeModelOptions options;
+  options.layer_specs = {{cache::LayerType::kFullAttention, 0},
+                         {cache::LayerType::kFullAttention, 0}};
+  options.max_position_embeddings = context;
+  return options;
+}
+
+std::vector<int32_t> Tokens(int n, int seed) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back((seed * 7 + i * 13 + 1) % 64);
+  return ids;
+}
+
+TEST_F(EngineTest, ARegistrationRunsInChunksBesideRunningDecodes) {
+  Start(FullAttentionModel(), {.max_batch_size = 8, .max_batch_tokens = 64});
+  std::vector<std::shared_ptr<RecordingSink>> streams;
+  for (int i = 0; i < 4; ++i) streams.push_back(Submit(MakeRequest(Tokens(8, i), 400)));
+  for (auto& s : streams) s->WaitTokens(1);
+  // 2,000 tokens in chunks of at most 60 (64 minus the 4 decodes): about 34 steps, each
+  // running every decode, instead of one step stalling them all.
+  std::vector<size_t> before;
+  for (auto& s : streams) before.push_back(s->tokens().size());
+  const int64_t steps_before = engine_->Stats().num_steps;
+  ASSERT_TRUE(Register(*engine_, "long", Tokens(2000, 9)).ok());
+  const int64_t steps = engine_->Stats().num_steps - steps_before;
+  EXPECT_GE(steps, 2000 / 60);
+  for (size_t i = 0; i < streams.size(); ++i) {
+    // Every step of the registration gave every stream a token (the first and last steps
+    // may fall outside the window the counts were read in).
+    EXPECT_GE(streams[i]->tokens().size() - before[i], static_cast<size_t>(steps - 2)) << i;
+  }
+  for (auto& s : streams) s->Wait();
+}
+
+TEST_F(EngineTest, RequestsSentTogetherOnAFreshPrefixComputeItOnce) {
+  Start(FullAttentionModel(), {.max_batch_size = 16, .max_batch_tokens = 2048});
+  for (int repetition = 0; repetition < 20; ++repetition) {
+    const std::vector<int32_t> shared = Tokens(2000, 100 + repetition);
+    const int64_t computed_before = engine_->Stats().prompt_tokens_computed;
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (int i = 0; i < 8; ++i) {
+      std::vector<int32_t> prompt = shared;
+      const std::vector<int32_t> own = Tokens(32, 1000 * repetition + i);
+      prompt.insert(prompt.end(), own.begin(), own.end());
+      sinks.push_back(Submit(MakeRequest(prompt, 4)));
+    }
+    int64_t cached = 0;
+    for (auto& s : sinks) {
+      s->Wait();
+      ASSERT_TRUE(s->status().ok()) << s->status();
+      cached += s->summary().cached_tokens;
+    }
+    ASSERT_TRUE(engine_->WaitIdle(absl::Seconds(30)));
+    const int64_t computed = engine_->Stats().prompt_tokens_computed - computed_before;
+    EXPECT_LE(computed, 2000 + 8 * 32) << "repetition " << repetition;
+    EXPECT_EQ(cached, 7 * 2000) << "repetition " << repetition;
+  }
+}
+
+TEST_F(EngineTest, IdenticalRequestsUnderATightBudgetWaitInsteadOfFailing) {
+  // Two layers of 2 heads x 4 dims in float32: 64 bytes per token and layer for K and V. A
+  // 600-token prompt with 16 new tokens reserves 640 tokens: 81,920 bytes; the budget holds
+  // one and a half of them.
+  cache::KvCacheManagerOptions kv;
+  kv.budget.device_limit_bytes = 122880;
+  Start(FullAttentionModel(), {.max_batch_size = 8, .max_batch_tokens = 2048}, nullptr, kv);
+  int failures = 0;
+  for (int round = 0; round < 50; ++round) {
+    const std::vector<int32_t> prompt = Tokens(600, round);
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (int i = 0; i < 4; ++i) sinks.push_back(Submit(MakeRequest(prompt, 16)));
+    const std::vector<int32_t> expected = Expected(*model_, prompt, 16);
+    for (auto& s : sinks) {
+      s->Wait();
+      if (!s->status().ok()) {
+        ++failures;
+        ADD_FAILURE() << "round " << round << ": " << s->status();
+        continue;
+      }
+      EXPECT_EQ(s->tokens(), expected);
+    }
+  }
+  EXPECT_EQ(failures, 0);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/cache_factory.h"
+#include "cache/clock.h"
 #include "cache/dynamic_layer.h"
 #include "cache/prefix_store.h"
 #include "cache/snapshot.h"
@@ -79,9 +80,10 @@ class PrefixServerTest : public ::testing::Test {
   }
 
   grpc::Status Register(const std::string& name, const std::vector<int32_t>& ids,
-                        v1::Prefix* prefix = nullptr) {
+                        v1::Prefix* prefix = nullptr, v1::PrefixOptions options = {}) {
     v1::RegisterPrefixRequest request;
     request.set_name(name);
+    *request.mutable_options() = options;
     request.mutable_token_ids()->mutable_ids()->Add(ids.begin(), ids.end());
     v1::Prefix response;
     grpc::ClientContext context;
@@ -325,6 +327,85 @@ TEST_F(PrefixServerTest, RegisteredPrefixesComeBackAfterARestart) {
   EXPECT_THAT(after.token_ids(), ElementsAreArray(before.token_ids()));
   EXPECT_EQ(after.usage().cached_tokens(), 14);
   std::filesystem::remove_all(dir);
+}
+
+TEST_F(PrefixServerTest, ExpiredAndEvictedNamedPrefixesAreGoneAfterARestart) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("kvserve-ttl-", getpid());
+  std::filesystem::remove_all(dir);
+  const model::ModelInfo info = TinyModel("llama").model->info();
+  const int64_t token_bytes = 2 * info.num_layers * info.num_kv_heads * info.head_dim * 4;
+  cache::FakeClock clock(absl::FromUnixSeconds(1700000000));
+  ServerOptions options;
+  options.state_dir = dir.string();
+  options.clock = &clock;
+  options.auto_prefix_cache = false;
+  options.prefix_cache_bytes = 40 * token_bytes;  // 40 tokens of snapshots
+  Start("llama", options);
+  v1::PrefixOptions expiring;
+  expiring.set_ttl_seconds(2);
+  v1::PrefixOptions unpinned;
+  unpinned.set_pinned(false);
+  ASSERT_TRUE(Register("a", Ids(10, 1), nullptr, expiring).ok());
+  ASSERT_TRUE(Register("b", Ids(10, 2)).ok());
+  clock.Advance(absl::Seconds(3));
+  // "a" expired: its room serves "c".
+  ASSERT_TRUE(Register("c", Ids(10, 3)).ok());
+  ASSERT_TRUE(Register("x", Ids(10, 4), nullptr, unpinned).ok());
+  // 15 more tokens do not fit beside b, c and x: the unpinned x is evicted.
+  ASSERT_TRUE(Register("y", Ids(15, 5), nullptr, unpinned).ok());
+  server_->Shutdown(absl::ZeroDuration());
+  server_.reset();
+
+  // The restart starts, and serves exactly what was live.
+  Start("llama", options);
+  v1::ListPrefixesResponse list;
+  grpc::ClientContext context;
+  ASSERT_TRUE(prefixes_->ListPrefixes(&context, v1::ListPrefixesRequest(), &list).ok());
+  std::vector<std::string> names;
+  for (const v1::Prefix& p : list.prefixes()) names.push_back(p.name());
+  EXPECT_EQ(names, std::vector<std::string>({"b", "c", "y"}));
+  // A deleted prefix stays deleted too.
+  {
+    grpc::ClientContext delete_context;
+    v1::DeletePrefixRequest request;
+    request.set_name("b");
+    v1::DeletePrefixResponse response;
+    ASSERT_TRUE(prefixes_->DeletePrefix(&delete_context, request, &response).ok());
+  }
+  server_->Shutdown(absl::ZeroDuration());
+  server_.reset();
+  Start("llama", options);
+  v1::ListPrefixesResponse after;
+  grpc::ClientContext list_context;
+  ASSERT_TRUE(prefixes_->ListPrefixes(&list_context, v1::ListPrefixesRequest(), &after).ok());
+  ASSERT_EQ(after.prefixes_size(), 2);
+  EXPECT_EQ(after.prefixes(0).name(), "c");
+  EXPECT_EQ(after.prefixes(1).name(), "y");
+  // The server reads the clock until it stops: stop it before the clock goes.
+  server_->Shutdown(absl::ZeroDuration());
+  server_.reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(PrefixServerTest, QuantizedRequestsAfterUnrelatedTrafficEqualTheirColdRuns) {
+  Start("llama");
+  const std::vector<int32_t> shared = Ids(30, 5);
+  // Unrelated dynamic traffic leaves the shared prompt in the automatic cache.
+  for (int k = 0; k < 3; ++k) Generate("", Concat(shared, Ids(4, 50 + k)), R"pb()pb");
+  const std::vector<std::string> backends = {"quanto", "fp8", "hqq"};
+  int reused = 0;
+  for (int i = 0; i < 20; ++i) {
+    const std::string cache = absl::StrCat(R"pb(cache_implementation: "quantized"
+                                                quantization { backend: ")pb",
+                                           backends[i % 3], R"pb(" })pb");
+    const std::vector<int32_t> prompt = Concat(shared, Ids(5, 200 + i));
+    const v1::GenerateResponse warm = Generate("", prompt, cache);
+    const v1::GenerateResponse cold = Generate("", prompt, cache, /*skip_reuse=*/true);
+    if (warm.usage().cached_tokens() > 0) ++reused;
+    EXPECT_THAT(warm.token_ids(), ElementsAreArray(cold.token_ids())) << i << " " << cache;
+  }
+  EXPECT_EQ(reused, 20);
 }
 
 TEST_F(PrefixServerTest, PrefixesFileInJsonOrYamlIsRegisteredAtStartup) {
