@@ -28,5 +28,13 @@ bench: build
 format:
 	git ls-files -co --exclude-standard -- '*.h' '*.cc' | xargs clang-format -i
 
+# ASan+UBSan and TSan builds (build-asan, build-tsan), tests, e2e and a soak under each; not
+# part of `make test`. e.g. make sanitize SANITIZE_ARGS="--only thread --soak-minutes 10"
+SANITIZE_ARGS ?=
+
+.PHONY: sanitize
+sanitize: setup
+	./scripts/sanitize.sh $(SANITIZE_ARGS)
+
 clean:
 	rm -rf $(BUILD_DIR)

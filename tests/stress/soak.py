@@ -8,8 +8,9 @@ and quantized; 4-24 new tokens with ignore_eos; half Generate, half GenerateStre
 deadlines. Beside them run --cancel-clients (cancel a stream after 0-3 messages, or a unary
 call after 0-20 ms; one cancel in eight closes the client's connection instead) and
 --short-deadline-clients (deadlines of 1-50 ms), because cancel and deadline races are what
-broke the server. Every successful answer is checked (exactly
-max_new_tokens tokens, finish reason LENGTH).
+broke the server; those pause --pause-ms (50) on average between calls, so that they stay a
+few clients among many rather than most of the requests. Every successful answer is checked
+(exactly max_new_tokens tokens, finish reason LENGTH).
 
 Reports requests, errors by gRPC code, requests/s, the server's RSS (VmRSS from
 /proc/PID/status) every --rss-interval seconds, and the server's end: alive after the
@@ -156,6 +157,10 @@ class Client(threading.Thread):
                     self.cancelling_call()
                 else:
                     self.call()
+                if self.kind != "normal" and self.args.pause_ms > 0:
+                    # Their calls end in milliseconds: unpaced, a few of them would send
+                    # most of the requests and starve the normal traffic.
+                    self.stop.wait(self.rng.uniform(0, 2 * self.args.pause_ms) / 1000)
         finally:
             self.channel.close()
 
@@ -416,6 +421,9 @@ def parse_args(argv):
                         help="extra client threads that cancel their calls (default 2)")
     parser.add_argument("--short-deadline-clients", type=int, default=2,
                         help="extra client threads with 1-50 ms deadlines (default 2)")
+    parser.add_argument("--pause-ms", type=float, default=50.0,
+                        help="mean pause between two calls of a cancelling or short-deadline "
+                        "client, ms (default 50)")
     parser.add_argument("--deadline", type=float, default=120.0,
                         help="deadline of normal and cancelling calls, s (default 120)")
     parser.add_argument("--rss-interval", type=float, default=30.0,
