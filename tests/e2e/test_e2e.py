@@ -31,9 +31,11 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
 )
 
 PATHS = {"kvserve": os.environ.get("KVSERVE_BIN"), "kvctl": os.environ.get("KVCTL_BIN")}
-STARTUP_TIMEOUT_S = 60
-SHUTDOWN_TIMEOUT_S = 30
-CALL_TIMEOUT_S = 60
+# Sanitizer builds run several times slower: their ctest sets KVSERVE_TEST_TIME_SCALE.
+TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
+STARTUP_TIMEOUT_S = 60 * TIME_SCALE
+SHUTDOWN_TIMEOUT_S = 30 * TIME_SCALE
+CALL_TIMEOUT_S = 60 * TIME_SCALE
 LISTENING = re.compile(r"^kvserve listening on 127\.0\.0\.1:(\d+)$")
 
 

@@ -35,8 +35,10 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOSTILE = os.path.join(HERE, "..", "data", "hostile")
 PATHS = {}
-STARTUP_TIMEOUT_S = 60
-CALL_TIMEOUT_S = 60
+# Sanitizer builds run several times slower: their ctest sets KVSERVE_TEST_TIME_SCALE.
+TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
+STARTUP_TIMEOUT_S = 60 * TIME_SCALE
+CALL_TIMEOUT_S = 60 * TIME_SCALE
 LISTENING = re.compile(r"^kvserve listening on 127\.0\.0\.1:(\d+)$")
 
 

@@ -22,7 +22,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kvserve.v1 import generation_pb2, prefix_pb2, prefix_pb2_grpc
 
 KVSERVE = None
-STARTUP_TIMEOUT_S = 120
+# Sanitizer builds run several times slower: their ctest sets KVSERVE_TEST_TIME_SCALE.
+TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
+STARTUP_TIMEOUT_S = 120 * TIME_SCALE
 
 
 class Server:
