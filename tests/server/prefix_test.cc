@@ -32,6 +32,7 @@
 #include "model/transformer.h"
 #include "server/engine.h"
 #include "server/kv_server.h"
+#include "server/metrics.h"
 #include "server/model_fingerprint.h"
 
 namespace kvserve::server {
@@ -291,6 +292,34 @@ TEST_F(PrefixServerTest, PrefixCacheRpcs) {
   grpc::Status status = generation_->Generate(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(status.error_message(), HasSubstr("'a.b-c_1'"));
+}
+
+TEST_F(PrefixServerTest, EachRequestNamingAPrefixCountsOneHit) {
+  Start("llama");
+  ASSERT_TRUE(Register("sys", Ids(24, 3)).ok());
+  for (int k = 0; k < 3; ++k) {
+    const v1::GenerateResponse response = Generate("sys", Ids(4, 40 + k), R"pb()pb");
+    EXPECT_EQ(response.usage().cached_tokens(), 24);
+  }
+  v1::Prefix prefix;
+  {
+    grpc::ClientContext context;
+    v1::GetPrefixRequest request;
+    request.set_name("sys");
+    ASSERT_TRUE(prefixes_->GetPrefix(&context, request, &prefix).ok());
+  }
+  EXPECT_EQ(prefix.hits(), 3);
+  ASSERT_TRUE(server_->engine()->WaitIdle(absl::Seconds(30)));
+  EXPECT_EQ(server_->engine()->Stats().prefixes.named_hits, 3);
+  // The metrics follow the engine's published counts.
+  const std::string expected = R"(kvserve_prefix_cache_hits_total{kind="named"} 3)";
+  std::string text;
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    text = server_->metrics().TextFormat();
+    if (text.find(expected) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_THAT(text, HasSubstr(expected));
 }
 
 TEST_F(PrefixServerTest, RegisteredPrefixesComeBackAfterARestart) {
