@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "base/model_source.h"
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
 #include "cache/fp8_codec.h"
 #include "cache/hqq_quantizer.h"
 #include "cache/quanto_quantizer.h"
 #include "model/generator.h"
-#include "model/model_source.h"
 #include "model/tiny_model_maker.h"
 #include "model/transformer.h"
 
@@ -136,7 +136,7 @@ constexpr int kDecodeTokens = 32;
 model::Transformer& BenchModel() {
   static std::unique_ptr<model::Transformer> m = [] {
     auto files = model::MakeTinyModel({.arch = "llama", .preset = "bench-small", .seed = 1});
-    return std::move(*model::Transformer::Load(model::ModelSource::FromMemory(*files), {}));
+    return std::move(*model::Transformer::Load(base::ModelSource::FromMemory(*files), {}));
   }();
   return *m;
 }

@@ -13,15 +13,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/command_line.h"
+#include "base/model_source.h"
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
 #include "cache/kv_cache.h"
 #include "cache/snapshot.h"
 #include "cache/torch_compat.h"
-#include "model/cli/command_line.h"
 #include "model/device_check.h"
 #include "model/generator.h"
-#include "model/model_source.h"
 #include "model/tiny_model_maker.h"
 #include "model/transformer.h"
 
@@ -92,7 +92,7 @@ absl::Status Run(const kvserve::cli::CommandLine& cl) {
   if (!config.ok()) return config.status();
   auto files = m::MakeModelFiles(*config, 1, weights);
   if (!files.ok()) return files.status();
-  auto model = m::Transformer::Load(m::ModelSource::FromMemory(*files), options);
+  auto model = m::Transformer::Load(kvserve::base::ModelSource::FromMemory(*files), options);
   if (!model.ok()) return model.status();
   const int64_t vocab = (*model)->info().vocab_size;
   std::printf("device %s (%s), %s %s, %s\n", device_flag.c_str(),

@@ -12,10 +12,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/command_line.h"
+#include "base/model_source.h"
 #include "cache/cache_spec.h"
 #include "cache/torch_compat.h"
-#include "model/cli/command_line.h"
-#include "model/model_source.h"
 #include "model/tiny_model_maker.h"
 #include "model/transformer.h"
 #include "server/engine.h"
@@ -91,7 +91,7 @@ int Run(const kvserve::cli::CommandLine& cl) {
     return 1;
   }
   auto model =
-      kvserve::model::Transformer::Load(kvserve::model::ModelSource::FromMemory(*files), {});
+      kvserve::model::Transformer::Load(kvserve::base::ModelSource::FromMemory(*files), {});
   if (!model.ok()) {
     std::cerr << model.status() << "\n";
     return 1;

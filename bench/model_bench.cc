@@ -29,7 +29,7 @@ Transformer& BenchModel(const std::string& name) {
                                 .seed = 1,
                                 .weights_dtype = bf16 ? WeightsDtype::kBF16 : WeightsDtype::kF32});
     if (!files.ok()) std::abort();
-    auto model = Transformer::Load(ModelSource::FromMemory(*files), {});
+    auto model = Transformer::Load(base::ModelSource::FromMemory(*files), {});
     if (!model.ok()) std::abort();
     slot = *std::move(model);
   }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/cli/command_line.h"
+#include "base/command_line.h"
 
 namespace kvserve::client {
 

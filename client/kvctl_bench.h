@@ -10,11 +10,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/command_line.h"
 #include "client/bench_stats.h"
 #include "client/client.h"
 #include "client/flags.h"
 #include "kvserve/v1/generation.pb.h"
-#include "model/cli/command_line.h"
 
 namespace kvserve::client {
 

@@ -9,9 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/command_line.h"
 #include "client/client.h"
 #include "client/flags.h"
-#include "model/cli/command_line.h"
 
 namespace kvserve::client {
 

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/command_line.h"
 #include "client/flags.h"
 #include "client/kvctl_command.h"
 #include "kvserve/v1/prefix.pb.h"
-#include "model/cli/command_line.h"
 
 namespace kvserve::client {
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/command_line.h"
 #include "client/flags.h"
 #include "kvserve/v1/generation.pb.h"
-#include "model/cli/command_line.h"
 
 namespace kvserve::client {
 

@@ -10,9 +10,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "model/string_cat.h"
+#include "base/string_cat.h"
 
 namespace kvserve::model {
+
+using base::Cat;
+
 namespace {
 
 using Json = nlohmann::json;
@@ -22,7 +25,7 @@ constexpr std::string_view kIndexFile = "model.safetensors.index.json";
 constexpr size_t kMaxNamesListed = 10;
 
 // The tensor -> shard map of an index file.
-absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(const ModelSource& source) {
+absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(const base::ModelSource& source) {
   const std::string where = Cat(source.Describe(), "/", kIndexFile);
   absl::StatusOr<std::string> text = source.ReadText(kIndexFile);
   if (!text.ok()) return text.status();
@@ -80,7 +83,7 @@ absl::StatusOr<at::ScalarType> AtenDtype(SafetensorsDtype dtype) {
 
 }  // namespace
 
-absl::StatusOr<Checkpoint> Checkpoint::Open(const ModelSource& source) {
+absl::StatusOr<Checkpoint> Checkpoint::Open(const base::ModelSource& source) {
   Checkpoint checkpoint;
   checkpoint.description_ = source.Describe();
   std::map<std::string, std::string> weight_map;  // tensor -> shard, empty for one file
@@ -107,7 +110,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const ModelSource& source) {
   }
 
   for (const std::string& shard_file : shard_files) {
-    absl::StatusOr<std::shared_ptr<const MappedFile>> mapped = source.Map(shard_file);
+    absl::StatusOr<std::shared_ptr<const base::MappedFile>> mapped = source.Map(shard_file);
     if (!mapped.ok()) {
       if (!weight_map.empty() && absl::IsNotFound(mapped.status())) {
         return absl::NotFoundError(Cat(source.Describe(), "/", kIndexFile, ": lists shard '",

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/model_source.h"
+#include "base/model_source.h"
 #include "model/safetensors.h"
 
 namespace kvserve::model {
@@ -28,7 +28,7 @@ class Checkpoint {
   // that no tensor appears in two shards. NotFound if the model has neither file;
   // InvalidArgument naming the path when either is not a regular file (a directory, a link
   // to a device).
-  static absl::StatusOr<Checkpoint> Open(const ModelSource& source);
+  static absl::StatusOr<Checkpoint> Open(const base::ModelSource& source);
 
   // Every tensor name, sorted.
   std::vector<std::string> TensorNames() const;
@@ -56,7 +56,7 @@ class Checkpoint {
   Checkpoint() = default;
   const TensorEntry* Entry(std::string_view name, size_t* shard) const;
 
-  std::string description_;              // ModelSource::Describe(), for errors
+  std::string description_;              // base::ModelSource::Describe(), for errors
   std::vector<SafetensorsFile> shards_;  // in shard file name order
   std::map<std::string, Location, std::less<>> tensors_;
 };

@@ -5,11 +5,11 @@
 
 namespace kvserve::model {
 
-absl::StatusOr<ModelSource> EmbeddedDefaultModel() {
+absl::StatusOr<base::ModelSource> EmbeddedDefaultModel() {
   absl::StatusOr<std::map<std::string, std::string>> files =
       MakeTinyModel({.arch = "llama", .preset = "small", .seed = 0});
   if (!files.ok()) return files.status();
-  return ModelSource::FromMemory(*std::move(files));
+  return base::ModelSource::FromMemory(*std::move(files));
 }
 
 }  // namespace kvserve::model

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "model/model_source.h"
+#include "base/model_source.h"
 
 namespace kvserve::model {
 
@@ -11,6 +11,6 @@ namespace kvserve::model {
 inline constexpr char kEmbeddedModelDescription[] = "embedded llama/small (seed 0)";
 
 // The in-memory files of the embedded default model.
-absl::StatusOr<ModelSource> EmbeddedDefaultModel();
+absl::StatusOr<base::ModelSource> EmbeddedDefaultModel();
 
 }  // namespace kvserve::model

@@ -11,10 +11,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "model/string_cat.h"
-#include "model/tokenizer_json_util.h"
+#include "base/string_cat.h"
+#include "tokenizer/tokenizer_json_util.h"
 
 namespace kvserve::model {
+
+using base::Cat;
+
 namespace {
 
 using Json = nlohmann::json;

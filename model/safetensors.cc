@@ -14,9 +14,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "model/string_cat.h"
+#include "base/string_cat.h"
 
 namespace kvserve::model {
+
+using base::Cat;
+
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
@@ -218,7 +221,8 @@ std::optional<SafetensorsDtype> ParseSafetensorsDtype(std::string_view name) {
   return std::nullopt;
 }
 
-absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const MappedFile> file) {
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
+    std::shared_ptr<const base::MappedFile> file) {
   if (file == nullptr) return absl::InvalidArgumentError("SafetensorsFile::Parse: null file");
   const ErrorFor error(file->name());
   const std::span<const uint8_t> bytes = file->bytes();

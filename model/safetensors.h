@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/model_source.h"
+#include "base/model_source.h"
 
 namespace kvserve::model {
 
@@ -41,7 +41,7 @@ class SafetensorsFile {
   // end - begin == element size * product(shape) (overflow-safe); no two tensors share a
   // byte; "__metadata__" is a string -> string map. Errors are DataLoss (truncated) or
   // InvalidArgument (malformed), naming the file and the problem. Never reads out of bounds.
-  static absl::StatusOr<SafetensorsFile> Parse(std::shared_ptr<const MappedFile> file);
+  static absl::StatusOr<SafetensorsFile> Parse(std::shared_ptr<const base::MappedFile> file);
 
   // Every tensor, sorted by name.
   const std::vector<TensorEntry>& entries() const { return entries_; }
@@ -56,7 +56,7 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
 
-  std::shared_ptr<const MappedFile> file_;
+  std::shared_ptr<const base::MappedFile> file_;
   std::span<const uint8_t> data_;  // the data section, inside file_->bytes()
   std::vector<TensorEntry> entries_;
   std::map<std::string, std::string> metadata_;

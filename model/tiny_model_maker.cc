@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/safetensors.h"
-#include "model/tiny_tokenizer.h"
+#include "tokenizer/tiny_tokenizer.h"
 
 namespace kvserve::model {
 namespace {

@@ -80,7 +80,7 @@ absl::StatusOr<std::optional<at::ScalarType>> ParseWeightDtype(std::string_view 
 Transformer::Transformer(ModelConfig config, ModelInfo info, RotaryEmbedding rope)
     : config_(std::move(config)), info_(std::move(info)), rope_(std::move(rope)) {}
 
-absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelSource& source,
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const base::ModelSource& source,
                                                                const TransformerOptions& options) {
   absl::StatusOr<std::string> config_text = source.ReadText("config.json");
   if (!config_text.ok()) return config_text.status();
@@ -130,7 +130,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelSource
   return model;
 }
 
-absl::Status Transformer::LoadWeights(const ModelSource& source,
+absl::Status Transformer::LoadWeights(const base::ModelSource& source,
                                       const TransformerOptions& options) {
   absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(source);
   if (!checkpoint.ok()) return checkpoint.status();

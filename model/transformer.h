@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/model_source.h"
 #include "model/model.h"
 #include "model/model_config.h"
-#include "model/model_source.h"
 #include "model/rotary_embedding.h"
 
 namespace kvserve::model {
@@ -48,7 +48,7 @@ class Transformer final : public Model {
  public:
   // Loads config.json and the safetensors weights of `source`. Errors name the file and the
   // problem: an unknown architecture, a missing or unexpected tensor, a shape mismatch.
-  static absl::StatusOr<std::unique_ptr<Transformer>> Load(const ModelSource& source,
+  static absl::StatusOr<std::unique_ptr<Transformer>> Load(const base::ModelSource& source,
                                                            const TransformerOptions& options);
 
   absl::StatusOr<ForwardOutput> Forward(const Batch& batch) override;
@@ -70,7 +70,7 @@ class Transformer final : public Model {
   };
 
   Transformer(ModelConfig config, ModelInfo info, RotaryEmbedding rope);
-  absl::Status LoadWeights(const ModelSource& source, const TransformerOptions& options);
+  absl::Status LoadWeights(const base::ModelSource& source, const TransformerOptions& options);
 
   ModelConfig config_;
   ModelInfo info_;

@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 if ! command -v clang-format >/dev/null 2>&1; then
   echo "clang-format not installed (scripts/setup.sh installs it)"; exit 1
 fi
-mapfile -t files < <(git ls-files -co --exclude-standard -- '*.h' '*.cc' 2>/dev/null || find cache model server client bench tests -name '*.h' -o -name '*.cc')
+mapfile -t files < <(git ls-files -co --exclude-standard -- '*.h' '*.cc' 2>/dev/null || find base cache tokenizer model server client bench tests -name '*.h' -o -name '*.cc')
 bad=0
 for f in "${files[@]}"; do
   [ -f "$f" ] || continue

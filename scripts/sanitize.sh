@@ -127,7 +127,7 @@ for sanitizer in "${sanitizers[@]}"; do
   if [[ -n "$tests_regex" ]]; then
     listing=$(cd "$tree" && ctest -N -R "$tests_regex")
   else
-    listing=$(cd "$tree" && ctest -N -R '^(cache|model|server|client)_unit$' &&
+    listing=$(cd "$tree" && ctest -N -R '^(base|cache|tokenizer|model|server|client)_unit$' &&
       ctest -N -L e2e -E '^stress_')
   fi
   mapfile -t tests < <(sed -n 's/^ *Test *#[0-9]*: //p' <<< "$listing")

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
-#include "model/string_cat.h"
+#include "base/string_cat.h"
 
 namespace kvserve::server {
 namespace {
@@ -75,8 +75,8 @@ absl::Status InternalErrorFor(std::string_view request_id, std::string_view meth
                               const std::exception* exception) {
   spdlog::error("request {} {}: unexpected exception: {}", request_id, method,
                 exception != nullptr ? exception->what() : "(not a std::exception)");
-  return absl::InternalError(model::Cat("internal error while serving ", method,
-                                        "; the server logged it under request id ", request_id));
+  return absl::InternalError(base::Cat("internal error while serving ", method,
+                                       "; the server logged it under request id ", request_id));
 }
 
 }  // namespace kvserve::server

@@ -16,13 +16,13 @@
 #include "cache/kv_cache.h"
 #include "cache/snapshot.h"
 #include "cache/torch_compat.h"
-#include "model/incremental_detokenizer.h"
 #include "model/model.h"
 #include "model/sampler.h"
-#include "model/tokenizer.h"
 #include "server/metrics.h"
 #include "server/prefix_persistence.h"
 #include "server/stop_string_matcher.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
 namespace {

@@ -21,7 +21,6 @@
 #include "cache/torch_compat.h"
 #include "model/embedded_model.h"
 #include "model/generator.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "server/engine.h"
 #include "server/generation_service.h"
@@ -33,6 +32,7 @@
 #include "server/prefix_service.h"
 #include "server/prefixes_file.h"
 #include "server/request_parser.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
 namespace {
@@ -170,9 +170,9 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--device '", options.device, "' is not a device (cpu, cuda, cuda:0)"));
   }
-  absl::StatusOr<model::ModelSource> source =
+  absl::StatusOr<base::ModelSource> source =
       options.model_dir.empty() ? model::EmbeddedDefaultModel()
-                                : model::ModelSource::FromDirectory(options.model_dir);
+                                : base::ModelSource::FromDirectory(options.model_dir);
   if (!source.ok()) return source.status();
   LoadedModel loaded;
   absl::StatusOr<std::unique_ptr<model::Transformer>> transformer_model =

@@ -17,8 +17,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "base/string_cat.h"
 #include "cache/clock.h"
-#include "model/string_cat.h"
 
 namespace kvserve::server {
 namespace {
@@ -31,8 +31,8 @@ constexpr std::string_view kHeadEnd = "\r\n\r\n";
 
 std::string Response(std::string_view status, std::string_view content_type,
                      std::string_view body) {
-  return model::Cat("HTTP/1.1 ", status, "\r\nContent-Type: ", content_type,
-                    "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
+  return base::Cat("HTTP/1.1 ", status, "\r\nContent-Type: ", content_type,
+                   "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
 }
 
 std::string PlainResponse(std::string_view status, std::string_view body) {
@@ -120,7 +120,7 @@ class Connection {
     } else if (request_.size() > max_head_bytes_) {
       StartWriting(
           PlainResponse("431 Request Header Fields Too Large",
-                        model::Cat("the request head exceeds ", max_head_bytes_, " bytes\n")));
+                        base::Cat("the request head exceeds ", max_head_bytes_, " bytes\n")));
     }
   }
 
@@ -269,7 +269,7 @@ int BindAndListen(const addrinfo* resolved) {
 
 absl::StatusOr<MetricsListenAddress> ParseMetricsListenAddress(std::string_view address) {
   const auto invalid = [address](std::string_view why) {
-    return absl::InvalidArgumentError(model::Cat("--metrics-listen '", address, "': ", why));
+    return absl::InvalidArgumentError(base::Cat("--metrics-listen '", address, "': ", why));
   };
   std::string_view host;
   std::string_view port_text;
@@ -315,14 +315,14 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (::getaddrinfo(parsed->host.c_str(), port_text.c_str(), &hints, &resolved) != 0 ||
       resolved == nullptr) {
     return absl::InvalidArgumentError(
-        model::Cat("--metrics-listen '", address, "': cannot resolve the host"));
+        base::Cat("--metrics-listen '", address, "': cannot resolve the host"));
   }
   const int fd = BindAndListen(resolved);
   const int bind_errno = errno;
   ::freeaddrinfo(resolved);
   if (fd < 0) {
-    return absl::UnavailableError(model::Cat("--metrics-listen '", address, "': cannot bind (",
-                                             std::strerror(bind_errno), ")"));
+    return absl::UnavailableError(base::Cat("--metrics-listen '", address, "': cannot bind (",
+                                            std::strerror(bind_errno), ")"));
   }
 
   sockaddr_storage bound{};
@@ -336,7 +336,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
       !absl::SimpleAtoi(service, &bound_port)) {
     ::close(fd);
     return absl::UnavailableError(
-        model::Cat("--metrics-listen '", address, "': cannot read the bound address"));
+        base::Cat("--metrics-listen '", address, "': cannot read the bound address"));
   }
   return std::unique_ptr<MetricsHttpServer>(
       new MetricsHttpServer(fd, bound_port, host, std::move(render), options));

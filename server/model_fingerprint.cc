@@ -52,7 +52,7 @@ class Digest {
 
 }  // namespace
 
-absl::StatusOr<std::string> ModelFingerprint(const model::ModelSource& source,
+absl::StatusOr<std::string> ModelFingerprint(const base::ModelSource& source,
                                              const model::ModelInfo& info) {
   Digest digest;
   for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json"}) {
@@ -75,7 +75,7 @@ absl::StatusOr<std::string> ModelFingerprint(const model::ModelSource& source,
     weights.insert("model.safetensors");
   }
   for (const std::string& file : weights) {
-    absl::StatusOr<std::shared_ptr<const model::MappedFile>> mapped = source.Map(file);
+    absl::StatusOr<std::shared_ptr<const base::MappedFile>> mapped = source.Map(file);
     if (!mapped.ok()) return mapped.status();
     digest.Add(file);
     digest.Add((*mapped)->bytes());

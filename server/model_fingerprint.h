@@ -6,14 +6,14 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "base/model_source.h"
 #include "model/model.h"
-#include "model/model_source.h"
 
 namespace kvserve::server {
 
 // 16 hex digits. Reads every byte of the weights (about 0.1 s per GB here; once, at start-up).
 // Errors name the file that cannot be read.
-absl::StatusOr<std::string> ModelFingerprint(const model::ModelSource& source,
+absl::StatusOr<std::string> ModelFingerprint(const base::ModelSource& source,
                                              const model::ModelInfo& info);
 
 }  // namespace kvserve::server

@@ -9,16 +9,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/string_cat.h"
 #include "cache/cache_factory.h"
 #include "cache/snapshot.h"
-#include "model/chat_template.h"
-#include "model/string_cat.h"
-#include "model/tokenizer.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
 namespace {
 
-using model::Cat;
+using base::Cat;
 
 absl::Status FieldError(const std::string& field, const std::string& reason) {
   return absl::InvalidArgumentError(Cat(field, ": ", reason));

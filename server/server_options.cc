@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "model/cli/command_line.h"
+#include "base/command_line.h"
 #include "model/transformer.h"
 
 namespace kvserve::server {

@@ -12,16 +12,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/command_line.h"
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
 #include "cache/kv_cache.h"
 #include "cache/torch_compat.h"
-#include "model/cli/command_line.h"
 #include "model/device_check.h"
 #include "model/embedded_model.h"
 #include "model/generator.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -89,9 +89,9 @@ absl::Status Run(const CommandLine& cl) {
         absl::StrCat("--device '", cl.GetString("device"), "' is not a device (cpu, cuda:0)"));
   }
 
-  absl::StatusOr<m::ModelSource> source = cl.Has("model")
-                                              ? m::ModelSource::FromDirectory(cl.GetString("model"))
-                                              : m::EmbeddedDefaultModel();
+  absl::StatusOr<kvserve::base::ModelSource> source =
+      cl.Has("model") ? kvserve::base::ModelSource::FromDirectory(cl.GetString("model"))
+                      : m::EmbeddedDefaultModel();
   if (!source.ok()) return source.status();
   absl::StatusOr<std::unique_ptr<m::Transformer>> model = m::Transformer::Load(*source, options);
   if (!model.ok()) return model.status();

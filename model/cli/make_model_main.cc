@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "model/cli/command_line.h"
+#include "base/command_line.h"
 #include "model/tiny_model_maker.h"
 
 int main(int argc, char** argv) {

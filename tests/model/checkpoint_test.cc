@@ -42,8 +42,8 @@ TEST(CheckpointTest, OpensASingleFile) {
       {"model.norm.weight", SafetensorsDtype::kBF16, {2}, AsBytes(bf16)},
       {"lm_head.weight", SafetensorsDtype::kF32, {2, 3}, AsBytes(kWeight)},
       {"ids", SafetensorsDtype::kI64, {3}, AsBytes(ids)}};
-  ModelSource source =
-      ModelSource::FromMemory({{"model.safetensors", SerializeSafetensors(tensors, {})}});
+  base::ModelSource source =
+      base::ModelSource::FromMemory({{"model.safetensors", SerializeSafetensors(tensors, {})}});
   absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(source);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   EXPECT_EQ(checkpoint->TensorNames(),
@@ -98,8 +98,8 @@ TEST(CheckpointTest, ConvertsBf16AndF16ToF32Exactly) {
                                            -0.0f};
   const std::vector<TensorToWrite> tensors = {{"b", SafetensorsDtype::kBF16, {8}, AsBytes(bf16)},
                                               {"h", SafetensorsDtype::kF16, {7}, AsBytes(f16)}};
-  ModelSource source =
-      ModelSource::FromMemory({{"model.safetensors", SerializeSafetensors(tensors, {})}});
+  base::ModelSource source =
+      base::ModelSource::FromMemory({{"model.safetensors", SerializeSafetensors(tensors, {})}});
   absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(source);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
 
@@ -147,7 +147,8 @@ std::map<std::string, std::string> ShardedFiles() {
 }
 
 TEST(CheckpointTest, OpensShardsOfAnIndex) {
-  absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(ModelSource::FromMemory(ShardedFiles()));
+  absl::StatusOr<Checkpoint> checkpoint =
+      Checkpoint::Open(base::ModelSource::FromMemory(ShardedFiles()));
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   EXPECT_EQ(checkpoint->TensorNames(), (std::vector<std::string>{"a", "b", "c"}));
   absl::StatusOr<at::Tensor> c = checkpoint->Load("c", at::kFloat);
@@ -167,7 +168,7 @@ TEST(CheckpointTest, OpensAFolderOnDisk) {
   for (const auto& [name, contents] : ShardedFiles()) {
     std::ofstream(dir / name, std::ios::binary) << contents;
   }
-  absl::StatusOr<ModelSource> source = ModelSource::FromDirectory(dir.string());
+  absl::StatusOr<base::ModelSource> source = base::ModelSource::FromDirectory(dir.string());
   ASSERT_TRUE(source.ok());
   absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(*source);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
@@ -183,7 +184,7 @@ TEST(CheckpointTest, RefusesSpecialFilesByName) {
       fs::path(::testing::TempDir()) / ("kvserve_checkpoint_special_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "model.safetensors");
-  absl::StatusOr<ModelSource> source = ModelSource::FromDirectory(dir.string());
+  absl::StatusOr<base::ModelSource> source = base::ModelSource::FromDirectory(dir.string());
   ASSERT_TRUE(source.ok());
   absl::StatusOr<Checkpoint> folder = Checkpoint::Open(*source);
   EXPECT_EQ(folder.status().code(), absl::StatusCode::kInvalidArgument);
@@ -199,7 +200,7 @@ TEST(CheckpointTest, RefusesSpecialFilesByName) {
 }
 
 absl::Status OpenError(std::map<std::string, std::string> files) {
-  absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(ModelSource::FromMemory(files));
+  absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(base::ModelSource::FromMemory(files));
   return checkpoint.ok() ? absl::OkStatus() : checkpoint.status();
 }
 
@@ -269,7 +270,8 @@ TEST(CheckpointTest, RejectsAMalformedShard) {
 }
 
 TEST(CheckpointTest, CheckNamesListsMissingAndUnexpected) {
-  absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(ModelSource::FromMemory(ShardedFiles()));
+  absl::StatusOr<Checkpoint> checkpoint =
+      Checkpoint::Open(base::ModelSource::FromMemory(ShardedFiles()));
   ASSERT_TRUE(checkpoint.ok());
   EXPECT_TRUE(checkpoint->CheckNames({"a", "b", "c"}).ok());
 

@@ -3,8 +3,8 @@
 
 #include <gtest/gtest.h>
 
-#include "model/tokenizer.h"
 #include "model/transformer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve::model {
 namespace {

@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "base/model_source.h"
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
 #include "cache/kv_cache.h"
 #include "cache/torch_compat.h"
 #include "model/generator.h"
-#include "model/model_source.h"
 #include "model/tiny_model_maker.h"
 #include "model/transformer.h"
 #include "tests/model/tiny_models.h"
@@ -55,7 +55,7 @@ std::unique_ptr<Transformer> LoadOn(const std::string& arch, const std::string& 
   if (!files.ok()) return nullptr;
   TransformerOptions options;
   options.device = device;
-  auto model = Transformer::Load(ModelSource::FromMemory(*files), options);
+  auto model = Transformer::Load(base::ModelSource::FromMemory(*files), options);
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;
 }

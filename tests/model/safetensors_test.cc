@@ -26,7 +26,7 @@ std::string RawFile(const std::string& header, const std::string& data = "") {
 }
 
 absl::StatusOr<SafetensorsFile> ParseBytes(std::string bytes) {
-  return SafetensorsFile::Parse(MappedFile::FromString(kFileName, std::move(bytes)));
+  return SafetensorsFile::Parse(base::MappedFile::FromString(kFileName, std::move(bytes)));
 }
 
 std::span<const uint8_t> AsBytes(const std::vector<float>& values) {
@@ -282,7 +282,7 @@ TEST(SafetensorsTest, RandomCorruptionNeverEscapesTheFile) {
     for (int i = 0; i < flips; ++i) {
       corrupt[rng() % corrupt.size()] = static_cast<char>(rng() % 256);
     }
-    auto file = MappedFile::FromString(kFileName, corrupt);
+    auto file = base::MappedFile::FromString(kFileName, corrupt);
     absl::StatusOr<SafetensorsFile> parsed = SafetensorsFile::Parse(file);
     if (!parsed.ok()) {
       EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(kFileName));

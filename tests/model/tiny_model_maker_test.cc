@@ -84,7 +84,7 @@ TEST(TinyModelMakerTest, WritesAFolderThatLoads) {
   auto files = MakeTinyModel({.arch = "phi3", .preset = "tiny", .seed = 1});
   ASSERT_TRUE(files.ok());
   ASSERT_TRUE(WriteModelFiles(*files, dir).ok());
-  auto source = ModelSource::FromDirectory(dir);
+  auto source = base::ModelSource::FromDirectory(dir);
   ASSERT_TRUE(source.ok());
   auto model = Transformer::Load(*source, {});
   ASSERT_TRUE(model.ok()) << model.status();

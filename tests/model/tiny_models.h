@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/model_source.h"
+#include "base/model_source.h"
 #include "model/tiny_model_maker.h"
 #include "model/transformer.h"
 
@@ -24,7 +24,7 @@ inline std::unique_ptr<Transformer> LoadTinyModel(
   auto files = MakeModelFiles(*config, 7, WeightsDtype::kF32);
   EXPECT_TRUE(files.ok()) << files.status();
   if (!files.ok()) return nullptr;
-  auto model = Transformer::Load(ModelSource::FromMemory(*files), {});
+  auto model = Transformer::Load(base::ModelSource::FromMemory(*files), {});
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;
 }

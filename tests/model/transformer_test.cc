@@ -163,7 +163,7 @@ TEST(TransformerTest, LoadErrorsNameTheTensor) {
   auto phi3 = *PresetConfig("phi3", "tiny");
   auto wrong = files;
   wrong["config.json"] = phi3.ToJson();
-  auto r = Transformer::Load(ModelSource::FromMemory(wrong), {});
+  auto r = Transformer::Load(base::ModelSource::FromMemory(wrong), {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("qkv_proj"), std::string::npos) << r.status();
 
@@ -172,13 +172,13 @@ TEST(TransformerTest, LoadErrorsNameTheTensor) {
   bigger.intermediate_size = 256;
   wrong = files;
   wrong["config.json"] = bigger.ToJson();
-  r = Transformer::Load(ModelSource::FromMemory(wrong), {});
+  r = Transformer::Load(base::ModelSource::FromMemory(wrong), {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("mlp"), std::string::npos) << r.status();
 
   wrong = files;
   wrong.erase("config.json");
-  EXPECT_EQ(Transformer::Load(ModelSource::FromMemory(wrong), {}).status().code(),
+  EXPECT_EQ(Transformer::Load(base::ModelSource::FromMemory(wrong), {}).status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -187,8 +187,8 @@ TEST(TransformerTest, Bf16CheckpointLoadsAsFloat32) {
   auto f32 = *MakeModelFiles(config, 3, WeightsDtype::kF32);
   auto bf16 = *MakeModelFiles(config, 3, WeightsDtype::kBF16);
   EXPECT_LT(bf16["model.safetensors"].size(), f32["model.safetensors"].size());
-  auto a = *Transformer::Load(ModelSource::FromMemory(f32), {});
-  auto b = *Transformer::Load(ModelSource::FromMemory(bf16), {});
+  auto a = *Transformer::Load(base::ModelSource::FromMemory(f32), {});
+  auto b = *Transformer::Load(base::ModelSource::FromMemory(bf16), {});
   const std::vector<int32_t> ids = Prompt(12);
   Batch batch;
   batch.sequences.push_back({ids, nullptr, false});
@@ -207,10 +207,10 @@ TEST(TransformerTest, Bf16CheckpointLoadsAsFloat32) {
 TEST(TransformerTest, Bf16WeightsStayBf16AndComputeLikeFloat32) {
   auto config = *PresetConfig("qwen3", "tiny");
   auto files = *MakeModelFiles(config, 5, WeightsDtype::kBF16);
-  auto narrow = *Transformer::Load(ModelSource::FromMemory(files), {});
+  auto narrow = *Transformer::Load(base::ModelSource::FromMemory(files), {});
   TransformerOptions wide_options;
   wide_options.weight_dtype = at::kFloat;
-  auto wide = *Transformer::Load(ModelSource::FromMemory(files), wide_options);
+  auto wide = *Transformer::Load(base::ModelSource::FromMemory(files), wide_options);
   EXPECT_EQ(narrow->info().weight_dtype, at::kBFloat16);
   EXPECT_EQ(narrow->info().dtype, at::kFloat);
   EXPECT_EQ(wide->info().weight_dtype, at::kFloat);
@@ -239,11 +239,11 @@ TEST(TransformerTest, Bf16WeightsStayBf16AndComputeLikeFloat32) {
   auto f32_files = *MakeModelFiles(config, 5, WeightsDtype::kF32);
   TransformerOptions half_options;
   half_options.weight_dtype = at::kHalf;
-  auto half = *Transformer::Load(ModelSource::FromMemory(f32_files), half_options);
+  auto half = *Transformer::Load(base::ModelSource::FromMemory(f32_files), half_options);
   EXPECT_EQ(half->info().weight_dtype, at::kHalf);
   Batch batch;
   batch.sequences.push_back({ids, nullptr, false});
-  auto f32_model = *Transformer::Load(ModelSource::FromMemory(f32_files), {});
+  auto f32_model = *Transformer::Load(base::ModelSource::FromMemory(f32_files), {});
   EXPECT_EQ(f32_model->info().weight_dtype, at::kFloat);
   auto a = f32_model->Forward(batch);
   auto b = half->Forward(batch);
@@ -256,16 +256,16 @@ TEST(TransformerTest, WeightDtypeCombinationsItCannotRunAreRefused) {
   TransformerOptions options;
   options.weight_dtype = at::kDouble;
   options.dtype = at::kFloat;
-  auto bad = Transformer::Load(ModelSource::FromMemory(files), options);
+  auto bad = Transformer::Load(base::ModelSource::FromMemory(files), options);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("weight_dtype"));
   options.weight_dtype = at::kHalf;
   options.dtype = at::kBFloat16;  // narrow weights need float32 activations
-  bad = Transformer::Load(ModelSource::FromMemory(files), options);
+  bad = Transformer::Load(base::ModelSource::FromMemory(files), options);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("weight_dtype"));
   options.weight_dtype = at::kBFloat16;  // equal to dtype: plain bfloat16 inference
-  EXPECT_TRUE(Transformer::Load(ModelSource::FromMemory(files), options).ok());
+  EXPECT_TRUE(Transformer::Load(base::ModelSource::FromMemory(files), options).ok());
 }
 
 }  // namespace

@@ -14,9 +14,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "cache/cache_spec.h"
-#include "server/fake_model.h"
 #include "server/metrics.h"
 #include "server/prefix_persistence.h"
+#include "tests/support/fake_model.h"
 
 namespace kvserve::server {
 namespace {

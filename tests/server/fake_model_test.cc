@@ -1,5 +1,5 @@
 // Tests of FakeModel: exact predictions, cache growth and contents, validation.
-#include "server/fake_model.h"
+#include "tests/support/fake_model.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -27,8 +27,8 @@
 #include "kvserve/v1/generation.grpc.pb.h"
 #include "model/generator.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
 #include "server/engine.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
 namespace {

@@ -36,7 +36,7 @@ model::ModelInfo TinyInfo() {
 
 std::string Fingerprint(const Files& files, const model::ModelInfo& info = TinyInfo()) {
   absl::StatusOr<std::string> fingerprint =
-      ModelFingerprint(model::ModelSource::FromMemory(files), info);
+      ModelFingerprint(base::ModelSource::FromMemory(files), info);
   EXPECT_TRUE(fingerprint.ok()) << fingerprint.status();
   return fingerprint.ok() ? *fingerprint : "<error>";
 }
@@ -111,7 +111,7 @@ TEST(ModelFingerprintTest, MissingWeightsAreAnErrorNamingTheFile) {
   Files files = TinyFiles();
   files.erase("model.safetensors");
   absl::StatusOr<std::string> fingerprint =
-      ModelFingerprint(model::ModelSource::FromMemory(files), TinyInfo());
+      ModelFingerprint(base::ModelSource::FromMemory(files), TinyInfo());
   EXPECT_FALSE(fingerprint.ok());
   EXPECT_THAT(std::string(fingerprint.status().message()), HasSubstr("model.safetensors"));
 }
@@ -130,7 +130,7 @@ TEST(ModelFingerprintTest, ShardedWeightsAreReadThroughTheIndex) {
   Files missing = files;
   missing.erase("model-00001-of-00001.safetensors");
   absl::StatusOr<std::string> fingerprint =
-      ModelFingerprint(model::ModelSource::FromMemory(missing), TinyInfo());
+      ModelFingerprint(base::ModelSource::FromMemory(missing), TinyInfo());
   EXPECT_FALSE(fingerprint.ok());
   EXPECT_THAT(std::string(fingerprint.status().message()),
               HasSubstr("model-00001-of-00001.safetensors"));

@@ -16,10 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "base/model_source.h"
 #include "cache/cache_spec.h"
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "kvserve/v1/generation.grpc.pb.h"
-#include "model/model_source.h"
 #include "model/tiny_model_maker.h"
 #include "model/transformer.h"
 #include "server/engine.h"
@@ -56,7 +56,7 @@ class Sink final : public RequestSink {
 
 std::unique_ptr<model::Transformer> TinyLlama() {
   auto files = model::MakeTinyModel({.arch = "llama", .preset = "tiny", .seed = 4});
-  return *model::Transformer::Load(model::ModelSource::FromMemory(*files), {});
+  return *model::Transformer::Load(base::ModelSource::FromMemory(*files), {});
 }
 
 GenerationRequest Request(int index, int prompt_length, int max_new, const std::string& cache) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/model_source.h"
 #include "cache/cache_factory.h"
 #include "cache/clock.h"
 #include "cache/dynamic_layer.h"
@@ -26,14 +27,13 @@
 #include "cache/snapshot.h"
 #include "kvserve/v1/generation.grpc.pb.h"
 #include "kvserve/v1/prefix.grpc.pb.h"
-#include "model/model_source.h"
 #include "model/tiny_model_maker.h"
-#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "server/engine.h"
 #include "server/kv_server.h"
 #include "server/metrics.h"
 #include "server/model_fingerprint.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
 namespace {
@@ -47,7 +47,7 @@ LoadedModel TinyModel(const std::string& arch) {
   absl::StatusOr<std::map<std::string, std::string>> files =
       model::MakeTinyModel({.arch = arch, .preset = "tiny", .seed = 2});
   EXPECT_TRUE(files.ok()) << files.status();
-  const model::ModelSource source = model::ModelSource::FromMemory(*files);
+  const base::ModelSource source = base::ModelSource::FromMemory(*files);
   LoadedModel loaded;
   loaded.model = *model::Transformer::Load(source, {});
   loaded.tokenizer = *model::Tokenizer::FromJson(*source.ReadText("tokenizer.json"),

@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/layer_type.h"
-#include "model/tiny_tokenizer.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tiny_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
 namespace {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "cache/kv_cache.h"
-#include "server/fake_model.h"
+#include "tests/support/fake_model.h"
 
 namespace kvserve::server {
 namespace {
