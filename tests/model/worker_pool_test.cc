@@ -1,14 +1,14 @@
-// Tests of WorkerPool and ParallelFor: every part runs exactly once, on several threads,
-// loops follow each other (including after the workers have gone to sleep), and callers
-// from several threads take turns.
+// Tests of WorkerPool and ParallelFor: every part runs exactly once, a worker takes a part
+// the caller leaves (including after the workers have gone to sleep), and callers from
+// several threads take turns.
 #include "model/worker_pool.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <vector>
 
@@ -30,19 +30,37 @@ TEST(WorkerPoolTest, RunsEveryPartOnceForManyLoops) {
 }
 
 TEST(WorkerPoolTest, WorkersTakePartsAndWakeFromSleep) {
+  // What Run guarantees: the caller runs parts itself and never waits for a worker that has
+  // not claimed one. So a worker is proven to take a part only when the caller cannot finish
+  // the loop alone: the caller's own part blocks until a part has run on another thread. A
+  // pause before each loop, far longer than a worker's spin (300 us), lets it fall asleep, so
+  // that Run must wake it. A pool whose workers never take a part (or sleep through the loop)
+  // makes the caller's part time out: the test fails instead of hanging.
+  constexpr auto kTimeout = std::chrono::seconds(30);
   WorkerPool pool(2);
-  std::mutex mutex;
-  std::set<std::thread::id> seen;
-  for (int loop = 0; loop < 20; ++loop) {
-    // Long enough parts that the worker claims some; pauses let it fall asleep.
-    pool.Run(8, [&](int64_t) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      std::lock_guard<std::mutex> lock(mutex);
-      seen.insert(std::this_thread::get_id());
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int loop = 0; loop < 10; ++loop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool ran_on_worker = false;
+    bool caller_timed_out = false;
+    pool.Run(2, [&](int64_t) {
+      std::unique_lock<std::mutex> lock(mutex);
+      if (std::this_thread::get_id() != caller) {
+        ran_on_worker = true;
+        cv.notify_all();
+        return;
+      }
+      // The caller holds one of the two parts: the other is left for a worker. (After a
+      // timeout the caller runs the other part too, without waiting again.)
+      if (caller_timed_out) return;
+      if (!cv.wait_for(lock, kTimeout, [&] { return ran_on_worker; })) caller_timed_out = true;
     });
-    if (loop % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_FALSE(caller_timed_out)
+        << "loop " << loop << ": no worker took a part in " << kTimeout.count() << " s";
+    ASSERT_TRUE(ran_on_worker) << "loop " << loop;
   }
-  EXPECT_EQ(seen.size(), 2u);
 }
 
 TEST(WorkerPoolTest, ConcurrentCallersTakeTurns) {
