@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "cache/dynamic_layer.h"
 #include "cache/kv_cache.h"
 
@@ -15,6 +16,8 @@ Snapshot::Snapshot(std::vector<int32_t> token_ids, std::string fingerprint,
       fingerprint_(std::move(fingerprint)),
       keys_(std::move(keys)),
       values_(std::move(values)) {
+  KVSERVE_CHECK(keys_.size() == values_.size())
+      << "a snapshot has keys of " << keys_.size() << " layers but values of " << values_.size();
   for (size_t i = 0; i < keys_.size(); ++i) {
     bytes_ += static_cast<int64_t>(keys_[i].nbytes() + values_[i].nbytes());
   }
@@ -88,6 +91,9 @@ absl::Status Snapshot::LoadInto(KvCache* cache, int64_t num_tokens) const {
           num_tokens, " (build the cache with max_cache_len >= ", num_tokens, ")"));
     }
   }
+  // Checked above: the cache has this snapshot's layer count, so every index below is one of
+  // its layers.
+  KVSERVE_DCHECK(cache->num_layers() == num_layers());
   for (int i = 0; i < num_layers(); ++i) {
     // Views of the first num_tokens tokens: every layer copies its update into its own
     // storage, so no copy is made here.

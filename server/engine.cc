@@ -13,6 +13,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "cache/kv_cache.h"
 #include "cache/snapshot.h"
 #include "cache/torch_compat.h"
@@ -596,10 +597,9 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
 
 bool Engine::Step() {
   absl::StatusOr<StepPlan> plan = scheduler_->Schedule();
-  if (!plan.ok()) {
-    spdlog::error("scheduler: {}", std::string(plan.status().message()));
-    return false;
-  }
+  // Schedule fails only while a plan is in flight, and every step updates its plan (or closes
+  // it in RecoverFromFailedUpdate) before the next one.
+  KVSERVE_CHECK(plan.ok()) << "scheduler: " << plan.status().message();
   for (RequestId id : plan->rejected) {
     Fail(id, absl::ResourceExhaustedError(admission_->TakeRefusal(id)));
   }
@@ -672,9 +672,9 @@ void Engine::RecoverFromFailedUpdate(const StepPlan& plan, const absl::Status& s
     Fail(s.id, absl::InternalError("the engine lost track of this request's step"));
   }
   // Every sequence of the plan is aborted: an empty update closes it.
-  if (absl::Status closed = scheduler_->Update({}); !closed.ok()) {
-    spdlog::critical("scheduler: cannot close a failed plan: {}", std::string(closed.message()));
-  }
+  // Left open, the plan would fail every later step while requests hang.
+  const absl::Status closed = scheduler_->Update({});
+  KVSERVE_CHECK(closed.ok()) << "scheduler: cannot close a failed plan: " << closed.message();
 }
 
 std::optional<FinishReason> Engine::AcceptToken(Live& live, int32_t token, absl::Time now) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 
 namespace kvserve::server {
 
@@ -74,9 +75,13 @@ void Scheduler::Forget(RequestId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
   if (it->second.running) {
-    running_.erase(std::find(running_.begin(), running_.end(), id));
+    auto pos = std::find(running_.begin(), running_.end(), id);
+    KVSERVE_CHECK(pos != running_.end()) << "request " << id << " is running but not in the batch";
+    running_.erase(pos);
   } else {
-    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+    auto pos = std::find(waiting_.begin(), waiting_.end(), id);
+    KVSERVE_CHECK(pos != waiting_.end()) << "request " << id << " is waiting but not queued";
+    waiting_.erase(pos);
   }
   requests_.erase(it);
 }
@@ -116,11 +121,13 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
                               .newly_admitted = false});
     --budget;
   }
+  KVSERVE_DCHECK(budget >= 0) << "the running decodes exceed max_batch_tokens";
   // Schedules the next prompt chunk of `r` that fits in the remaining budget (all of the
   // prompt for PrefillMode::kWhole, which is admitted only when it fits or runs alone).
   auto add_prefill_chunk = [&](RequestId id, const Request& r, bool newly_admitted) {
     const int64_t remaining = r.num_prompt_tokens - r.num_computed;
     const int64_t n = r.prefill == PrefillMode::kWhole ? remaining : std::min(remaining, budget);
+    KVSERVE_DCHECK(n >= 1) << "request " << id << ": an empty prefill chunk";
     plan.sequences.push_back({.id = id,
                               .num_tokens = n,
                               .start_position = r.num_computed,
@@ -202,7 +209,10 @@ absl::Status Scheduler::Update(absl::Span<const SequenceResult> results) {
     }
     seen[it->second] = true;
     const ScheduledSequence& s = planned[it->second];
-    const Request& r = requests_.at(s.id);
+    auto held = requests_.find(s.id);
+    KVSERVE_CHECK(held != requests_.end())
+        << "request " << s.id << " is in the plan in flight but no longer held";
+    const Request& r = held->second;
     if (s.samples && r.num_generated + 1 >= r.max_new_tokens && !result.finished) {
       return absl::InvalidArgumentError(absl::StrCat(
           "request ", s.id, " sampled its last allowed token (max_new_tokens = ", r.max_new_tokens,
@@ -218,8 +228,13 @@ absl::Status Scheduler::Update(absl::Span<const SequenceResult> results) {
 
   for (const SequenceResult& result : results) {
     if (aborted_in_flight_.contains(result.id)) continue;
-    const ScheduledSequence& s = planned[index.at(result.id)];
-    Request& r = requests_.at(s.id);
+    // Checked above: every result not aborted is of a held request in the plan.
+    auto planned_at = index.find(result.id);
+    KVSERVE_CHECK(planned_at != index.end()) << "request " << result.id << " left the plan";
+    const ScheduledSequence& s = planned[planned_at->second];
+    auto held = requests_.find(s.id);
+    KVSERVE_CHECK(held != requests_.end()) << "request " << s.id << " left the scheduler";
+    Request& r = held->second;
     r.num_computed += s.num_tokens;
     if (s.samples) ++r.num_generated;
     if (result.finished) Forget(s.id);
