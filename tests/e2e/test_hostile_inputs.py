@@ -279,7 +279,9 @@ class HostileInputsTest(unittest.TestCase):
             print(f"RSS after 3 x (60 MB prompt + 16 MB Tokenize): +{grown >> 20} MiB")
             # Tokenizing the 60 MB prompt took RSS from 258 MB to 992 MB; receiving the
             # messages costs their size once, not a tokenized copy.
-            self.assertLess(grown, 300 << 20)
+            # AddressSanitizer keeps up to 256 MiB of freed memory in its quarantine.
+            quarantine = 256 << 20 if os.environ.get("KVSERVE_SANITIZER") == "address" else 0
+            self.assertLess(grown, (300 << 20) + quarantine)
             self.assertTrue(server.alive_and_serving())
         finally:
             self.assertEqual(server.stop(), 0, server.stderr())
