@@ -53,6 +53,23 @@ Fn NextFn(bool is_const, const char* rest) {
 void Acquire(const void* addr) { __tsan_acquire(const_cast<void*>(addr)); }
 void Release(const void* addr) { __tsan_release(const_cast<void*>(addr)); }
 
+// A condition as the library evaluates it: under the lock, but on whichever thread holds it
+// then (the waiter, or a thread unlocking on its behalf), between annotations TSan never saw.
+// Wrapped, each evaluation acquires the mutex's clock first and releases it after, as the
+// critical section it is.
+struct AnnotatedCondition {
+  const void* mu;
+  const absl::Condition* cond;
+};
+
+bool EvalAnnotated(void* arg) {
+  const auto* a = static_cast<const AnnotatedCondition*>(arg);
+  Acquire(a->mu);
+  const bool result = a->cond->Eval();
+  Release(a->mu);
+  return result;
+}
+
 }  // namespace
 
 namespace absl {
@@ -104,21 +121,24 @@ void Mutex::ReaderUnlock() {
 void Mutex::LockWhen(const Condition& cond) {
   static auto* real =
       NextFn<void (*)(Mutex*, const Condition&)>(false, "5Mutex8LockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  AnnotatedCondition annotated{this, &cond};
+  real(this, Condition(&EvalAnnotated, &annotated));
   Acquire(this);
 }
 
 void Mutex::ReaderLockWhen(const Condition& cond) {
   static auto* real =
       NextFn<void (*)(Mutex*, const Condition&)>(false, "5Mutex14ReaderLockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  AnnotatedCondition annotated{this, &cond};
+  real(this, Condition(&EvalAnnotated, &annotated));
   Acquire(this);
 }
 
 bool Mutex::LockWhenWithTimeout(const Condition& cond, absl::Duration timeout) {
   static auto* real = NextFn<bool (*)(Mutex*, const Condition&, absl::Duration)>(
       false, "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool result = real(this, cond, timeout);
+  AnnotatedCondition annotated{this, &cond};
+  const bool result = real(this, Condition(&EvalAnnotated, &annotated), timeout);
   Acquire(this);
   return result;
 }
@@ -126,7 +146,8 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, absl::Duration timeout) {
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, absl::Duration timeout) {
   static auto* real = NextFn<bool (*)(Mutex*, const Condition&, absl::Duration)>(
       false, "5Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool result = real(this, cond, timeout);
+  AnnotatedCondition annotated{this, &cond};
+  const bool result = real(this, Condition(&EvalAnnotated, &annotated), timeout);
   Acquire(this);
   return result;
 }
@@ -134,7 +155,8 @@ bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, absl::Duration time
 bool Mutex::LockWhenWithDeadline(const Condition& cond, absl::Time deadline) {
   static auto* real = NextFn<bool (*)(Mutex*, const Condition&, absl::Time)>(
       false, "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool result = real(this, cond, deadline);
+  AnnotatedCondition annotated{this, &cond};
+  const bool result = real(this, Condition(&EvalAnnotated, &annotated), deadline);
   Acquire(this);
   return result;
 }
@@ -142,7 +164,8 @@ bool Mutex::LockWhenWithDeadline(const Condition& cond, absl::Time deadline) {
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, absl::Time deadline) {
   static auto* real = NextFn<bool (*)(Mutex*, const Condition&, absl::Time)>(
       false, "5Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool result = real(this, cond, deadline);
+  AnnotatedCondition annotated{this, &cond};
+  const bool result = real(this, Condition(&EvalAnnotated, &annotated), deadline);
   Acquire(this);
   return result;
 }
@@ -152,7 +175,8 @@ void Mutex::Await(const Condition& cond) {
   static auto* real =
       NextFn<void (*)(Mutex*, const Condition&)>(false, "5Mutex5AwaitERKNS0_9ConditionE");
   Release(this);
-  real(this, cond);
+  AnnotatedCondition annotated{this, &cond};
+  real(this, Condition(&EvalAnnotated, &annotated));
   Acquire(this);
 }
 
@@ -160,7 +184,8 @@ bool Mutex::AwaitWithTimeout(const Condition& cond, absl::Duration timeout) {
   static auto* real = NextFn<bool (*)(Mutex*, const Condition&, absl::Duration)>(
       false, "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   Release(this);
-  const bool result = real(this, cond, timeout);
+  AnnotatedCondition annotated{this, &cond};
+  const bool result = real(this, Condition(&EvalAnnotated, &annotated), timeout);
   Acquire(this);
   return result;
 }
@@ -169,7 +194,8 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, absl::Time deadline) {
   static auto* real = NextFn<bool (*)(Mutex*, const Condition&, absl::Time)>(
       false, "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   Release(this);
-  const bool result = real(this, cond, deadline);
+  AnnotatedCondition annotated{this, &cond};
+  const bool result = real(this, Condition(&EvalAnnotated, &annotated), deadline);
   Acquire(this);
   return result;
 }
