@@ -32,6 +32,14 @@
 #   barriers are invisible to TSan. OpenBLAS's own threads only touch memory through
 #   uninstrumented code, which TSan does not check. So kvserve keeps --threads 2 and our
 #   WorkerPool is checked with two threads.
+# - TSan does not run what goes through gRPC's transport: Debian's libgrpc is not
+#   instrumented, and the order it guarantees between a reactor's callbacks on its threads
+#   (Finish before OnDone, a write before OnWriteDone) is invisible to TSan, which then reports
+#   hundreds of races in gRPC's own headers per run. The TSan build runs the base, cache,
+#   tokenizer and model suites and server_unit without the suites that start a gRPC server or
+#   channel (the engine, scheduler, cache manager, journal, metrics endpoint, parser, worker
+#   pool stay in); those suites, client_unit, the e2e suites and the soak run under ASan.
+#   Checking the reactors under TSan needs a TSan-built gRPC.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -61,6 +69,8 @@ case "$only" in
 esac
 
 supp="$root/tests/sanitizers"
+# server_unit suites that go through a real gRPC server or channel (excluded under TSan).
+grpc_transport_suites="GenerationServiceTest.*:KvServerTest.*:OutOfMemoryTest.*:PrefixServerTest.*:*PrefixEquivalenceTest*"
 verdicts=()
 failed=0
 
@@ -126,16 +136,26 @@ for sanitizer in "${sanitizers[@]}"; do
   fi
   if [[ -n "$tests_regex" ]]; then
     listing=$(cd "$tree" && ctest -N -R "$tests_regex")
+  elif [[ "$sanitizer" == thread ]]; then
+    # Everything that does not run gRPC's transport (see the top of this file).
+    listing=$(cd "$tree" && ctest -N -R '^(base|cache|tokenizer|model|server)_unit$')
   else
     listing=$(cd "$tree" && ctest -N -R '^(base|cache|tokenizer|model|server|client)_unit$' &&
       ctest -N -L e2e -E '^stress_')
   fi
   mapfile -t tests < <(sed -n 's/^ *Test *#[0-9]*: //p' <<< "$listing")
   for test in "${tests[@]}"; do
-    run "$sanitizer" "$test" ctest --test-dir "$root/$tree" -R "^${test}\$" --output-on-failure \
-      --timeout 3600
+    filter=""
+    if [[ "$sanitizer" == thread && "$test" == server_unit ]]; then
+      filter="-${grpc_transport_suites}"
+    fi
+    run "$sanitizer" "$test" env ${filter:+GTEST_FILTER="$filter"} ctest --test-dir \
+      "$root/$tree" -R "^${test}\$" --output-on-failure --timeout 3600
   done
-  if [[ "$soak_minutes" != 0 ]]; then
+  if [[ "$sanitizer" == thread ]]; then
+    echo "sanitize: thread: gRPC-transport suites, client_unit, e2e and the soak run under" \
+      "address only (Debian's gRPC is not instrumented)"
+  elif [[ "$soak_minutes" != 0 ]]; then
     run "$sanitizer" "soak_${soak_minutes}min" env PYTHONPATH="$root/$tree/proto/python" \
       /usr/bin/python3 tests/stress/soak.py --kvserve "$tree/server/kvserve" \
       --make-model "$tree/model/kvserve-make-model" --minutes "$soak_minutes" \
