@@ -78,9 +78,9 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     prefix_pb2,
     prefix_pb2_grpc,
 )
+from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
 
 WORKLOADS = ("burst", "registration", "throughput", "tight")
-LISTENING = re.compile(r"^kvserve listening on (127\.0\.0\.1:\d+)$")
 METRICS_PORT = re.compile(r"metrics on http://\S+ \(port (\d+)\)|metrics on http://[^\s:]+:(\d+)/")
 STARTUP_TIMEOUT_S = 180
 CALL_TIMEOUT_S = 900
@@ -114,23 +114,10 @@ class Server:
             raise
 
     def start(self):
-        lines = queue.Queue()
-
-        def drain():
-            for line in self.proc.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=drain, daemon=True).start()
-        try:
-            first = lines.get(timeout=STARTUP_TIMEOUT_S)
-        except queue.Empty:
-            first = None
-        text = first.decode("utf-8", "replace").rstrip("\n") if first else ""
-        match = LISTENING.match(text)
-        if not match:
+        port, text = listening_port(self.proc, STARTUP_TIMEOUT_S)
+        if port is None:
             raise RuntimeError(f"kvserve's first stdout line is {text!r}\n{self.log_tail()}")
-        self.target = match.group(1)
+        self.target = f"127.0.0.1:{port}"
         self.channel = grpc.insecure_channel(self.target)
         self.stub = gen_grpc.GenerationStub(self.channel)
         self.prefixes = prefix_pb2_grpc.PrefixCacheStub(self.channel)

@@ -10,13 +10,10 @@ exit on SIGTERM. Needs PYTHONPATH=<build>/proto/python; run:
 import argparse
 import json
 import os
-import queue
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -29,6 +26,7 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     health_pb2,
     health_pb2_grpc,
 )
+from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
 
 PATHS = {"kvserve": os.environ.get("KVSERVE_BIN"), "kvctl": os.environ.get("KVCTL_BIN")}
 # Sanitizer builds run several times slower: their ctest sets KVSERVE_TEST_TIME_SCALE.
@@ -36,7 +34,6 @@ TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
 STARTUP_TIMEOUT_S = 60 * TIME_SCALE
 SHUTDOWN_TIMEOUT_S = 30 * TIME_SCALE
 CALL_TIMEOUT_S = 60 * TIME_SCALE
-LISTENING = re.compile(r"^kvserve listening on 127\.0\.0\.1:(\d+)$")
 
 
 class KvserveProcess:
@@ -48,26 +45,13 @@ class KvserveProcess:
             [binary, "--listen", "127.0.0.1:0", "--threads", "1"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
         self.port = None
-        lines = queue.Queue()
-
-        def drain():
-            for line in self.proc.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=drain, daemon=True).start()
-        try:
-            first = lines.get(timeout=STARTUP_TIMEOUT_S)
-        except queue.Empty:
-            first = None
-        text = first.decode("utf-8", "replace").rstrip("\n") if first else ""
-        match = LISTENING.match(text)
-        if not match:
+        port, text = listening_port(self.proc, STARTUP_TIMEOUT_S)
+        if port is None:
             self.kill()
             raise AssertionError(
                 f"kvserve's first stdout line is {text!r}, not 'kvserve listening on "
                 f"127.0.0.1:PORT'\n{self.log_tail()}")
-        self.port = int(match.group(1))
+        self.port = port
 
     @property
     def target(self):

@@ -22,7 +22,6 @@ gRPC module, is absent (scripts/setup.sh installs Debian's nginx).
 import argparse
 import json
 import os
-import queue
 import random
 import re
 import shutil
@@ -32,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 import urllib.request
@@ -48,6 +46,7 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     prefix_pb2,
     prefix_pb2_grpc,
 )
+from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
 
 RENDER = os.path.join(ROOT, "deploy", "gateway", "render.py")
 PREFIXES_FILE = os.path.join(ROOT, "deploy", "k8s", "base", "prefixes.yaml")
@@ -62,7 +61,6 @@ GROUPS = 3
 REQUESTS_PER_GROUP = 10
 BENCH_ROUNDS = 3  # of the gateway hop measurement, each way
 BENCH_REQUESTS = 40
-LISTENING = re.compile(r"^kvserve listening on 127\.0\.0\.1:(\d+)$")
 
 ARGS = argparse.Namespace(kvserve=None, kvctl=None, nginx=None, model=None, prefix_tokens=512,
                           threads=1)
@@ -114,23 +112,11 @@ class Replica:
             command += ["--model", ARGS.model]
         self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self.log)
-        lines = queue.Queue()
-
-        def drain():
-            for line in self.proc.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=drain, daemon=True).start()
-        try:
-            first = lines.get(timeout=STARTUP_TIMEOUT_S)
-        except queue.Empty:
-            first = None
-        match = LISTENING.match(first.decode("utf-8", "replace").strip() if first else "")
-        if not match:
+        port, first = listening_port(self.proc, STARTUP_TIMEOUT_S)
+        if port is None:
             self.kill()
             raise AssertionError(f"{replica_id}: first stdout line {first!r}\n{self.log_tail()}")
-        self.port = int(match.group(1))
+        self.port = port
         self.target = f"127.0.0.1:{self.port}"
 
     def wait_until_serving(self):

@@ -11,14 +11,11 @@ import argparse
 import glob
 import json
 import os
-import queue
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -31,6 +28,7 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     health_pb2,
     health_pb2_grpc,
 )
+from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOSTILE = os.path.join(HERE, "..", "data", "hostile")
@@ -39,7 +37,6 @@ PATHS = {}
 TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
 STARTUP_TIMEOUT_S = 60 * TIME_SCALE
 CALL_TIMEOUT_S = 60 * TIME_SCALE
-LISTENING = re.compile(r"^kvserve listening on 127\.0\.0\.1:(\d+)$")
 
 
 def rss_bytes(pid):
@@ -58,22 +55,11 @@ class Server:
         self.proc = subprocess.Popen(
             [PATHS["kvserve"], "--listen", "127.0.0.1:0", "--threads", "1", *flags],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
-        lines = queue.Queue()
-
-        def drain():
-            for line in self.proc.stdout:
-                lines.put(line)
-
-        threading.Thread(target=drain, daemon=True).start()
-        try:
-            first = lines.get(timeout=STARTUP_TIMEOUT_S).decode().rstrip("\n")
-        except queue.Empty:
-            first = ""
-        match = LISTENING.match(first)
-        if not match:
+        port, first = listening_port(self.proc, STARTUP_TIMEOUT_S)
+        if port is None:
             self.stop()
             raise AssertionError(f"no listening line: {first!r}\n{self.stderr()}")
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{match.group(1)}")
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self.stub = gen_grpc.GenerationStub(self.channel)
         health = health_pb2_grpc.HealthStub(self.channel)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -38,9 +38,7 @@ import argparse
 import collections
 import json
 import os
-import queue
 import random
-import re
 import shutil
 import signal
 import socket
@@ -56,7 +54,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kvserve.v1 import generation_pb2 as gen
 from kvserve.v1 import generation_pb2_grpc as gen_grpc
 
-LISTENING = re.compile(r"^kvserve listening on (127\.0\.0\.1:\d+)$")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+
 STRATEGIES = ("dynamic", "static", "offloaded", "quantized")
 CLIENT_KINDS = ("normal", "cancel", "short_deadline")
 # What a sanitizer, or the C++ runtime dying, writes to stderr.
@@ -315,25 +316,12 @@ class Server:
         self.command = [binary, "--listen", "127.0.0.1:0", *flags]
         self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=self.log)
-        lines = queue.Queue()
-
-        def drain():
-            for line in self.proc.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=drain, daemon=True).start()
-        try:
-            first = lines.get(timeout=startup_timeout_s)
-        except queue.Empty:
-            first = None
-        text = first.decode("utf-8", "replace").strip() if first else ""
-        match = LISTENING.match(text)
-        if not match:
+        port, text = listening_port(self.proc, startup_timeout_s)
+        if port is None:
             self.kill()
             raise RuntimeError(f"kvserve's first stdout line is {text!r}, not 'kvserve "
                                f"listening on 127.0.0.1:PORT'\n{self.log_tail()}")
-        self.target = match.group(1)
+        self.target = f"127.0.0.1:{port}"
 
     @property
     def pid(self):
