@@ -381,7 +381,8 @@ OutOfMemoryAction KvCacheManager::OnOutOfMemory(absl::Span<const SequenceId> ids
     if (seq->cache == nullptr || seq->cache->fully_offloaded()) continue;
     const int64_t bytes = std::max(seq->cache->Memory().device_bytes,
                                    EstimateBytes(seq->max_cache_tokens()).total_bytes);
-    if (bytes > largest_bytes) {
+    // Ties go to the oldest sequence (lowest id), whatever the map's order.
+    if (bytes > largest_bytes || (bytes == largest_bytes && id < largest_id)) {
       largest = seq.get();
       largest_id = id;
       largest_bytes = bytes;

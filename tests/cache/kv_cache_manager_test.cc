@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -886,6 +887,23 @@ TEST_F(KvCacheManagerTest, OutOfMemoryUnderALimitReclaimsSnapshotsThenOffloads) 
   EXPECT_EQ(stats.by_strategy.at("offloaded"), (MemoryUsage{.host_bytes = 4 * 2 * kGranuleBytes}));
   EXPECT_EQ(stats.by_strategy.at("dynamic"), (MemoryUsage{.device_bytes = 4 * kGranuleBytes}));
   EXPECT_EQ(stats.budget_used, 32768);
+}
+
+TEST_F(KvCacheManagerTest, OutOfMemoryOffloadsEqualCachesOldestFirst) {
+  auto m = Make(Options(int64_t{1} << 20), Shape(2));
+  const std::vector<SequenceId> ids = {97, 3, 55, 12, 70, 41, 8, 26};
+  for (SequenceId id : ids) {
+    ASSERT_TRUE(m->Add(id, Request(Range(100 * static_cast<int>(id), 10), 6)).ok());
+    Admit(*m, id);
+  }
+  std::vector<SequenceId> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  for (SequenceId expected : sorted) {
+    const OutOfMemoryAction action = m->OnOutOfMemory(ids);
+    ASSERT_TRUE(action.offloaded.has_value());
+    EXPECT_EQ(*action.offloaded, expected);
+  }
+  EXPECT_FALSE(m->OnOutOfMemory(ids).offloaded.has_value());
 }
 
 TEST_F(KvCacheManagerTest, OutOfMemoryWithFaultInjection) {
