@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/check.h"
 #include "cache/cache_layer.h"
 #include "cache/layer_type.h"
 
@@ -33,8 +34,15 @@ class KvCache {
       const std::vector<LayerSpec>& layer_specs);
 
   int num_layers() const { return static_cast<int>(layers_.size()); }
-  CacheLayer& layer(int i) { return *layers_[i]; }
-  const CacheLayer& layer(int i) const { return *layers_[i]; }
+  // The model asks for its own layers: an index out of range is a broken invariant.
+  CacheLayer& layer(int i) {
+    KVSERVE_DCHECK(i >= 0 && i < num_layers()) << "layer " << i << " of " << num_layers();
+    return *layers_[i];
+  }
+  const CacheLayer& layer(int i) const {
+    KVSERVE_DCHECK(i >= 0 && i < num_layers()) << "layer " << i << " of " << num_layers();
+    return *layers_[i];
+  }
 
   // Updates layer `layer_index` with new keys/values ([batch, kv_heads, n, head_dim]) and
   // returns what attention must see; see CacheLayer::Update. The model calls this, layer by

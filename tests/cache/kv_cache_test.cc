@@ -99,6 +99,17 @@ TEST(KvCacheTest, UpdateRefusesALayerOutOfRange) {
   EXPECT_EQ(cache->Memory().total(), 0);
 }
 
+// layer(i) is for the model's own layer loop: out of range is a bug, caught in debug builds.
+TEST(KvCacheDeathTest, LayerOutOfRangeIsCaughtInDebugBuilds) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "KVSERVE_DCHECK is compiled out with NDEBUG (make sanitize runs it)";
+#else
+  auto cache = *KvCache::CreateDynamic(MixedLayers());
+  EXPECT_DEATH(cache->layer(3), "layer 3 of 3");
+  EXPECT_DEATH(cache->layer(-1), "layer -1 of 3");
+#endif
+}
+
 // Two full-attention dynamic layers.
 std::unique_ptr<KvCache> TwoLayers() { return *KvCache::CreateDynamic({{}, {}}); }
 
