@@ -67,6 +67,11 @@ class CacheLayer {
   // Makes layers that drop old tokens (sliding windows) keep them until the next Crop, so
   // that a later Crop can roll back. Sticky. A no-op for layers that never drop tokens.
   virtual void ActivatePastRecording() {}
+  // Past recording that no Crop ends: every token is kept for the layer's whole life, so that
+  // a crop may reach back to any earlier length (a session's cache, whose turns crop to the
+  // common prefix of the next conversation). Sticky. A no-op for layers that never drop
+  // tokens; layers that cannot record (static sliding windows) keep refusing such crops.
+  virtual void RetainPast() {}
 
   // Beam helpers, on the batch dimension. `indices` is an int64 tensor of row indices.
   // Reorder keeps the batch size; SelectIndices keeps the listed rows; RepeatInterleave

@@ -28,6 +28,7 @@ absl::StatusOr<LayerView> DynamicSlidingWindowLayer::Update(const at::Tensor& ke
 }
 
 void DynamicSlidingWindowLayer::TrimToWindow() {
+  if (retain_) return;
   const int64_t excess = buffer_.size() - (window_ - 1);
   if (excess > 0) buffer_.DropFront(excess);
 }
@@ -101,6 +102,7 @@ std::unique_ptr<CacheLayer> DynamicSlidingWindowLayer::Clone() const {
   auto copy = std::make_unique<DynamicSlidingWindowLayer>(type_, window_);
   copy->cumulative_length_ = cumulative_length_;
   copy->recording_ = recording_;
+  copy->retain_ = retain_;
   copy->buffer_ = buffer_.CloneCompact();
   return copy;
 }

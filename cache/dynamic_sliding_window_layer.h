@@ -28,6 +28,10 @@ class DynamicSlidingWindowLayer final : public CacheLayer {
   absl::Status Crop(int64_t n) override;
   absl::Status CheckCrop(int64_t n) const override;
   void ActivatePastRecording() override { recording_ = true; }
+  void RetainPast() override {
+    recording_ = true;
+    retain_ = true;
+  }
   absl::Status Reorder(const at::Tensor& beam_idx) override;
   absl::Status SelectIndices(const at::Tensor& indices) override;
   absl::Status RepeatInterleave(int64_t repeats) override;
@@ -52,7 +56,8 @@ class DynamicSlidingWindowLayer final : public CacheLayer {
   int64_t window_;
   int64_t cumulative_length_ = 0;
   bool recording_ = false;
-  KvBuffer buffer_;  // the last num_stored_tokens() tokens, ending at cumulative_length_
+  bool retain_ = false;  // RetainPast: crops never drop recorded tokens
+  KvBuffer buffer_;      // the last num_stored_tokens() tokens, ending at cumulative_length_
 };
 
 }  // namespace kvserve::cache

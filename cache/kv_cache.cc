@@ -137,12 +137,29 @@ absl::Status KvCache::RollbackStep() {
 int64_t KvCache::ConvertToOffloaded() {
   const int64_t before = Memory().device_bytes;
   if (offload_stream_ == nullptr) offload_stream_ = std::make_shared<OffloadStream>();
-  for (auto& layer : layers_) {
-    if (layer->offloaded()) continue;
-    layer = OffloadedLayer::Adopt(std::move(layer), offload_stream_);
+  converted_.resize(layers_.size(), false);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i]->offloaded()) continue;
+    layers_[i] = OffloadedLayer::Adopt(std::move(layers_[i]), offload_stream_);
+    converted_[i] = true;
   }
   SyncBudget();
   return before - Memory().device_bytes;
+}
+
+int64_t KvCache::ConvertToResident() {
+  const int64_t before = Memory().device_bytes;
+  for (size_t i = 0; i < converted_.size(); ++i) {
+    if (!converted_[i]) continue;
+    layers_[i] = static_cast<OffloadedLayer&>(*layers_[i]).Release();
+    converted_[i] = false;
+  }
+  SyncBudget();
+  return Memory().device_bytes - before;
+}
+
+bool KvCache::converted_to_offloaded() const {
+  return std::find(converted_.begin(), converted_.end(), true) != converted_.end();
 }
 
 bool KvCache::fully_offloaded() const {
@@ -258,6 +275,15 @@ int64_t KvCache::MaxLength() const {
 }
 
 absl::Status KvCache::Crop(int64_t n) {
+  if (absl::Status s = CheckCrop(n); !s.ok()) return s;
+  for (auto& layer : layers_) {
+    if (absl::Status s = layer->Crop(n); !s.ok()) return s;  // unreachable after the check
+  }
+  SyncBudget();
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::CheckCrop(int64_t n) const {
   if (n != 0 && has_staged()) {
     return absl::FailedPreconditionError(
         "a copied prefix waits for its layers' first update; nothing can be cropped before it");
@@ -267,15 +293,15 @@ absl::Status KvCache::Crop(int64_t n) {
       return absl::Status(s.code(), absl::StrCat("layer ", i, ": ", s.message()));
     }
   }
-  for (auto& layer : layers_) {
-    if (absl::Status s = layer->Crop(n); !s.ok()) return s;  // unreachable after the check
-  }
-  SyncBudget();
   return absl::OkStatus();
 }
 
 void KvCache::ActivatePastRecording() {
   for (auto& layer : layers_) layer->ActivatePastRecording();
+}
+
+void KvCache::RetainPast() {
+  for (auto& layer : layers_) layer->RetainPast();
 }
 
 absl::Status KvCache::CheckIndices(const at::Tensor& indices, bool same_size) const {

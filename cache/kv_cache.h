@@ -79,7 +79,11 @@ class KvCache {
 
   // Crop(n) on every layer; see CacheLayer::Crop. All-or-nothing.
   absl::Status Crop(int64_t n);
+  // What Crop(n) would return, changing nothing.
+  absl::Status CheckCrop(int64_t n) const;
   void ActivatePastRecording();
+  // RetainPast on every layer (see CacheLayer::RetainPast): crops may reach back to any length.
+  void RetainPast();
 
   absl::Status Reorder(const at::Tensor& beam_idx);
   absl::Status SelectIndices(const at::Tensor& indices);
@@ -111,6 +115,12 @@ class KvCache {
   int64_t ConvertToOffloaded();
   // Whether every layer is offloaded.
   bool fully_offloaded() const;
+  // Undoes ConvertToOffloaded: every layer it wrapped goes back to the device, unwrapped
+  // (layers offloaded by the cache's own strategy stay offloaded). Returns the device bytes
+  // added (counted in the budget without a check: the caller looks at what is available).
+  int64_t ConvertToResident();
+  // Whether ConvertToOffloaded wrapped any layer that ConvertToResident has not unwrapped.
+  bool converted_to_offloaded() const;
   void Reset();
 
  private:
@@ -138,6 +148,7 @@ class KvCache {
   // Per layer: its RollbackPoint at BeginStep (null where Crop undoes a step exactly).
   std::vector<std::unique_ptr<CacheLayer>> rollback_points_;
   bool recording_ = false;                         // past recording on for rollbacks
+  std::vector<bool> converted_;                    // per layer: wrapped by ConvertToOffloaded
   std::shared_ptr<OffloadStream> offload_stream_;  // for layers converted to offloaded
 };
 

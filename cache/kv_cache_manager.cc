@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,13 @@ struct KvCacheManager::Sequence {
   bool allocated = false;
   bool offload_fallback = false;
   bool prefilled = false;  // OnPrefilled or CompleteRegistration ran
+  // A session turn: its session (owned by sessions_; kept until this turn is released), the
+  // tokens its cache supplies (the last CanAdmit's choice), why it supplies none, and the
+  // session's history before the turn (restored when the turn fails).
+  Session* session = nullptr;
+  int64_t session_reuse = 0;
+  std::string session_reason;
+  std::vector<int32_t> history_before;
 
   bool uses_cache() const { return request.cache.use_cache() || request.registration; }
   int64_t max_cache_tokens() const {
@@ -30,6 +38,24 @@ struct KvCacheManager::Sequence {
                ? std::max(tokens, request.cache.max_cache_len.value_or(0))
                : tokens;
   }
+};
+
+struct KvCacheManager::Session {
+  std::string id;
+  std::shared_ptr<const SessionOptions> options;
+  uint64_t serial = 0;  // creation order
+  // Prompts and answers so far (the prefix's tokens first).
+  std::vector<int32_t> history;
+  // K/V of the first cache->SeqLength() tokens of the history (more after a rollback that
+  // could not crop it); null: none (no turn yet, evicted, or a turn failed).
+  std::unique_ptr<KvCache> cache;
+  bool offloaded = false;          // moved to the host while idle
+  std::optional<SequenceId> turn;  // the running turn
+  bool closed = false;             // CloseSession while a turn ran: erased at its release
+  int64_t turns = 0;
+  int64_t evictions = 0;
+  absl::Time created_at;
+  absl::Time last_used;
 };
 
 namespace {
@@ -63,6 +89,16 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
     if (absl::Status s = ValidateLayerSpec(shape.layers[i], static_cast<int>(i)); !s.ok()) return s;
   }
   if (clock == nullptr) return absl::InvalidArgumentError("the cache manager needs a clock");
+  if (options.session_cache_bytes < 1) {
+    return absl::InvalidArgumentError("--session-cache-bytes must be >= 1");
+  }
+  if (options.session_idle_offload < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--session-idle-offload-seconds must be >= 0");
+  }
+  if (options.session_default_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--session-ttl-seconds must be > 0");
+  }
+  if (options.max_sessions < 1) return absl::InvalidArgumentError("--max-sessions must be >= 1");
   // The store's callback reaches the manager once it exists; the store is made first.
   auto manager_slot = std::make_shared<KvCacheManager*>(nullptr);
   absl::StatusOr<std::unique_ptr<PrefixStore>> store =
@@ -90,11 +126,14 @@ KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, KvModelShap
                                          [](const LayerSpec& l) { return l.is_sliding(); })),
       budget_(std::make_unique<KvMemoryBudget>(options.budget)),
       store_(std::move(store)),
+      session_id_state_((static_cast<uint64_t>(std::random_device()()) << 32) ^
+                        std::random_device()()),
       catalog_(std::make_shared<const PrefixCatalog>()) {}
 
 KvCacheManager::~KvCacheManager() {
   // Caches give their bytes back to the budget as they go; they go before it.
   sequences_.clear();
+  sessions_.clear();
 }
 
 KvCacheManager::Estimate KvCacheManager::EstimateBytes(int64_t tokens) const {
@@ -119,6 +158,45 @@ KvCacheManager::Sequence* KvCacheManager::Find(SequenceId id) const {
 }
 
 absl::Status KvCacheManager::Add(SequenceId id, SequenceRequest request) {
+  Session* session = nullptr;
+  if (!request.session.empty()) {
+    session = FindSession(request.session);
+    if (session == nullptr) {
+      return absl::NotFoundError(absl::StrCat("session: no open session '", request.session,
+                                              "' (closed, expired or never created)"));
+    }
+    if (session->turn) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("session: session '", request.session,
+                       "' has a turn running; send the next turn once it has finished"));
+    }
+    const int64_t history = static_cast<int64_t>(session->history.size());
+    if (request.session_append) {
+      const std::vector<int32_t>& added =
+          session->history.empty() ? request.first_turn_prompt : request.prompt;
+      std::vector<int32_t> prompt = session->history;
+      prompt.insert(prompt.end(), added.begin(), added.end());
+      request.prompt = std::move(prompt);
+      request.first_turn_prompt.clear();
+    }
+    const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+    if (shape_.max_positions > 0 && total > shape_.max_positions) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input: the session's conversation (", history, " tokens before this turn, ",
+                       request.prompt.size(), " with it) and max_new_tokens ",
+                       request.max_new_tokens, " exceed the model's context of ",
+                       shape_.max_positions, " tokens; roll the session back or start a new one"));
+    }
+    const CacheSpec& spec = session->options->cache;
+    if (spec.is_static() && spec.max_cache_len && total - 1 > *spec.max_cache_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input: the session's conversation with this turn (", request.prompt.size(),
+          " tokens) and max_new_tokens ", request.max_new_tokens,
+          " exceed its static cache's max_cache_len of ", *spec.max_cache_len, " tokens"));
+    }
+    request.cache = spec;
+    request.skip_prefix_reuse = false;
+  }
   if (request.prompt.empty()) {
     return absl::InvalidArgumentError("a sequence needs at least one prompt token");
   }
@@ -130,8 +208,19 @@ absl::Status KvCacheManager::Add(SequenceId id, SequenceRequest request) {
   }
   auto seq = std::make_unique<Sequence>();
   seq->request = std::move(request);
+  if (session != nullptr) {
+    session->turn = id;
+    seq->session = session;
+    seq->history_before = session->history;
+  }
   sequences_.emplace(id, std::move(seq));
   return absl::OkStatus();
+}
+
+const std::vector<int32_t>& KvCacheManager::prompt(SequenceId id) const {
+  static const std::vector<int32_t>* const kEmpty = new std::vector<int32_t>();
+  const Sequence* seq = Find(id);
+  return seq == nullptr ? *kEmpty : seq->request.prompt;
 }
 
 PrefixMatch KvCacheManager::ChoosePrefix(const Sequence& seq) const {
@@ -158,8 +247,9 @@ PrefixMatch KvCacheManager::ChoosePrefix(const Sequence& seq) const {
 int64_t KvCacheManager::SharedWithPrefillInFlight(
     const Sequence& seq, int64_t best, absl::Span<const SequenceId> admitted_this_step) const {
   const SequenceRequest& r = seq.request;
+  // A session turn starts from its session's cache (or computes, which keeps nothing shared).
   if (!options_.auto_prefix_cache || r.registration || r.skip_prefix_reuse ||
-      !r.cache.use_cache()) {
+      !r.cache.use_cache() || seq.session != nullptr) {
     return 0;
   }
   const int64_t usable_max = static_cast<int64_t>(r.prompt.size()) - 1;
@@ -173,9 +263,10 @@ int64_t KvCacheManager::SharedWithPrefillInFlight(
     const int64_t other_prompt = static_cast<int64_t>(o.prompt.size());
     // Only a prefill that will be kept serves anyone: a registration, or a prompt that
     // OnPrefilled keeps as an automatic entry.
-    const bool kept = o.registration || (allow_partial_prefix_ && !o.skip_prefix_reuse &&
-                                         o.cache.implementation == CacheImplementation::kDynamic &&
-                                         other_prompt >= options_.auto_prefix_min_tokens);
+    const bool kept = o.registration ||
+                      (allow_partial_prefix_ && !o.skip_prefix_reuse && other->session == nullptr &&
+                       o.cache.implementation == CacheImplementation::kDynamic &&
+                       other_prompt >= options_.auto_prefix_min_tokens);
     if (!kept) continue;
     int64_t shared = std::min(CommonPrefixLength(r.prompt, o.prompt), usable_max);
     // Without partial matches a match ends where a stored prefix ends.
@@ -194,8 +285,21 @@ Admission KvCacheManager::CanAdmit(SequenceId id, absl::Span<const SequenceId> a
     return unknown;
   }
   seq->chosen = ChoosePrefix(*seq);
+  int64_t own_session_bytes = 0;  // already counted in the budget
+  if (seq->session != nullptr) {
+    ChooseSessionReuse(*seq);
+    if (seq->session_reuse > 0 && seq->session_reuse >= seq->chosen.num_tokens) {
+      seq->chosen = {};
+    } else if (seq->session_reuse > 0) {
+      seq->session_reuse = 0;
+      seq->session_reason = "a cached prefix covers more of the prompt than the session's cache";
+    }
+    if (seq->session->cache != nullptr) {
+      own_session_bytes = seq->session->cache->Memory().device_bytes;
+    }
+  }
   Admission admission;
-  admission.num_cached_tokens = seq->chosen.num_tokens;
+  admission.num_cached_tokens = std::max(seq->chosen.num_tokens, seq->session_reuse);
   if (!seq->uses_cache()) return admission;
   if (const int64_t shared =
           SharedWithPrefillInFlight(*seq, seq->chosen.num_tokens, admitted_this_step);
@@ -224,8 +328,10 @@ Admission KvCacheManager::CanAdmit(SequenceId id, absl::Span<const SequenceId> a
       planned += EstimateBytes(s->max_cache_tokens()).total_bytes;
     }
   }
-  // Snapshots nobody uses can be dropped to make room (Allocate does it).
-  const int64_t available = limit - budget_->used() - planned + store_->ReclaimableBytes();
+  // Snapshots nobody uses can be dropped, and idle sessions' caches moved to the host, to make
+  // room (Allocate does it).
+  const int64_t available = limit - budget_->used() - planned + store_->ReclaimableBytes() +
+                            IdleSessionDeviceBytes() + own_session_bytes;
   if (available >= estimate.offloaded_resident_bytes) return admission;
   admission.decision = Admission::Decision::kWait;
   admission.reason =
@@ -243,6 +349,49 @@ absl::StatusOr<Allocation> KvCacheManager::Allocate(SequenceId id) {
   seq->allocated = true;
   if (!seq->uses_cache()) return Allocation{};
   const SequenceRequest& r = seq->request;
+  Session* session = seq->session;
+  if (session != nullptr && seq->session_reuse > 0 && session->cache != nullptr) {
+    // The turn continues the session's cache, cropped to the common prefix.
+    ++session_counts_.hits;
+    Allocation allocation;
+    seq->cache = std::move(session->cache);
+    session->offloaded = false;
+    if (seq->cache->converted_to_offloaded()) {
+      // Moved to the host while idle: back to the device when it fits, else the turn runs
+      // offloaded (as after an out-of-memory fallback).
+      const int64_t bytes = seq->cache->Memory().host_bytes;
+      if (budget_->limit() >= 0 && budget_->available() < bytes) {
+        ReclaimSnapshots(bytes - budget_->available());
+        if (budget_->available() < bytes) OffloadIdleSessions(bytes - budget_->available());
+      }
+      if (budget_->limit() < 0 || budget_->available() >= bytes) {
+        seq->cache->ConvertToResident();
+      } else {
+        seq->offload_fallback = true;
+        allocation.offload_fallback = true;
+        ++num_offload_fallbacks_;
+      }
+    }
+    const int64_t held = seq->cache->SeqLength();
+    if (held > seq->session_reuse) {
+      if (absl::Status cropped = seq->cache->Crop(-(held - seq->session_reuse)); !cropped.ok()) {
+        // CanAdmit checked the crop; nothing should change in between. Compute instead.
+        seq->cache->Reset();
+        allocation.session_recompute_reason =
+            absl::StrCat("the session's cache cannot be cropped: ", cropped.message());
+        seq->session_reuse = 0;
+      }
+    }
+    allocation.cache = seq->cache.get();
+    allocation.num_cached_tokens = seq->session_reuse;
+    return allocation;
+  }
+  if (session != nullptr) {
+    // The prompt is computed (from a prefix, if one matches): the old cache goes.
+    if (session->turns > 0) ++session_counts_.misses;
+    session->cache.reset();
+    session->offloaded = false;
+  }
   if (r.registration) {
     // Every token of every layer, so that the snapshot loads into a cache of any strategy
     // (sliding layers' masks come from the model's layer specs, not from the cache).
@@ -257,12 +406,16 @@ absl::StatusOr<Allocation> KvCacheManager::Allocate(SequenceId id) {
       return absl::Status(cache.status().code(), absl::StrCat("cache: ", cache.status().message()));
     }
     seq->cache = *std::move(cache);
+    // A session's cache keeps sliding layers' past so that later turns can crop back.
+    if (session != nullptr) seq->cache->RetainPast();
   }
   seq->cache->AttachBudget(budget_.get());
-  // Room for the cache: snapshots nobody uses give way to live caches.
+  // Room for the cache: snapshots nobody uses, then idle sessions' device bytes, give way to
+  // live caches.
   if (budget_->limit() >= 0) {
     const int64_t needed = EstimateBytes(seq->max_cache_tokens()).offloaded_resident_bytes;
     if (budget_->available() < needed) ReclaimSnapshots(needed - budget_->available());
+    if (budget_->available() < needed) OffloadIdleSessions(needed - budget_->available());
   }
   PrefixMatch chosen = std::move(seq->chosen);
   seq->chosen = {};
@@ -275,6 +428,7 @@ absl::StatusOr<Allocation> KvCacheManager::Allocate(SequenceId id) {
   }
   Allocation allocation;
   allocation.cache = seq->cache.get();
+  if (session != nullptr) allocation.session_recompute_reason = seq->session_reason;
   if (chosen.empty()) return allocation;
   // A deep copy: the cache shares nothing with the snapshot.
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -372,6 +526,11 @@ OutOfMemoryAction KvCacheManager::OnOutOfMemory(absl::Span<const SequenceId> ids
     action.reclaimed_snapshots = true;
     return action;
   }
+  // Then idle sessions' caches, which wait for a later turn, move to the host.
+  if (OffloadIdleSessions(std::numeric_limits<int64_t>::max()) > 0) {
+    action.offloaded_idle_sessions = true;
+    return action;
+  }
   // The largest by what its cache holds on the device now or, for caches still empty (a
   // failed first step was rolled back), by what it will hold.
   Sequence* largest = nullptr;
@@ -420,8 +579,9 @@ void KvCacheManager::OnPrefilled(SequenceId id) {
   if (seq == nullptr || seq->prefilled) return;
   seq->prefilled = true;
   const SequenceRequest& r = seq->request;
+  // A session turn's prompt stays in its session's cache instead.
   if (!options_.auto_prefix_cache || r.registration || r.skip_prefix_reuse ||
-      seq->cache == nullptr || !allow_partial_prefix_ ||
+      seq->session != nullptr || seq->cache == nullptr || !allow_partial_prefix_ ||
       r.cache.implementation != CacheImplementation::kDynamic || seq->offload_fallback ||
       static_cast<int64_t>(r.prompt.size()) < options_.auto_prefix_min_tokens) {
     return;
@@ -459,7 +619,294 @@ absl::StatusOr<PrefixInfo> KvCacheManager::CompleteRegistration(SequenceId id) {
   return info;
 }
 
-void KvCacheManager::Release(SequenceId id) { sequences_.erase(id); }
+void KvCacheManager::Release(SequenceId id, absl::Span<const int32_t> tokens,
+                             bool keep_session_cache) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return;
+  Sequence& seq = *it->second;
+  if (Session* session = seq.session; session != nullptr) {
+    session->turn.reset();
+    session->last_used = clock_->Now();
+    ++session->turns;
+    next_session_maintenance_ = absl::InfinitePast();
+    if (session->closed) {
+      const std::string session_id = session->id;
+      sequences_.erase(it);
+      EraseSession(session_id);
+      return;
+    }
+    if (seq.allocated) {
+      const bool keep = keep_session_cache && seq.cache != nullptr && !tokens.empty() &&
+                        seq.cache->SeqLength() <= static_cast<int64_t>(tokens.size());
+      if (keep) {
+        session->cache = std::move(seq.cache);
+        session->history.assign(tokens.begin(), tokens.end());
+      } else {
+        session->cache.reset();
+        session->history = std::move(seq.history_before);
+      }
+    }
+  }
+  sequences_.erase(it);
+}
+
+KvCacheManager::Session* KvCacheManager::FindSession(const std::string& id) const {
+  auto it = sessions_.find(id);
+  return it == sessions_.end() || it->second->closed ? nullptr : it->second.get();
+}
+
+void KvCacheManager::ChooseSessionReuse(Sequence& seq) const {
+  seq.session_reuse = 0;
+  seq.session_reason.clear();
+  const Session& session = *seq.session;
+  const std::vector<int32_t>& prompt = seq.request.prompt;
+  if (session.cache == nullptr) {
+    if (session.evictions > 0 && !session.history.empty()) {
+      seq.session_reason = "the session's cache was evicted";
+    }
+    return;
+  }
+  const int64_t held = session.cache->SeqLength();
+  // The last prompt token is always computed: its logits choose the first new token.
+  const int64_t common = std::min(
+      {CommonPrefixLength(prompt, session.history), held, static_cast<int64_t>(prompt.size()) - 1});
+  if (common < held) {
+    if (absl::Status s = session.cache->CheckCrop(-(held - common)); !s.ok()) {
+      seq.session_reason =
+          absl::StrCat("the session's cache cannot be cropped back ", held - common,
+                       " tokens to the common prefix of ", common, " tokens: ", s.message());
+      return;
+    }
+  }
+  seq.session_reuse = common;
+}
+
+SessionInfo KvCacheManager::InfoOf(const Session& session) const {
+  SessionInfo info;
+  info.id = session.id;
+  info.options = *session.options;
+  info.num_tokens = static_cast<int64_t>(session.history.size());
+  info.turns = session.turns;
+  info.evictions = session.evictions;
+  info.created_at = session.created_at;
+  info.last_used = session.last_used;
+  info.expires_at = session.options->ttl == absl::InfiniteDuration()
+                        ? absl::InfiniteFuture()
+                        : session.last_used + session.options->ttl;
+  if (session.turn) {
+    info.state = SessionState::kRunning;
+    if (const KvCache* c = cache(*session.turn)) info.memory = c->Memory();
+    return info;
+  }
+  if (session.cache == nullptr) {
+    info.state = SessionState::kEmpty;
+    return info;
+  }
+  info.state = session.offloaded ? SessionState::kOffloaded : SessionState::kIdle;
+  info.cached_tokens = std::min(session.cache->SeqLength(), info.num_tokens);
+  info.memory = session.cache->Memory();
+  return info;
+}
+
+absl::StatusOr<SessionInfo> KvCacheManager::CreateSession(SessionOptions options) {
+  if (!options.cache.use_cache()) {
+    return absl::InvalidArgumentError(
+        "options.cache.use_cache: a session keeps a cache; it cannot be false");
+  }
+  if (options.ttl <= absl::ZeroDuration()) options.ttl = options_.session_default_ttl;
+  int64_t open = 0;
+  for (const auto& [id, s] : sessions_) open += s->closed ? 0 : 1;
+  if (open >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(options_.max_sessions,
+                     " sessions are open (--max-sessions); close one or wait for one "
+                     "to expire"));
+  }
+  auto session = std::make_unique<Session>();
+  do {
+    // Two splitmix64 draws: ids are unguessable enough not to collide across clients.
+    auto next = [this] {
+      uint64_t z = (session_id_state_ += 0x9E3779B97F4A7C15ULL);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+      return z ^ (z >> 31);
+    };
+    session->id =
+        absl::StrCat(absl::Hex(next(), absl::kZeroPad16), absl::Hex(next(), absl::kZeroPad16));
+  } while (sessions_.contains(session->id));
+  session->history = options.prefix_tokens;
+  session->options = std::make_shared<const SessionOptions>(std::move(options));
+  session->serial = next_session_serial_++;
+  session->created_at = clock_->Now();
+  session->last_used = session->created_at;
+  PublishSessionOptions(session->id, session->options);
+  Session& stored = *session;
+  sessions_.emplace(session->id, std::move(session));
+  next_session_maintenance_ = absl::InfinitePast();
+  return InfoOf(stored);
+}
+
+absl::StatusOr<SessionInfo> KvCacheManager::GetSession(const std::string& id) const {
+  const Session* session = FindSession(id);
+  if (session == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("id: no open session '", id, "' (closed, expired or never created)"));
+  }
+  return InfoOf(*session);
+}
+
+std::vector<SessionInfo> KvCacheManager::ListSessions() const {
+  std::vector<const Session*> open;
+  for (const auto& [id, s] : sessions_) {
+    if (!s->closed) open.push_back(s.get());
+  }
+  std::sort(open.begin(), open.end(),
+            [](const Session* a, const Session* b) { return a->serial < b->serial; });
+  std::vector<SessionInfo> infos;
+  infos.reserve(open.size());
+  for (const Session* s : open) infos.push_back(InfoOf(*s));
+  return infos;
+}
+
+absl::Status KvCacheManager::CloseSession(const std::string& id) {
+  Session* session = FindSession(id);
+  if (session == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("id: no open session '", id, "' (closed, expired or never created)"));
+  }
+  if (session->turn) {
+    // The running turn keeps its cache until it ends; Release erases the session then.
+    session->closed = true;
+    PublishSessionOptions(id, nullptr);
+    return absl::OkStatus();
+  }
+  EraseSession(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionInfo> KvCacheManager::RollbackSession(const std::string& id, int64_t n) {
+  Session* session = FindSession(id);
+  if (session == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("id: no open session '", id, "' (closed, expired or never created)"));
+  }
+  if (session->turn) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("id: session '", id, "' has a turn running; roll back once it has finished"));
+  }
+  const int64_t history = static_cast<int64_t>(session->history.size());
+  const int64_t fixed = static_cast<int64_t>(session->options->prefix_tokens.size());
+  if (n < 1 || n > history - fixed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n: must be in [1, ", history - fixed, "] (the session's ", history, " tokens",
+        fixed > 0 ? absl::StrCat(" after its prefix's ", fixed) : std::string(), "); got ", n));
+  }
+  session->history.resize(history - n);
+  session->last_used = clock_->Now();
+  // Crop now when the layers can; otherwise the next turn finds out and recomputes.
+  if (session->cache != nullptr) {
+    const int64_t excess = session->cache->SeqLength() - (history - n);
+    if (excess > 0 && session->cache->CheckCrop(-excess).ok()) {
+      (void)session->cache->Crop(-excess);
+    }
+  }
+  next_session_maintenance_ = absl::InfinitePast();
+  return InfoOf(*session);
+}
+
+void KvCacheManager::EvictSessionCache(Session& session) {
+  if (session.cache == nullptr) return;
+  session.cache.reset();
+  session.offloaded = false;
+  ++session.evictions;
+  ++session_counts_.evictions;
+}
+
+void KvCacheManager::EraseSession(const std::string& id) {
+  sessions_.erase(id);
+  PublishSessionOptions(id, nullptr);
+}
+
+int64_t KvCacheManager::IdleSessionDeviceBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [id, s] : sessions_) {
+    if (s->cache != nullptr && !s->turn) bytes += s->cache->Memory().device_bytes;
+  }
+  return bytes;
+}
+
+int64_t KvCacheManager::OffloadIdleSessions(int64_t bytes) {
+  std::vector<Session*> idle;
+  for (auto& [id, s] : sessions_) {
+    if (s->cache != nullptr && !s->turn && s->cache->Memory().device_bytes > 0) {
+      idle.push_back(s.get());
+    }
+  }
+  std::sort(idle.begin(), idle.end(), [](const Session* a, const Session* b) {
+    return a->last_used != b->last_used ? a->last_used < b->last_used : a->serial < b->serial;
+  });
+  int64_t freed = 0;
+  for (Session* s : idle) {
+    if (freed >= bytes) break;
+    freed += s->cache->ConvertToOffloaded();
+    s->offloaded = true;
+  }
+  return freed;
+}
+
+void KvCacheManager::MaintainSessions() {
+  const absl::Time now = clock_->Now();
+  if (now < next_session_maintenance_) return;
+  next_session_maintenance_ = now + absl::Milliseconds(100);
+  std::vector<std::string> expired;
+  std::vector<Session*> idle;
+  for (auto& [id, s] : sessions_) {
+    if (s->turn || s->closed) continue;
+    if (s->options->ttl != absl::InfiniteDuration() && now - s->last_used >= s->options->ttl) {
+      expired.push_back(id);
+      continue;
+    }
+    if (s->cache == nullptr) continue;
+    if (!s->offloaded && now - s->last_used >= options_.session_idle_offload &&
+        s->cache->Memory().device_bytes > 0) {
+      s->cache->ConvertToOffloaded();
+      s->offloaded = true;
+    }
+    idle.push_back(s.get());
+  }
+  for (const std::string& id : expired) {
+    ++session_counts_.expirations;
+    EraseSession(id);
+  }
+  int64_t total = 0;
+  for (const Session* s : idle) total += s->cache->Memory().total();
+  if (total <= options_.session_cache_bytes) return;
+  // Least recently used first.
+  std::sort(idle.begin(), idle.end(), [](const Session* a, const Session* b) {
+    return a->last_used != b->last_used ? a->last_used < b->last_used : a->serial < b->serial;
+  });
+  for (Session* s : idle) {
+    if (total <= options_.session_cache_bytes) break;
+    total -= s->cache->Memory().total();
+    EvictSessionCache(*s);
+  }
+}
+
+std::shared_ptr<const SessionOptions> KvCacheManager::session_options(const std::string& id) const {
+  absl::MutexLock lock(&sessions_mu_);
+  auto it = session_directory_.find(id);
+  return it == session_directory_.end() ? nullptr : it->second;
+}
+
+void KvCacheManager::PublishSessionOptions(const std::string& id,
+                                           std::shared_ptr<const SessionOptions> options) {
+  absl::MutexLock lock(&sessions_mu_);
+  if (options == nullptr) {
+    session_directory_.erase(id);
+  } else {
+    session_directory_[id] = std::move(options);
+  }
+}
 
 bool KvCacheManager::DeletePrefix(const std::string& name) {
   if (!store_->DeleteNamed(name)) return false;
@@ -549,6 +996,15 @@ KvCacheManagerStats KvCacheManager::Stats() const {
   stats.budget_used = budget_->used();
   stats.budget_limit = budget_->limit();
   stats.num_offload_fallbacks = num_offload_fallbacks_;
+  stats.sessions = session_counts_;
+  for (const auto& [id, s] : sessions_) {
+    if (s->closed) continue;
+    ++stats.sessions.live;
+    if (s->turn) ++stats.sessions.running;
+    if (s->cache == nullptr) continue;
+    if (s->offloaded) ++stats.sessions.offloaded;
+    stats.sessions.memory += s->cache->Memory();
+  }
   return stats;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "cache/cache_spec.h"
 #include "cache/clock.h"
@@ -39,6 +40,9 @@ struct KvModelShape {
   int64_t bytes_per_element = 4;  // of the cache dtype
   // Snapshots are made and accepted with exactly this fingerprint. Non-empty.
   std::string fingerprint;
+  // The model's context (max_position_embeddings): a session turn's history + new tokens +
+  // max_new_tokens must fit. <= 0: unchecked.
+  int64_t max_positions = 0;
 };
 
 struct KvCacheManagerOptions {
@@ -52,6 +56,56 @@ struct KvCacheManagerOptions {
   bool auto_prefix_cache = true;
   // --auto-prefix-min-tokens: shortest prompt kept, and shortest match used, automatically.
   int64_t auto_prefix_min_tokens = 32;
+  // Sessions (iterative chat). --session-idle-offload-seconds: an idle session's cache moves
+  // to host memory after this long unused (InfiniteDuration: never).
+  absl::Duration session_idle_offload = absl::Seconds(60);
+  // --session-cache-bytes: the most bytes (device and host) idle sessions' caches may hold;
+  // the least recently used are evicted beyond it, > 0.
+  int64_t session_cache_bytes = int64_t{1} << 30;
+  // --session-ttl-seconds: how long a session lives unused when it does not say, > 0.
+  absl::Duration session_default_ttl = absl::Minutes(30);
+  // --max-sessions: sessions open at once at most, >= 1.
+  int64_t max_sessions = 1024;
+};
+
+// How a session keeps its cache (CreateSession); fixed for its life.
+struct SessionOptions {
+  // Its cache's strategy (use_cache true; a static cache's max_cache_len resolved).
+  CacheSpec cache;
+  // The named prefix its conversation starts with (empty: none), and that prefix's tokens
+  // when the session was created: every turn's prompt starts with them.
+  std::string prefix_name;
+  std::vector<int32_t> prefix_tokens;
+  // It closes this long after its last use (> 0; InfiniteDuration: never).
+  absl::Duration ttl = absl::Minutes(30);
+};
+
+enum class SessionState { kEmpty, kIdle, kRunning, kOffloaded };
+
+// A session as GetSession reports it.
+struct SessionInfo {
+  std::string id;
+  SessionOptions options;
+  SessionState state = SessionState::kEmpty;
+  int64_t num_tokens = 0;     // of the history: prompts and answers
+  int64_t cached_tokens = 0;  // of those, what its cache holds
+  MemoryUsage memory;         // of its cache
+  int64_t turns = 0;
+  int64_t evictions = 0;
+  absl::Time created_at;
+  absl::Time last_used;
+  absl::Time expires_at;
+};
+
+struct SessionStats {
+  int64_t live = 0;         // open sessions
+  int64_t offloaded = 0;    // of those, with their cache moved to the host while idle
+  int64_t running = 0;      // with a turn running
+  MemoryUsage memory;       // of idle sessions' caches (running ones count as live caches)
+  int64_t evictions = 0;    // caches evicted (bytes budget, memory pressure), since start
+  int64_t expirations = 0;  // sessions closed by their TTL, since start
+  int64_t hits = 0;         // turns that reused their session's cache
+  int64_t misses = 0;       // turns that computed their prompt from the start (or a prefix)
 };
 
 // What a sequence asks for; given once, at Add.
@@ -68,6 +122,14 @@ struct SequenceRequest {
   std::string named_prefix_name;
   // Compute the whole prompt even when a prefix matches.
   bool skip_prefix_reuse = false;
+  // A turn of this session (empty: none). Its cache is the session's; when it ends (Release)
+  // the cache and the sequence's tokens go back to the session.
+  std::string session;
+  // With `session`: `prompt` holds only tokens to append to the session's history (Add
+  // prepends the history), and `first_turn_prompt` what to append instead when the history is
+  // empty (text with the tokens that start a sequence).
+  bool session_append = false;
+  std::vector<int32_t> first_turn_prompt;
   // A prefix registration: a prefill of every prompt token into a capture cache, stored
   // under `registration_name` by CompleteRegistration.
   bool registration = false;
@@ -84,7 +146,8 @@ struct Admission {
     kNever,  // cannot fit even alone and offloaded; `reason` says why, with the bytes
   };
   Decision decision = Decision::kAdmit;
-  // Prompt tokens a prefix will supply if admitted now (< the prompt's length).
+  // Prompt tokens a prefix (or the session's cache) will supply if admitted now (< the
+  // prompt's length).
   int64_t num_cached_tokens = 0;
   std::string reason;  // kNever, and kWait for the log
 };
@@ -96,6 +159,9 @@ struct Allocation {
   std::string prefix_name;  // the named prefix copied; empty for none or an automatic one
   // The copy ran out of device memory and the cache continues offloaded.
   bool offload_fallback = false;
+  // A session turn whose session's cache could not be used for the common prefix of its
+  // prompt and history: why (evicted, a layer cannot crop that far back, ...). Empty otherwise.
+  std::string session_recompute_reason;
 };
 
 // The outcome of an out-of-memory error in a step (see OnOutOfMemory).
@@ -106,6 +172,8 @@ struct OutOfMemoryAction {
   // run the step again.
   std::optional<SequenceId> offloaded;
   int64_t offloaded_bytes = 0;
+  // Idle sessions' caches moved to the host: run the step again.
+  bool offloaded_idle_sessions = false;
   // Nothing could be moved: this sequence of the step must fail (RESOURCE_EXHAUSTED, with
   // `reason`); run the step again without it.
   std::optional<SequenceId> victim;
@@ -122,6 +190,7 @@ struct KvCacheManagerStats {
   PrefixStoreStats prefixes;
   // Per strategy name ("dynamic", "offloaded", ...): device and host bytes of live caches.
   std::map<std::string, MemoryUsage> by_strategy;
+  SessionStats sessions;
 };
 
 // A named prefix as the catalog publishes it; immutable.
@@ -161,8 +230,13 @@ class KvCacheManager {
   KvCacheManager& operator=(const KvCacheManager&) = delete;
 
   // Starts tracking a sequence; nothing is allocated. InvalidArgument for an empty prompt,
-  // AlreadyExists for an id in use.
+  // AlreadyExists for an id in use. A session turn: NotFound "session: ..." for a session that
+  // is not open, FailedPrecondition "session: ..." while another turn runs on it,
+  // InvalidArgument when the history with the turn exceeds the model's context (or a static
+  // session cache).
   absl::Status Add(SequenceId id, SequenceRequest request);
+  // The sequence's whole prompt (a session turn's history prepended); empty when unknown.
+  const std::vector<int32_t>& prompt(SequenceId id) const;
 
   // Whether `id` (added, not allocated) can be admitted now, with `admitted_this_step`
   // (sequences already admitted in this scheduling pass, not allocated yet) counted as if
@@ -212,8 +286,32 @@ class KvCacheManager {
   // store's answer (see PrefixStore::PutNamed). The sequence must still be released.
   absl::StatusOr<PrefixInfo> CompleteRegistration(SequenceId id);
 
-  // Frees everything the sequence holds. Unknown ids are ignored.
-  void Release(SequenceId id);
+  // Frees everything the sequence holds. Unknown ids are ignored. A session turn gives its
+  // cache back to its session, with `tokens` (its prompt and every generated token) as the
+  // session's history, when `keep_session_cache` (the turn ended between steps: finished,
+  // cancelled, expired); otherwise the session keeps its history from before the turn and
+  // loses its cache.
+  void Release(SequenceId id, absl::Span<const int32_t> tokens = {},
+               bool keep_session_cache = false);
+
+  // Sessions (engine thread). CreateSession: ResourceExhausted at --max-sessions,
+  // InvalidArgument for a cache that cannot be kept (no cache).
+  absl::StatusOr<SessionInfo> CreateSession(SessionOptions options);
+  // NotFound "id: ..." when not open.
+  absl::StatusOr<SessionInfo> GetSession(const std::string& id) const;
+  // Oldest first.
+  std::vector<SessionInfo> ListSessions() const;
+  // Frees its cache and forgets it; a running turn finishes first (its cache is dropped then).
+  absl::Status CloseSession(const std::string& id);
+  // Drops the last n tokens of the history (1 <= n <= history minus the prefix's tokens):
+  // InvalidArgument "n: ..."; FailedPrecondition while a turn runs. The cache is cropped now
+  // when it can be; else the next turn recomputes and says why.
+  absl::StatusOr<SessionInfo> RollbackSession(const std::string& id, int64_t n);
+  // TTLs, idle offload and the --session-cache-bytes budget, at `now` (call every step; it
+  // does the work at most every 100 ms of clock time unless something changed).
+  void MaintainSessions();
+  // The options of an open session, for the request parser; null when not open. Any thread.
+  std::shared_ptr<const SessionOptions> session_options(const std::string& id) const;
 
   // Named prefixes. DeletePrefix: false when absent; reports to the listener.
   bool DeletePrefix(const std::string& name);
@@ -247,6 +345,7 @@ class KvCacheManager {
 
  private:
   struct Sequence;
+  struct Session;
 
   KvCacheManager(const KvCacheManagerOptions& options, KvModelShape shape,
                  std::unique_ptr<PrefixStore> store, const Clock* clock);
@@ -264,6 +363,23 @@ class KvCacheManager {
   int64_t ReclaimSnapshots(int64_t bytes);
   // Brings the budget's count of snapshot bytes up to date.
   void SyncSnapshotBytes();
+  // Session helpers.
+  Session* FindSession(const std::string& id) const;
+  SessionInfo InfoOf(const Session& session) const;
+  // How many tokens of `seq`'s prompt its session's cache can supply now, and why none can
+  // when the common prefix is not used (sets seq's session fields).
+  void ChooseSessionReuse(Sequence& seq) const;
+  // Drops a session's cache (counted as an eviction).
+  void EvictSessionCache(Session& session);
+  void EraseSession(const std::string& id);
+  // Moves idle sessions' device bytes to the host, least recently used first, until `bytes`
+  // are freed; returns the bytes freed.
+  int64_t OffloadIdleSessions(int64_t bytes);
+  // Device bytes idle sessions' caches hold.
+  int64_t IdleSessionDeviceBytes() const;
+  // Publishes the session directory for session_options().
+  void PublishSessionOptions(const std::string& id, std::shared_ptr<const SessionOptions> options);
+
   // Reports named prefixes that changed to the listener and marks the catalog dirty.
   void NoteNamedChange(const std::string& name);
   void OnNamedDropped(const std::string& name);
@@ -280,6 +396,16 @@ class KvCacheManager {
   int64_t num_offload_fallbacks_ = 0;
   CatalogListener listener_;
   bool catalog_dirty_ = true;
+  // Open sessions by id, and their creation order.
+  absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_;
+  uint64_t next_session_serial_ = 0;
+  uint64_t session_id_state_;    // the id generator's state (seeded at random)
+  SessionStats session_counts_;  // evictions, expirations, hits, misses
+  absl::Time next_session_maintenance_ = absl::InfinitePast();
+
+  mutable absl::Mutex sessions_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const SessionOptions>> session_directory_
+      ABSL_GUARDED_BY(sessions_mu_);
 
   mutable absl::Mutex catalog_mu_;
   std::shared_ptr<const PrefixCatalog> catalog_ ABSL_GUARDED_BY(catalog_mu_);

@@ -91,6 +91,17 @@ absl::Status OffloadedLayer::RepeatInterleave(int64_t repeats) {
   return inner_->RepeatInterleave(repeats);
 }
 
+std::unique_ptr<CacheLayer> OffloadedLayer::Release() {
+  Settle();
+  if (device_ && !resident_) {
+    inner_->ForEachTensor([&](at::Tensor& t) {
+      if (t.defined()) t = t.to(*device_);
+    });
+  }
+  resident_ = false;
+  return std::move(inner_);
+}
+
 MemoryUsage OffloadedLayer::Memory() const {
   const int64_t bytes = inner_->Memory().total();
   return resident_ ? MemoryUsage{.device_bytes = bytes} : MemoryUsage{.host_bytes = bytes};

@@ -33,6 +33,7 @@ class OffloadedLayer final : public CacheLayer {
   absl::Status Crop(int64_t n) override;
   absl::Status CheckCrop(int64_t n) const override { return inner_->CheckCrop(n); }
   void ActivatePastRecording() override { inner_->ActivatePastRecording(); }
+  void RetainPast() override { inner_->RetainPast(); }
   absl::Status Reorder(const at::Tensor& beam_idx) override;
   absl::Status SelectIndices(const at::Tensor& indices) override;
   absl::Status RepeatInterleave(int64_t repeats) override;
@@ -55,6 +56,11 @@ class OffloadedLayer final : public CacheLayer {
   void StartPrefetch() override;
   void BeforeUpdate() override;
   void AfterUpdate() override;
+
+  // Unwraps the layer: its storage goes back to the device it came from (where it stays, as
+  // the wrapped strategy keeps it) and the wrapped layer is returned. This layer is empty
+  // afterwards and must be dropped.
+  std::unique_ptr<CacheLayer> Release();
 
   // Whether the storage is on the device now (prefetched or being updated).
   bool resident() const { return resident_; }

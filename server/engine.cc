@@ -54,7 +54,8 @@ cache::KvModelShape ShapeOf(const model::ModelInfo& info, const std::string& fin
           .num_kv_heads = info.num_kv_heads,
           .head_dim = info.head_dim,
           .bytes_per_element = static_cast<int64_t>(c10::elementSize(info.dtype)),
-          .fingerprint = fingerprint};
+          .fingerprint = fingerprint,
+          .max_positions = info.max_position_embeddings};
 }
 
 }  // namespace
@@ -104,6 +105,7 @@ struct Engine::Live {
   RegisterCallback registration_done;
   std::string prefix_name;  // the named prefix copied into its cache; empty: none
   int64_t num_cached_tokens = 0;
+  std::string session_recompute_reason;  // a session turn's: why its cache was not reused
   std::unique_ptr<model::Sampler> sampler;
   std::unique_ptr<model::IncrementalDetokenizer> detokenizer;  // null without a tokenizer
   StopStringMatcher stop;
@@ -310,6 +312,17 @@ void Engine::CompleteRegistration(RequestId id) {
 
 std::shared_ptr<const cache::PrefixCatalog> Engine::catalog() const { return kv_->catalog(); }
 
+std::shared_ptr<const cache::SessionOptions> Engine::session_options(const std::string& id) const {
+  return kv_->session_options(id);
+}
+
+bool Engine::RunOnEngineThread(EngineTask task) {
+  absl::MutexLock lock(&mu_);
+  if (draining_) return false;
+  tasks_.push_back(std::move(task));
+  return true;
+}
+
 void Engine::Shutdown(absl::Duration grace) {
   absl::MutexLock shutdown_lock(&shutdown_mu_);
   {
@@ -349,13 +362,14 @@ void Engine::Loop() {
     if (draining && now >= drain_deadline) CancelAllLive();
     if (draining && live_.empty()) break;
     const bool ran = Step();
+    kv_->MaintainSessions();
     kv_->PublishCatalog();
     PublishStats();
     if (!ran) {
       absl::MutexLock lock(&mu_);
       auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return !inbox_.empty() || !cancels_.empty() || !registrations_.empty() ||
-               !deletions_.empty();
+               !deletions_.empty() || !tasks_.empty();
       };
       mu_.AwaitWithTimeout(absl::Condition(&has_work), options_.idle_poll);
     }
@@ -363,10 +377,12 @@ void Engine::Loop() {
   // Work that arrived after the last drain: the engine no longer runs it.
   std::vector<std::pair<RequestId, Registration>> late;
   std::vector<Deletion> deletions;
+  std::vector<EngineTask> tasks;
   {
     absl::MutexLock lock(&mu_);
     late.swap(registrations_);
     deletions.swap(deletions_);
+    tasks.swap(tasks_);
     num_live_ -= static_cast<int64_t>(late.size());
   }
   for (auto& [id, registration] : late) {
@@ -375,6 +391,8 @@ void Engine::Loop() {
   for (Deletion& deletion : deletions) {
     deletion.done(absl::UnavailableError("the server is shutting down"));
   }
+  // Session calls are quick and answer on their own: they still run.
+  for (EngineTask& task : tasks) task(*kv_);
   kv_->PublishCatalog();
   PublishStats();
 }
@@ -384,14 +402,18 @@ void Engine::DrainInbox() {
   std::vector<RequestId> cancels;
   std::vector<std::pair<RequestId, Registration>> registrations;
   std::vector<Deletion> deletions;
+  std::vector<EngineTask> tasks;
   {
     absl::MutexLock lock(&mu_);
     incoming.swap(inbox_);
     cancels.swap(cancels_);
     registrations.swap(registrations_);
     deletions.swap(deletions_);
+    tasks.swap(tasks_);
   }
   for (Deletion& deletion : deletions) ApplyDeletion(std::move(deletion));
+  // Before new requests, so that a turn sent after a session call's reply sees its effect.
+  for (EngineTask& task : tasks) task(*kv_);
   for (auto& [id, registration] : registrations) AddRegistration(id, std::move(registration));
   for (Incoming& in : incoming) AddRequest(std::move(in));
   for (RequestId id : cancels) {
@@ -417,12 +439,21 @@ void Engine::AddRequest(Incoming in) {
   sequence.named_prefix = r.prefix_snapshot;
   sequence.named_prefix_name = r.prefix;
   sequence.skip_prefix_reuse = r.skip_prefix_reuse;
+  sequence.session = r.session;
+  sequence.session_append = r.session_append;
+  sequence.first_turn_prompt = r.first_turn_ids;
   live->request.prefix_snapshot = nullptr;  // the manager holds it while the request waits
-  const int64_t num_prompt = static_cast<int64_t>(r.prompt_ids.size());
   const int64_t max_new = r.max_new_tokens;
+  Live& added_live = *live;
   live_.emplace(id, std::move(live));
   absl::Status added = kv_->Add(id, std::move(sequence));
   if (added.ok()) {
+    // A session turn's prompt has the session's history in front.
+    if (!added_live.request.session.empty()) {
+      added_live.request.prompt_ids = kv_->prompt(id);
+      added_live.tokens = added_live.request.prompt_ids;
+    }
+    const int64_t num_prompt = static_cast<int64_t>(added_live.request.prompt_ids.size());
     added = scheduler_->Add(id, num_prompt, max_new, /*num_cached_tokens=*/0,
                             kv_->prefill_whole(id) ? PrefillMode::kWhole : PrefillMode::kChunked);
   }
@@ -495,6 +526,7 @@ bool Engine::Allocate(RequestId id, Live& live, absl::Time now) {
   if (allocation->offload_fallback) metrics_->CountOffloadFallback();
   live.num_cached_tokens = allocation->num_cached_tokens;
   live.prefix_name = allocation->prefix_name;
+  live.session_recompute_reason = allocation->session_recompute_reason;
   if (live.is_registration()) return true;
   metrics_->ObserveQueueTime(absl::ToDoubleSeconds(now - live.request.arrival_time));
   metrics_->AddPromptTokens(static_cast<int64_t>(live.request.prompt_ids.size()),
@@ -575,7 +607,7 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
                                    absl::StrCat(action.reason, ": ", e.what_without_backtrace())));
           ended[i] = true;
         }
-      } else if (!action.reclaimed_snapshots) {
+      } else if (!action.reclaimed_snapshots && !action.offloaded_idle_sessions) {
         result.output = absl::ResourceExhaustedError(
             absl::StrCat("out of memory with nothing left to free: ", e.what_without_backtrace()));
         return result;
@@ -731,10 +763,14 @@ void Engine::Finish(RequestId id, FinishReason reason) {
       live.request.cache_spec.use_cache() ? kv_->strategy_name(id) : "none";
   summary.offload_fallback = kv_->offload_fallback(id);
   summary.prefix = live.prefix_name;
+  summary.session = live.request.session;
+  summary.session_recompute_reason = live.session_recompute_reason;
   // Counted before the client hears of it, so that metrics read after a reply include it.
   metrics_->CountRequest(FinishReasonName(reason));
   std::shared_ptr<RequestSink> sink = live.sink;
-  Forget(id);
+  // The session keeps the cache and the answer (the stop string included: its tokens are in
+  // the cache).
+  Forget(id, /*keep_session_cache=*/true);
   sink->OnFinish(summary);
 }
 
@@ -750,11 +786,13 @@ void Engine::Fail(RequestId id, const absl::Status& status) {
   }
   metrics_->CountRequest(OutcomeLabel(status));
   std::shared_ptr<RequestSink> sink = live.sink;
-  Forget(id);
+  // A cancel or a deadline ends a request between steps: its cache is whole and the session
+  // keeps it with the partial answer. Other failures may leave it half-stepped.
+  Forget(id, absl::IsCancelled(status) || absl::IsDeadlineExceeded(status));
   sink->OnError(status);
 }
 
-void Engine::Forget(RequestId id) {
+void Engine::Forget(RequestId id, bool keep_session_cache) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
   {
@@ -762,8 +800,8 @@ void Engine::Forget(RequestId id) {
     if (!it->second->admitted && !it->second->is_registration()) --num_queued_;
     --num_live_;
   }
+  kv_->Release(id, it->second->tokens, keep_session_cache);
   live_.erase(it);
-  kv_->Release(id);
 }
 
 void Engine::PublishStats() {
@@ -775,6 +813,15 @@ void Engine::PublishStats() {
     by_strategy[{strategy, "host"}] += usage.host_bytes;
   }
   metrics_->SetKvBytes(by_strategy);
+  const cache::SessionStats& sessions = kv.sessions;
+  metrics_->SetSessionCounts({.live = sessions.live,
+                              .offloaded = sessions.offloaded,
+                              .device_bytes = sessions.memory.device_bytes,
+                              .host_bytes = sessions.memory.host_bytes,
+                              .evictions = sessions.evictions,
+                              .expirations = sessions.expirations,
+                              .hits = sessions.hits,
+                              .misses = sessions.misses});
   const cache::PrefixStoreStats& p = kv.prefixes;
   metrics_->SetPrefixCounts({.named_hits = p.named_hits,
                              .named_misses = p.named_misses,
@@ -797,6 +844,7 @@ void Engine::PublishStats() {
   stats_.num_offload_fallbacks = kv.num_offload_fallbacks;
   stats_.prompt_tokens_computed = prompt_tokens_computed_;
   stats_.prefixes = kv.prefixes;
+  stats_.sessions = kv.sessions;
 }
 
 }  // namespace kvserve::server

@@ -77,12 +77,15 @@ struct EngineStats {
   int64_t num_offload_fallbacks = 0;   // caches converted to offloaded form
   int64_t prompt_tokens_computed = 0;  // prompt tokens run through the model, all requests
   cache::PrefixStoreStats prefixes;
+  cache::SessionStats sessions;
 };
 
 // A registration's outcome: the stored prefix, or why it was not stored.
 using RegisterCallback = std::function<void(absl::StatusOr<cache::PrefixInfo>)>;
 // A deletion's outcome: OK (deleted), NotFound, or Internal when it could not be recorded.
 using DeleteCallback = std::function<void(absl::Status)>;
+// Work on the engine thread with the cache manager (session calls).
+using EngineTask = std::function<void(cache::KvCacheManager&)>;
 
 // Thread model: Submit, Cancel, RegisterPrefix, DeletePrefix, catalog, Stats and Shutdown
 // may be called from any thread; everything that touches tensors runs on the engine's own
@@ -123,6 +126,12 @@ class Engine {
   void DeletePrefix(std::string name, DeleteCallback done);
   // The named prefixes as last published (after each step). Any thread.
   std::shared_ptr<const cache::PrefixCatalog> catalog() const;
+  // An open session's options (null: not open). Any thread.
+  std::shared_ptr<const cache::SessionOptions> session_options(const std::string& id) const;
+  // Runs `task` on the engine thread before the next step (session calls: create, get, list,
+  // close, roll back; each answers its caller itself). False, without running it, once
+  // Shutdown has begun. Tasks queued before then run even during the shutdown.
+  bool RunOnEngineThread(EngineTask task);
 
   // Stops accepting requests, lets live ones run for up to `grace`, then ends the rest with
   // finish reason kCancelled and their partial output, and joins the engine thread.
@@ -192,8 +201,9 @@ class Engine {
   // caller's business.
   void Finish(RequestId id, FinishReason reason);
   void Fail(RequestId id, const absl::Status& status);
-  // Forgets a sequence everywhere but the scheduler (the caller's business).
-  void Forget(RequestId id);
+  // Forgets a sequence everywhere but the scheduler (the caller's business). A session turn
+  // gives its cache back to its session when `keep_session_cache`.
+  void Forget(RequestId id, bool keep_session_cache = false);
   // Recomputes EngineStats and the queue and KV metrics. Engine thread.
   void PublishStats();
   // The scheduler's plan could not be updated (an engine bug): its sequences fail and the
@@ -227,6 +237,7 @@ class Engine {
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<RequestId, Registration>> registrations_ ABSL_GUARDED_BY(mu_);
   std::vector<Deletion> deletions_ ABSL_GUARDED_BY(mu_);
+  std::vector<EngineTask> tasks_ ABSL_GUARDED_BY(mu_);
   RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Submitted and not yet admitted or ended: what --max-queue bounds.
   int64_t num_queued_ ABSL_GUARDED_BY(mu_) = 0;

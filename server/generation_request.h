@@ -39,6 +39,13 @@ struct GenerationRequest {
   cache::CacheSpec cache_spec;
   // Compute the whole prompt even when a cached prefix matches.
   bool skip_prefix_reuse = false;
+  // A turn of this session (empty: none); its cache_spec is the session's.
+  std::string session;
+  // With `session`: prompt_ids are tokens to append to the session's history (the engine
+  // prepends it), and first_turn_ids what to append instead to an empty history (text with
+  // the tokens that start a sequence). Otherwise prompt_ids are the whole prompt.
+  bool session_append = false;
+  std::vector<int32_t> first_turn_ids;
   // When the request reached the server.
   absl::Time arrival_time = absl::InfinitePast();
   // The client's deadline; InfiniteFuture when none.
@@ -59,6 +66,8 @@ struct GenerationSummary {
   std::string cache_implementation;  // "dynamic", ...; "none" without a cache
   std::string prefix;                // the registered prefix copied; empty: none
   bool offload_fallback = false;
+  std::string session;                   // the session it was a turn of; empty: none
+  std::string session_recompute_reason;  // why the session's cache was not reused
 };
 
 }  // namespace kvserve::server

@@ -51,6 +51,8 @@ void SetSummary(const GenerationSummary& s, Message* m) {
   m->mutable_cache_report()->set_cache_implementation(s.cache_implementation);
   m->mutable_cache_report()->set_prefix(s.prefix);
   m->mutable_cache_report()->set_offload_fallback(s.offload_fallback);
+  m->mutable_cache_report()->set_session(s.session);
+  m->mutable_cache_report()->set_session_recompute_reason(s.session_recompute_reason);
 }
 
 // The client's deadline (wall-clock time), InfiniteFuture when it set none.

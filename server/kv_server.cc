@@ -32,6 +32,7 @@
 #include "server/prefix_service.h"
 #include "server/prefixes_file.h"
 #include "server/request_parser.h"
+#include "server/session_service.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
@@ -214,7 +215,8 @@ KvServer::KvServer(const ServerOptions& options)
       metrics_(std::make_unique<ServerMetrics>()),
       replica_(std::make_unique<ReplicaIdentity>()),
       generation_(std::make_unique<GenerationService>(replica_.get())),
-      prefixes_(std::make_unique<PrefixService>(replica_.get())) {}
+      prefixes_(std::make_unique<PrefixService>(replica_.get())),
+      sessions_(std::make_unique<SessionService>(replica_.get())) {}
 
 absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& options) {
   absl::Status valid = options.Validate();
@@ -234,6 +236,7 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->generation_.get());
   builder.RegisterService(server->prefixes_.get());
+  builder.RegisterService(server->sessions_.get());
   // Prompts may be long token-id lists or long chat transcripts.
   builder.SetMaxReceiveMessageSize(64 << 20);
   server->server_ = builder.BuildAndStart();
@@ -285,6 +288,10 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   cache::KvCacheManagerOptions& kv = engine_options.kv;
   kv.auto_prefix_cache = options_.auto_prefix_cache;
   kv.auto_prefix_min_tokens = options_.auto_prefix_min_tokens;
+  kv.session_idle_offload = options_.session_idle_offload;
+  kv.session_cache_bytes = options_.session_cache_bytes;
+  kv.session_default_ttl = options_.session_ttl;
+  kv.max_sessions = options_.max_sessions;
   kv.budget.device_limit_bytes = options_.kv_device_bytes;
   if (options_.kv_device_bytes < 0) {
     // On a GPU the KV caches get most of what is free once the weights are loaded.
@@ -301,9 +308,10 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   if (!engine.ok()) return engine.status();
   engine_ = *std::move(engine);
   Engine* const engine_ptr = engine_.get();
-  parser_ =
-      std::make_unique<RequestParser>(model_.model->info(), model_.tokenizer.get(), options_.limits,
-                                      [engine_ptr] { return engine_ptr->catalog(); });
+  parser_ = std::make_unique<RequestParser>(
+      model_.model->info(), model_.tokenizer.get(), options_.limits,
+      [engine_ptr] { return engine_ptr->catalog(); },
+      [engine_ptr](const std::string& id) { return engine_ptr->session_options(id); });
   // Prefixes live before a restart, then the deployment's list; health stays NOT_SERVING
   // until they are all warm. What the state holds never stops the start-up: a prefix that no
   // longer registers (another model, a smaller cache) is skipped with a warning.
@@ -335,6 +343,7 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   generation_->Attach(
       {engine_.get(), parser_.get(), ToProto(info, model_.name, options_.limits), options_.clock});
   prefixes_->Attach({engine_.get(), parser_.get()});
+  sessions_->Attach({engine_.get(), parser_.get()});
   serving_ = true;
   server_->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("serving {} ({} layers, vocab {}) on {}; prefix cache {} bytes", model_.name,

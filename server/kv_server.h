@@ -28,6 +28,7 @@ class MetricsHttpServer;
 class PrefixJournal;
 class PrefixPersistence;
 class PrefixService;
+class SessionService;
 class ReplicaIdentity;
 class RequestParser;
 class ServerMetrics;
@@ -88,6 +89,7 @@ class KvServer {
   std::unique_ptr<ReplicaIdentity> replica_;  // before the services, which point at it
   std::unique_ptr<GenerationService> generation_;
   std::unique_ptr<PrefixService> prefixes_;
+  std::unique_ptr<SessionService> sessions_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

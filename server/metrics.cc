@@ -109,6 +109,54 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                          .Name("kvserve_prefix_cache_entries")
                          .Help("Prefix snapshots held, by kind")
                          .Register(*registry_);
+  sessions_ = &prometheus::BuildGauge()
+                   .Name("kvserve_sessions")
+                   .Help(
+                       "Chat sessions by state (live: open; offloaded: open with their idle "
+                       "cache moved to host memory)")
+                   .Register(*registry_);
+  session_bytes_ = &prometheus::BuildGauge()
+                        .Name("kvserve_session_kv_bytes")
+                        .Help("Bytes of idle sessions' KV caches, by location (device, host)")
+                        .Register(*registry_);
+  session_evictions_ = &prometheus::BuildCounter()
+                            .Name("kvserve_session_evictions_total")
+                            .Help(
+                                "Session caches evicted (--session-cache-bytes or memory "
+                                "pressure); the session stays open and recomputes")
+                            .Register(*registry_)
+                            .Add({});
+  session_expirations_ = &prometheus::BuildCounter()
+                              .Name("kvserve_session_expirations_total")
+                              .Help("Sessions closed by their TTL")
+                              .Register(*registry_)
+                              .Add({});
+  session_turns_ = &prometheus::BuildCounter()
+                        .Name("kvserve_session_turns_total")
+                        .Help(
+                            "Session turns after the first, by cache (hit: reused the "
+                            "session's cache; miss: computed the prompt)")
+                        .Register(*registry_);
+  for (const char* state : {"live", "offloaded"}) sessions_->Add({{"state", state}});
+  for (const char* location : {"device", "host"}) session_bytes_->Add({{"location", location}});
+  for (const char* cache : {"hit", "miss"}) session_turns_->Add({{"cache", cache}});
+}
+
+void ServerMetrics::SetSessionCounts(const SessionCounts& c) {
+  absl::MutexLock lock(&mu_);
+  const SessionCounts& last = last_session_counts_;
+  auto add = [](prometheus::Counter& counter, int64_t now, int64_t before) {
+    if (now > before) counter.Increment(static_cast<double>(now - before));
+  };
+  sessions_->Add({{"state", "live"}}).Set(static_cast<double>(c.live));
+  sessions_->Add({{"state", "offloaded"}}).Set(static_cast<double>(c.offloaded));
+  session_bytes_->Add({{"location", "device"}}).Set(static_cast<double>(c.device_bytes));
+  session_bytes_->Add({{"location", "host"}}).Set(static_cast<double>(c.host_bytes));
+  add(*session_evictions_, c.evictions, last.evictions);
+  add(*session_expirations_, c.expirations, last.expirations);
+  add(session_turns_->Add({{"cache", "hit"}}), c.hits, last.hits);
+  add(session_turns_->Add({{"cache", "miss"}}), c.misses, last.misses);
+  last_session_counts_ = c;
 }
 
 ServerMetrics::~ServerMetrics() = default;

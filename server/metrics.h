@@ -66,6 +66,17 @@ class ServerMetrics {
   };
   void SetPrefixCounts(const PrefixCounts& counts);
 
+  // Sessions: kvserve_sessions{state} (live: open; offloaded: of those, with their cache on
+  // the host while idle), kvserve_session_kv_bytes{location} (idle sessions' caches: device,
+  // host), kvserve_session_evictions_total, kvserve_session_expirations_total,
+  // kvserve_session_turns_total{cache} (hit: reused the session's cache; miss: computed the
+  // prompt). Cumulative totals, as SetPrefixCounts.
+  struct SessionCounts {
+    int64_t live = 0, offloaded = 0, device_bytes = 0, host_bytes = 0;
+    int64_t evictions = 0, expirations = 0, hits = 0, misses = 0;
+  };
+  void SetSessionCounts(const SessionCounts& counts);
+
   // The registry in Prometheus text format (what /metrics serves).
   std::string TextFormat() const;
 
@@ -88,7 +99,13 @@ class ServerMetrics {
   prometheus::Counter* prefix_evictions_;
   prometheus::Gauge* prefix_bytes_;
   prometheus::Family<prometheus::Gauge>* prefix_entries_;
+  prometheus::Family<prometheus::Gauge>* sessions_;
+  prometheus::Family<prometheus::Gauge>* session_bytes_;
+  prometheus::Counter* session_evictions_;
+  prometheus::Counter* session_expirations_;
+  prometheus::Family<prometheus::Counter>* session_turns_;
   PrefixCounts last_prefix_counts_ ABSL_GUARDED_BY(mu_);
+  SessionCounts last_session_counts_ ABSL_GUARDED_BY(mu_);
   absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> kv_gauges_ ABSL_GUARDED_BY(mu_);
 };

@@ -93,11 +93,12 @@ absl::Status CheckIdsInVocab(const std::vector<int32_t>& ids, int64_t vocab_size
 }  // namespace
 
 RequestParser::RequestParser(const model::ModelInfo& model_info, const model::Tokenizer* tokenizer,
-                             RequestLimits limits, CatalogSource catalog)
+                             RequestLimits limits, CatalogSource catalog, SessionSource sessions)
     : model_info_(model_info),
       tokenizer_(tokenizer),
       limits_(limits),
       catalog_(std::move(catalog)),
+      sessions_(std::move(sessions)),
       max_input_bytes_(MaxInputBytes(model_info, tokenizer)) {}
 
 absl::StatusOr<std::vector<int32_t>> RequestParser::TextIds(const std::string& text,
@@ -209,10 +210,15 @@ absl::Status RequestParser::ParseSampling(const v1::SamplingParams& s,
   p.do_sample = s.has_do_sample() && s.do_sample();
   // A set value is checked even when greedy decoding ignores it: it is still malformed.
   if (s.has_temperature()) {
-    if (!std::isfinite(s.temperature()) || s.temperature() <= 0) {
-      return FieldError("sampling.temperature", Cat("must be > 0 (got ", s.temperature(), ")"));
+    if (!std::isfinite(s.temperature()) || s.temperature() < 0) {
+      return FieldError("sampling.temperature", Cat("must be >= 0 (got ", s.temperature(), ")"));
     }
-    p.temperature = s.temperature();
+    if (s.temperature() == 0) {
+      // What OpenAI and vLLM clients send for deterministic output: greedy decoding.
+      p.do_sample = false;
+    } else {
+      p.temperature = s.temperature();
+    }
   }
   if (s.has_top_k()) {
     if (s.top_k() < 0) {
@@ -324,8 +330,143 @@ absl::Status RequestParser::ParseCache(const v1::CacheOptions& c, GenerationRequ
   return absl::OkStatus();
 }
 
+absl::StatusOr<cache::SessionOptions> RequestParser::ParseSessionOptions(
+    const v1::SessionOptions& options) const {
+  cache::SessionOptions out;
+  if (options.ttl_seconds() < 0) {
+    return FieldError("options.ttl_seconds", Cat("must be >= 0 (got ", options.ttl_seconds(), ")"));
+  }
+  // Unset (0): the server's default, applied by the engine.
+  out.ttl = options.ttl_seconds() > 0 ? absl::Seconds(options.ttl_seconds()) : absl::ZeroDuration();
+  const v1::CacheOptions& c = options.cache();
+  if (c.has_use_cache() && !c.use_cache()) {
+    return FieldError("options.cache.use_cache", "a session keeps a cache; it cannot be false");
+  }
+  if (c.skip_prefix_reuse()) {
+    return FieldError("options.cache.skip_prefix_reuse",
+                      "a session reuses its own cache; it cannot be set");
+  }
+  GenerationRequest parsed;
+  if (absl::Status cache = ParseCache(c, &parsed); !cache.ok()) {
+    return absl::Status(cache.code(), Cat("options.", cache.message()));
+  }
+  out.cache = parsed.cache_spec;
+  if (out.cache.is_static()) {
+    // The whole conversation lives in it: sized for the model's context unless it says.
+    out.cache.max_cache_len =
+        c.has_max_cache_len() ? c.max_cache_len() : model_info_.max_position_embeddings;
+  }
+  if (!options.prefix().empty()) {
+    if (!IsValidPrefixName(options.prefix())) {
+      return FieldError("options.prefix", "a name is 1 to 128 characters of [A-Za-z0-9._-]");
+    }
+    std::shared_ptr<const cache::Snapshot> snapshot;
+    if (catalog_) {
+      const std::shared_ptr<const cache::PrefixCatalog> catalog = catalog_();
+      if (auto it = catalog->find(options.prefix()); it != catalog->end()) {
+        snapshot = it->second.snapshot.lock();
+      }
+    }
+    if (snapshot == nullptr) {
+      return absl::NotFoundError(
+          Cat("options.prefix: no prefix named '", options.prefix(), "' is registered"));
+    }
+    out.prefix_name = options.prefix();
+    out.prefix_tokens.assign(snapshot->token_ids().begin(), snapshot->token_ids().end());
+  }
+  return out;
+}
+
+absl::StatusOr<GenerationRequest> RequestParser::ParseSessionTurn(
+    const v1::GenerateRequest& request, const ParseContext& context) const {
+  const std::string& id = request.session();
+  std::shared_ptr<const cache::SessionOptions> session = sessions_ ? sessions_(id) : nullptr;
+  if (session == nullptr) {
+    constexpr size_t kMaxQuoted = 64;
+    const std::string quoted =
+        id.size() <= kMaxQuoted ? id : Cat(id.substr(0, kMaxQuoted), "... (", id.size(), " bytes)");
+    return absl::NotFoundError(
+        Cat("session: no open session '", quoted, "' (closed, expired or never created)"));
+  }
+  if (request.has_cache()) {
+    return FieldError("cache", "a session turn uses its session's cache; leave cache unset");
+  }
+  if (!request.prefix().empty() && request.prefix() != session->prefix_name) {
+    return FieldError("prefix", session->prefix_name.empty()
+                                    ? std::string("the session starts with no prefix")
+                                    : Cat("the session starts with prefix '", session->prefix_name,
+                                          "'; leave prefix unset"));
+  }
+  GenerationRequest out;
+  out.session = id;
+  out.cache_spec = session->cache;
+  out.prefix = session->prefix_name;
+  switch (request.input_case()) {
+    case v1::GenerateRequest::kMessages: {
+      // The whole conversation: the engine reuses what it shares with the history.
+      absl::StatusOr<std::vector<int32_t>> ids = InputIds(request, context);
+      if (!ids.ok()) return ids.status();
+      if (ids->empty())
+        return FieldError("messages", "the input has no tokens; at least one is required");
+      out.prompt_ids = session->prefix_tokens;
+      out.prompt_ids.insert(out.prompt_ids.end(), ids->begin(), ids->end());
+      break;
+    }
+    case v1::GenerateRequest::kPrompt: {
+      // Appended to the history; with the sequence-start tokens only on an empty history.
+      out.session_append = true;
+      absl::StatusOr<std::vector<int32_t>> ids = TextIds(request.prompt(), "prompt", false);
+      if (!ids.ok()) return ids.status();
+      absl::StatusOr<std::vector<int32_t>> first = TextIds(request.prompt(), "prompt", true);
+      if (!first.ok()) return first.status();
+      if (ids->empty())
+        return FieldError("prompt", "the input has no tokens; at least one is required");
+      out.prompt_ids = *std::move(ids);
+      out.first_turn_ids = *std::move(first);
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      out.session_append = true;
+      absl::StatusOr<std::vector<int32_t>> ids = InputIds(request, context);
+      if (!ids.ok()) return ids.status();
+      if (ids->empty()) {
+        return FieldError("token_ids.ids", "the input has no tokens; at least one is required");
+      }
+      out.first_turn_ids = *ids;
+      out.prompt_ids = *std::move(ids);
+      break;
+    }
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      return FieldError("input", "one of prompt, token_ids or messages is required");
+  }
+  if (!session->prefix_name.empty() && catalog_) {
+    // The first turn copies the prefix's snapshot, when the name still holds that content.
+    const std::shared_ptr<const cache::PrefixCatalog> catalog = catalog_();
+    if (auto it = catalog->find(session->prefix_name); it != catalog->end()) {
+      std::shared_ptr<const cache::Snapshot> snapshot = it->second.snapshot.lock();
+      if (snapshot != nullptr &&
+          std::equal(snapshot->token_ids().begin(), snapshot->token_ids().end(),
+                     session->prefix_tokens.begin(), session->prefix_tokens.end())) {
+        out.prefix_snapshot = std::move(snapshot);
+      }
+    }
+  }
+  absl::Status sampling = ParseSampling(request.sampling(), &out);
+  if (!sampling.ok()) return sampling;
+  const int64_t context_tokens = model_info_.max_position_embeddings;
+  const int64_t prompt = static_cast<int64_t>(out.prompt_ids.size());
+  // An appended turn's history is the engine's to count.
+  if (prompt + out.max_new_tokens > context_tokens) {
+    return FieldError("sampling.max_new_tokens",
+                      Cat("the prompt's ", prompt, " tokens + max_new_tokens ", out.max_new_tokens,
+                          " exceed the model's context of ", context_tokens, " tokens"));
+  }
+  return out;
+}
+
 absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest& request,
                                                        const ParseContext& context) const {
+  if (!request.session().empty()) return ParseSessionTurn(request, context);
   GenerationRequest out;
   if (!request.prefix().empty()) {
     if (!IsValidPrefixName(request.prefix())) {

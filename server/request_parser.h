@@ -11,6 +11,7 @@
 #include "cache/kv_cache_manager.h"
 #include "kvserve/v1/generation.pb.h"
 #include "kvserve/v1/prefix.pb.h"
+#include "kvserve/v1/session.pb.h"
 #include "model/model.h"
 #include "server/generation_request.h"
 
@@ -31,6 +32,10 @@ struct PrefixRegistration {
 // The named prefixes a parser resolves GenerateRequest.prefix against: the engine's
 // published catalog. Thread-safe.
 using CatalogSource = std::function<std::shared_ptr<const cache::PrefixCatalog>()>;
+// The open sessions a parser resolves GenerateRequest.session against (null: not open).
+// Thread-safe.
+using SessionSource =
+    std::function<std::shared_ptr<const cache::SessionOptions>(const std::string& id)>;
 
 struct RequestLimits {
   // --max-new-tokens-limit: the largest max_new_tokens a request may ask for.
@@ -54,8 +59,10 @@ class RequestParser {
  public:
   // `catalog` (null: every prefix name is NOT_FOUND) resolves GenerateRequest.prefix without
   // counting a hit (the engine counts the one use at admission).
+  // `sessions` (null: every session is NOT_FOUND) resolves GenerateRequest.session.
   RequestParser(const model::ModelInfo& model_info, const model::Tokenizer* tokenizer,
-                RequestLimits limits, CatalogSource catalog = nullptr);
+                RequestLimits limits, CatalogSource catalog = nullptr,
+                SessionSource sessions = nullptr);
 
   // Applies the defaults of the proto's comments and checks every field. InvalidArgument
   // whose message starts with the field's path ("sampling.top_p: ...", "input: ...") for the
@@ -71,6 +78,12 @@ class RequestParser {
   // naming the field.
   absl::StatusOr<PrefixRegistration> ParseRegisterPrefix(
       const v1::RegisterPrefixRequest& request) const;
+
+  // Validates CreateSession's options (the cache as GenerateRequest.cache, a registered
+  // prefix, ttl_seconds >= 0). InvalidArgument naming the field ("options.cache....");
+  // NotFound "options.prefix: ..." for an unknown prefix.
+  absl::StatusOr<cache::SessionOptions> ParseSessionOptions(
+      const v1::SessionOptions& options) const;
 
   // Token ids (and their strings) of a TokenizeRequest. InvalidArgument naming the field,
   // also for text longer than max_input_bytes().
@@ -95,11 +108,15 @@ class RequestParser {
                                                bool add_special_tokens) const;
   absl::Status ParseSampling(const v1::SamplingParams& sampling, GenerationRequest* out) const;
   absl::Status ParseCache(const v1::CacheOptions& cache, GenerationRequest* out) const;
+  // A session turn: `request` names an open session.
+  absl::StatusOr<GenerationRequest> ParseSessionTurn(const v1::GenerateRequest& request,
+                                                     const ParseContext& context) const;
 
   const model::ModelInfo& model_info_;
   const model::Tokenizer* tokenizer_;
   RequestLimits limits_;
   CatalogSource catalog_;
+  SessionSource sessions_;
   int64_t max_input_bytes_;
 };
 

@@ -31,6 +31,14 @@ std::vector<cli::FlagSpec> Flags() {
        "GPU: 1/4 of the KV budget; CPU: 4 full contexts, 64 MiB-1 GiB"},
       {"no-auto-prefix-cache", "do not reuse shared prompt prefixes automatically", "", true},
       {"auto-prefix-min-tokens", "shortest prompt prefix kept and reused automatically", "32"},
+      {"session-idle-offload-seconds",
+       "an idle session's cache moves to host memory after this many seconds", "60"},
+      {"session-cache-bytes",
+       "bytes idle sessions' caches may hold; the least recently used are evicted beyond",
+       "1073741824"},
+      {"session-ttl-seconds", "a session closes this long after its last use (unless it says)",
+       "1800"},
+      {"max-sessions", "sessions open at once at most", "1024"},
       {"state-dir", "directory where registered prefixes survive restarts", "none"},
       {"prefixes-file", "prefixes to register at start-up (JSON or YAML)", "none"},
       {"kv-device-bytes",
@@ -91,6 +99,22 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.prefix_cache_bytes = *prefix_bytes;
   o.auto_prefix_min_tokens = *auto_min;
   o.auto_prefix_cache = !cl->GetBool("no-auto-prefix-cache");
+  absl::StatusOr<double> idle_offload = cl->GetDouble("session-idle-offload-seconds", 60);
+  absl::StatusOr<int64_t> session_bytes = cl->GetInt("session-cache-bytes", o.session_cache_bytes);
+  absl::StatusOr<double> session_ttl = cl->GetDouble("session-ttl-seconds", 1800);
+  absl::StatusOr<int64_t> max_sessions = cl->GetInt("max-sessions", o.max_sessions);
+  for (const absl::Status& s : {idle_offload.status(), session_bytes.status(), session_ttl.status(),
+                                max_sessions.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (!(*idle_offload >= 0)) {
+    return absl::InvalidArgumentError("--session-idle-offload-seconds must be >= 0");
+  }
+  if (!(*session_ttl > 0)) return absl::InvalidArgumentError("--session-ttl-seconds must be > 0");
+  o.session_idle_offload = absl::Seconds(*idle_offload);
+  o.session_cache_bytes = *session_bytes;
+  o.session_ttl = absl::Seconds(*session_ttl);
+  o.max_sessions = *max_sessions;
   o.state_dir = cl->GetString("state-dir", "");
   o.prefixes_file = cl->GetString("prefixes-file", "");
   absl::StatusOr<int64_t> kv_bytes = cl->GetInt("kv-device-bytes", -1);
@@ -158,6 +182,10 @@ absl::Status ServerOptions::Validate() const {
   if (auto_prefix_min_tokens < 1) {
     return absl::InvalidArgumentError("--auto-prefix-min-tokens must be >= 1");
   }
+  if (session_cache_bytes < 1) {
+    return absl::InvalidArgumentError("--session-cache-bytes must be >= 1");
+  }
+  if (max_sessions < 1) return absl::InvalidArgumentError("--max-sessions must be >= 1");
   if (limits.max_new_tokens_limit < 1) {
     return absl::InvalidArgumentError("--max-new-tokens-limit must be >= 1");
   }

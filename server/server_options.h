@@ -40,6 +40,16 @@ struct ServerOptions {
   bool auto_prefix_cache = true;
   // --auto-prefix-min-tokens: shortest prompt kept and shortest prefix reused automatically.
   int64_t auto_prefix_min_tokens = 32;
+  // Sessions (iterative chat; they live in memory only). --session-idle-offload-seconds: an
+  // idle session's cache moves to host memory after this long unused (0: at once).
+  absl::Duration session_idle_offload = absl::Seconds(60);
+  // --session-cache-bytes: bytes idle sessions' caches may hold (device and host); the least
+  // recently used are evicted beyond it.
+  int64_t session_cache_bytes = int64_t{1} << 30;
+  // --session-ttl-seconds: a session's life after its last use when it does not set one.
+  absl::Duration session_ttl = absl::Minutes(30);
+  // --max-sessions: sessions open at once at most.
+  int64_t max_sessions = 1024;
   // --state-dir: where registered prefixes are kept across restarts; empty: nowhere.
   std::string state_dir;
   // --prefixes-file: prefixes (JSON or YAML, kvserve.v1.PrefixState) registered at start-up.

@@ -1151,5 +1151,274 @@ TEST_F(KvCacheManagerTest, TtlExpiryTellsTheListener) {
   EXPECT_THAT(*m->catalog(), IsEmpty());
 }
 
+// ---- Sessions ----
+
+// The cache's K/V of `layer` at positions [0, n) (the stored tokens of a full-attention layer)
+// equal what a cold forward computes there.
+void ExpectHoldsPositions(const KvCache& cache, int layer, int64_t n) {
+  KvCache& c = const_cast<KvCache&>(cache);
+  ASSERT_EQ(c.SeqLength(), n);
+  // A zero-token update returns what attention sees: every stored token.
+  absl::StatusOr<LayerView> view = c.Update(layer, Kv(layer, n, 0, false), Kv(layer, n, 0, true));
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_EQ(view->num_valid, n);
+  EXPECT_TRUE(at::equal(view->keys.narrow(2, 0, n), Kv(layer, 0, n, false)));
+  EXPECT_TRUE(at::equal(view->values.narrow(2, 0, n), Kv(layer, 0, n, true)));
+}
+
+class SessionTest : public KvCacheManagerTest {
+ protected:
+  std::unique_ptr<KvCacheManager> MakeSessions(KvCacheManagerOptions options = Options(),
+                                               KvModelShape shape = Shape()) {
+    shape.max_positions = kMaxPositions;
+    return Make(options, std::move(shape));
+  }
+
+  std::string Open(KvCacheManager& m, CacheSpec cache = Spec(""), absl::Duration ttl = {}) {
+    SessionOptions options;
+    options.cache = std::move(cache);
+    options.ttl = ttl;
+    absl::StatusOr<SessionInfo> info = m.CreateSession(options);
+    EXPECT_TRUE(info.ok()) << info.status();
+    return info.ok() ? info->id : "";
+  }
+
+  static SequenceRequest Turn(const std::string& session, Tokens prompt, int64_t max_new = 4) {
+    SequenceRequest r = Request(std::move(prompt), max_new);
+    r.session = session;
+    return r;
+  }
+
+  // Runs a whole turn: add, admit, prefill what the cache does not hold, `generated` decode
+  // steps (the last sampled token is not fed back), release with the tokens. Returns the
+  // allocation (its cached tokens and reason).
+  Allocation RunTurn(KvCacheManager& m, SequenceId id, SequenceRequest request,
+                     const Tokens& generated) {
+    Tokens tokens = request.prompt;
+    EXPECT_TRUE(m.Add(id, std::move(request)).ok());
+    tokens = m.prompt(id);
+    const Allocation allocation = Admit(m, id);
+    const int64_t prompt = static_cast<int64_t>(tokens.size());
+    EXPECT_TRUE(RunStep(m, {{id, prompt - allocation.num_cached_tokens}}));
+    for (size_t i = 0; i + 1 < generated.size(); ++i) EXPECT_TRUE(RunStep(m, {{id, 1}}));
+    tokens.insert(tokens.end(), generated.begin(), generated.end());
+    m.Release(id, tokens, /*keep_session_cache=*/true);
+    return allocation;
+  }
+};
+
+TEST_F(SessionTest, TurnsReuseTheHistoryAndCropToTheCommonPrefix) {
+  auto m = MakeSessions();
+  const std::string id = Open(*m);
+  ASSERT_EQ(id.size(), 32u);
+  // Turn 1: 10 prompt tokens, 3 generated.
+  Allocation a = RunTurn(*m, 1, Turn(id, Range(100, 10)), {7, 8, 9});
+  EXPECT_EQ(a.num_cached_tokens, 0);
+  absl::StatusOr<SessionInfo> info = m->GetSession(id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->num_tokens, 13);
+  EXPECT_EQ(info->cached_tokens, 12);  // the last answer token was never fed
+  EXPECT_EQ(info->state, SessionState::kIdle);
+  EXPECT_EQ(info->turns, 1);
+  // Turn 2 keeps 11 tokens of the history, then differs.
+  Tokens prompt = Concat(Concat(Range(100, 10), {7}), Range(300, 5));
+  ASSERT_TRUE(m->Add(2, Turn(id, prompt)).ok());
+  EXPECT_EQ(m->CanAdmit(2, {}).num_cached_tokens, 11);
+  absl::StatusOr<Allocation> turn = m->Allocate(2);
+  ASSERT_TRUE(turn.ok());
+  EXPECT_EQ(turn->num_cached_tokens, 11);
+  EXPECT_EQ(turn->session_recompute_reason, "");
+  for (int layer = 0; layer < 4; ++layer) ExpectHoldsPositions(*turn->cache, layer, 11);
+  EXPECT_EQ(m->GetSession(id)->state, SessionState::kRunning);
+  m->Release(2, prompt, true);
+  EXPECT_EQ(m->Stats().sessions.hits, 1);
+}
+
+TEST_F(SessionTest, ASecondTurnWhileOneRunsIsRefusedNamingTheSession) {
+  auto m = MakeSessions();
+  const std::string id = Open(*m);
+  ASSERT_TRUE(m->Add(1, Turn(id, Range(1, 5))).ok());
+  absl::Status second = m->Add(2, Turn(id, Range(1, 6)));
+  EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.message(), HasSubstr(id));
+  EXPECT_EQ(m->RollbackSession(id, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  m->Release(1);
+  EXPECT_TRUE(m->Add(3, Turn(id, Range(1, 6))).ok());
+  EXPECT_EQ(m->Add(4, Turn("nope", Range(1, 6))).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SessionTest, AppendedTurnsFollowTheHistoryAndTheContextIsChecked) {
+  auto m = MakeSessions();
+  const std::string id = Open(*m);
+  SequenceRequest first = Turn(id, {5, 6});
+  first.session_append = true;
+  first.first_turn_prompt = {1, 5, 6};  // with a sequence-start token on an empty history
+  RunTurn(*m, 1, std::move(first), {9, 9});
+  SequenceRequest second = Turn(id, {7});
+  second.session_append = true;
+  second.first_turn_prompt = {1, 7};
+  ASSERT_TRUE(m->Add(2, std::move(second)).ok());
+  EXPECT_THAT(m->prompt(2), ElementsAre(1, 5, 6, 9, 9, 7));
+  EXPECT_EQ(m->CanAdmit(2, {}).num_cached_tokens, 4);
+  m->Release(2);
+  SequenceRequest too_long = Turn(id, Range(1, 200), /*max_new=*/100);
+  too_long.session_append = true;
+  absl::Status refused = m->Add(3, std::move(too_long));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("exceed the model's context of 256"));
+}
+
+TEST_F(SessionTest, RollbackCropsSlidingLayersThatKeptTheirPast) {
+  auto m = MakeSessions(Options(), SlidingShape());
+  const std::string id = Open(*m);
+  // 20 tokens: far past the sliding window of 4 and the chunk of 8.
+  RunTurn(*m, 1, Turn(id, Range(1, 18)), {50, 51, 52});
+  ASSERT_EQ(m->GetSession(id)->cached_tokens, 20);
+  absl::StatusOr<SessionInfo> rolled = m->RollbackSession(id, 9);
+  ASSERT_TRUE(rolled.ok()) << rolled.status();
+  EXPECT_EQ(rolled->num_tokens, 12);
+  EXPECT_EQ(rolled->cached_tokens, 12);
+  // The next turn continues from the 12 kept tokens.
+  Tokens prompt = Concat(Range(1, 12), Range(400, 3));
+  ASSERT_TRUE(m->Add(2, Turn(id, prompt)).ok());
+  EXPECT_EQ(m->CanAdmit(2, {}).num_cached_tokens, 12);
+  absl::StatusOr<Allocation> turn = m->Allocate(2);
+  ASSERT_TRUE(turn.ok());
+  EXPECT_EQ(turn->cache->SeqLength(), 12);
+  ExpectHoldsPositions(*turn->cache, 0, 12);
+  m->Release(2);
+  EXPECT_EQ(m->RollbackSession(id, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(m->RollbackSession(id, 13).status().message(), HasSubstr("n: must be in [1, 12]"));
+}
+
+TEST_F(SessionTest, ALayerThatCannotCropBackMakesTheTurnRecomputeAndSayWhy) {
+  auto m = MakeSessions(Options(), SlidingShape());
+  const std::string id = Open(*m, Spec("static", 64));
+  RunTurn(*m, 1, Turn(id, Range(1, 18)), {50, 51, 52});
+  ASSERT_TRUE(m->RollbackSession(id, 9).ok());
+  Tokens prompt = Concat(Range(1, 12), Range(400, 3));
+  ASSERT_TRUE(m->Add(2, Turn(id, prompt)).ok());
+  EXPECT_EQ(m->CanAdmit(2, {}).num_cached_tokens, 0);
+  absl::StatusOr<Allocation> turn = m->Allocate(2);
+  ASSERT_TRUE(turn.ok());
+  EXPECT_EQ(turn->num_cached_tokens, 0);
+  EXPECT_THAT(turn->session_recompute_reason, HasSubstr("cannot be cropped back 8 tokens"));
+  EXPECT_EQ(turn->cache->SeqLength(), 0);
+  m->Release(2);
+  EXPECT_EQ(m->Stats().sessions.misses, 1);
+}
+
+TEST_F(SessionTest, IdleSessionsMoveToTheHostAndBackForTheNextTurn) {
+  KvCacheManagerOptions options = Options();
+  options.session_idle_offload = absl::Seconds(10);
+  auto m = MakeSessions(options);
+  const std::string id = Open(*m);
+  RunTurn(*m, 1, Turn(id, Range(1, 30)), {5, 6});
+  m->MaintainSessions();
+  const MemoryUsage before = m->GetSession(id)->memory;
+  EXPECT_GT(before.device_bytes, 0);
+  EXPECT_EQ(before.host_bytes, 0);
+  clock_.Advance(absl::Seconds(11));
+  m->MaintainSessions();
+  absl::StatusOr<SessionInfo> idle = m->GetSession(id);
+  EXPECT_EQ(idle->state, SessionState::kOffloaded);
+  EXPECT_EQ(idle->memory.device_bytes, 0);
+  EXPECT_EQ(idle->memory.host_bytes, before.device_bytes);
+  EXPECT_EQ(m->Stats().sessions.offloaded, 1);
+  Tokens prompt = Concat(Range(1, 30), {5, 6, 7});
+  ASSERT_TRUE(m->Add(2, Turn(id, prompt)).ok());
+  EXPECT_EQ(m->CanAdmit(2, {}).num_cached_tokens, 31);
+  absl::StatusOr<Allocation> turn = m->Allocate(2);
+  ASSERT_TRUE(turn.ok());
+  EXPECT_FALSE(turn->offload_fallback);
+  EXPECT_EQ(turn->cache->Memory().host_bytes, 0);
+  EXPECT_GT(turn->cache->Memory().device_bytes, 0);
+  ExpectHoldsPositions(*turn->cache, 2, 31);
+  m->Release(2);
+}
+
+TEST_F(SessionTest, TtlsCloseSessionsAndTheBytesBudgetEvictsTheLeastRecentlyUsed) {
+  KvCacheManagerOptions options = Options();
+  // One session's cache of 20 tokens fits (4 layers x one 64-token granule), two do not.
+  options.session_cache_bytes = 4 * kGranuleBytes + 1;
+  auto m = MakeSessions(options);
+  const std::string old_one = Open(*m);
+  const std::string new_one = Open(*m);
+  const std::string short_lived = Open(*m, Spec(""), absl::Seconds(5));
+  RunTurn(*m, 1, Turn(old_one, Range(1, 20)), {3});
+  clock_.Advance(absl::Seconds(1));
+  RunTurn(*m, 2, Turn(new_one, Range(1, 20)), {3});
+  m->MaintainSessions();
+  EXPECT_EQ(m->GetSession(old_one)->state, SessionState::kEmpty);
+  EXPECT_EQ(m->GetSession(old_one)->evictions, 1);
+  EXPECT_EQ(m->GetSession(new_one)->state, SessionState::kIdle);
+  EXPECT_EQ(m->Stats().sessions.evictions, 1);
+  // A turn on the evicted session recomputes, and says why.
+  ASSERT_TRUE(m->Add(3, Turn(old_one, Range(1, 22))).ok());
+  EXPECT_EQ(m->CanAdmit(3, {}).num_cached_tokens, 0);
+  absl::StatusOr<Allocation> turn = m->Allocate(3);
+  ASSERT_TRUE(turn.ok());
+  EXPECT_EQ(turn->session_recompute_reason, "the session's cache was evicted");
+  m->Release(3);
+  // TTL: 5 s after its last use (its creation, 1 s ago).
+  clock_.Advance(absl::Seconds(3));
+  m->MaintainSessions();
+  EXPECT_TRUE(m->GetSession(short_lived).ok());
+  clock_.Advance(absl::Seconds(2));
+  m->MaintainSessions();
+  EXPECT_EQ(m->GetSession(short_lived).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(m->Stats().sessions.expirations, 1);
+  EXPECT_EQ(m->ListSessions().size(), 2u);
+}
+
+TEST_F(SessionTest, AFailedTurnKeepsTheHistoryButNotTheCache) {
+  auto m = MakeSessions();
+  const std::string id = Open(*m);
+  RunTurn(*m, 1, Turn(id, Range(1, 10)), {3, 4});
+  ASSERT_TRUE(m->Add(2, Turn(id, Concat(Range(1, 10), {3, 4, 5}))).ok());
+  Admit(*m, 2);
+  m->Release(2, {}, /*keep_session_cache=*/false);
+  absl::StatusOr<SessionInfo> info = m->GetSession(id);
+  EXPECT_EQ(info->num_tokens, 12);
+  EXPECT_EQ(info->state, SessionState::kEmpty);
+  EXPECT_EQ(m->Stats().budget_used, 0);
+}
+
+TEST_F(SessionTest, CloseWaitsForTheRunningTurnAndMaxSessionsIsEnforced) {
+  KvCacheManagerOptions options = Options();
+  options.max_sessions = 2;
+  auto m = MakeSessions(options);
+  const std::string a = Open(*m);
+  Open(*m);
+  SessionOptions more;
+  EXPECT_EQ(m->CreateSession(more).status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(m->Add(1, Turn(a, Range(1, 5))).ok());
+  Admit(*m, 1);
+  ASSERT_TRUE(m->CloseSession(a).ok());
+  EXPECT_EQ(m->GetSession(a).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(m->session_options(a), nullptr);
+  EXPECT_EQ(m->CloseSession(a).code(), absl::StatusCode::kNotFound);
+  m->Release(1, Range(1, 6), true);
+  EXPECT_EQ(m->Stats().sessions.live, 1);
+  EXPECT_EQ(m->Stats().budget_used, 0);
+  EXPECT_TRUE(m->CreateSession(more).ok());
+}
+
+TEST_F(SessionTest, OutOfMemoryMovesIdleSessionsToTheHostBeforeLiveCaches) {
+  auto m = MakeSessions(Options(/*device_limit_bytes=*/6 * kGranuleBytes));
+  const std::string id = Open(*m);
+  RunTurn(*m, 1, Turn(id, Range(1, 20)), {3});
+  ASSERT_EQ(m->Stats().budget_used, 4 * kGranuleBytes);
+  ASSERT_TRUE(m->Add(2, Request(Range(500, 60))).ok());
+  Admit(*m, 2);
+  ASSERT_FALSE(RunStep(*m, {{2, 60}}));  // 4 more granules: over the budget
+  const OutOfMemoryAction action = m->OnOutOfMemory({2});
+  EXPECT_TRUE(action.offloaded_idle_sessions);
+  EXPECT_FALSE(action.offloaded.has_value());
+  // The idle session's bytes moved, not the live request's, and the step fits now.
+  EXPECT_EQ(m->GetSession(id)->state, SessionState::kOffloaded);
+  EXPECT_TRUE(RunStep(*m, {{2, 60}}));
+  EXPECT_FALSE(m->offload_fallback(2));
+}
 }  // namespace
 }  // namespace kvserve::cache
