@@ -40,6 +40,7 @@ Client::Client(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)),
       generation_(v1::Generation::NewStub(channel_)),
       prefix_cache_(v1::PrefixCache::NewStub(channel_)),
+      sessions_(v1::Sessions::NewStub(channel_)),
       health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
 std::unique_ptr<Client> Client::Connect(const std::string& target) {
@@ -150,6 +151,69 @@ absl::Status Client::DeletePrefix(const std::string& name, const CallOptions& op
   const grpc::Status status = prefix_cache_->DeletePrefix(&context, request, &response);
   TakeCallInfo(context, info);
   return FromGrpcStatus(status);
+}
+
+absl::StatusOr<v1::Session> Client::CreateSession(const v1::CreateSessionRequest& request,
+                                                  const CallOptions& options,
+                                                  CallInfo* info) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::Session response;
+  grpc::Status status = sessions_->CreateSession(&context, request, &response);
+  TakeCallInfo(context, info);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::Session> Client::GetSession(const std::string& id, const CallOptions& options,
+                                               CallInfo* info) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::GetSessionRequest request;
+  request.set_id(id);
+  v1::Session response;
+  grpc::Status status = sessions_->GetSession(&context, request, &response);
+  TakeCallInfo(context, info);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(const CallOptions& options,
+                                                              CallInfo* info) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::ListSessionsResponse response;
+  grpc::Status status = sessions_->ListSessions(&context, v1::ListSessionsRequest(), &response);
+  TakeCallInfo(context, info);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::Status Client::CloseSession(const std::string& id, const CallOptions& options,
+                                  CallInfo* info) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::CloseSessionRequest request;
+  request.set_id(id);
+  v1::CloseSessionResponse response;
+  const grpc::Status status = sessions_->CloseSession(&context, request, &response);
+  TakeCallInfo(context, info);
+  return FromGrpcStatus(status);
+}
+
+absl::StatusOr<v1::Session> Client::RollbackSession(const std::string& id, int32_t n,
+                                                    const CallOptions& options,
+                                                    CallInfo* info) const {
+  grpc::ClientContext context;
+  ApplyOptions(options, context);
+  v1::RollbackSessionRequest request;
+  request.set_id(id);
+  request.set_n(n);
+  v1::Session response;
+  grpc::Status status = sessions_->RollbackSession(&context, request, &response);
+  TakeCallInfo(context, info);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::CheckHealth(

@@ -1,7 +1,9 @@
 // Client: a small synchronous C++ client of a kvserve server (kvserve.v1.Generation,
-// kvserve.v1.PrefixCache and grpc.health.v1.Health), with gRPC errors turned into absl::Status.
+// kvserve.v1.PrefixCache, kvserve.v1.Sessions and grpc.health.v1.Health), with gRPC errors
+// turned into absl::Status.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +15,7 @@
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "kvserve/v1/generation.grpc.pb.h"
 #include "kvserve/v1/prefix.grpc.pb.h"
+#include "kvserve/v1/session.grpc.pb.h"
 
 namespace kvserve::client {
 
@@ -93,6 +96,31 @@ class Client {
   absl::Status DeletePrefix(const std::string& name, const CallOptions& options = {},
                             CallInfo* info = nullptr) const;
 
+  // Sessions.CreateSession: the new session (its id, options with defaults applied).
+  absl::StatusOr<v1::Session> CreateSession(const v1::CreateSessionRequest& request,
+                                            const CallOptions& options = {},
+                                            CallInfo* info = nullptr) const;
+
+  // Sessions.GetSession: the session `id` (NOT_FOUND when it was closed, expired or never
+  // existed).
+  absl::StatusOr<v1::Session> GetSession(const std::string& id, const CallOptions& options = {},
+                                         CallInfo* info = nullptr) const;
+
+  // Sessions.ListSessions: every open session, oldest first.
+  absl::StatusOr<v1::ListSessionsResponse> ListSessions(const CallOptions& options = {},
+                                                        CallInfo* info = nullptr) const;
+
+  // Sessions.CloseSession: closes the session `id` and frees its cache (NOT_FOUND when there is
+  // none).
+  absl::Status CloseSession(const std::string& id, const CallOptions& options = {},
+                            CallInfo* info = nullptr) const;
+
+  // Sessions.RollbackSession: drops the last `n` tokens of the session's history; the session
+  // as it is afterwards.
+  absl::StatusOr<v1::Session> RollbackSession(const std::string& id, int32_t n,
+                                              const CallOptions& options = {},
+                                              CallInfo* info = nullptr) const;
+
   // grpc.health.v1.Health.Check of the server as a whole (empty service name).
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
       const CallOptions& options = {}, CallInfo* info = nullptr) const;
@@ -101,6 +129,7 @@ class Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Generation::Stub> generation_;
   std::unique_ptr<v1::PrefixCache::Stub> prefix_cache_;
+  std::unique_ptr<v1::Sessions::Stub> sessions_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
 

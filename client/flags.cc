@@ -77,14 +77,19 @@ std::optional<bool> ParsedFlags::GetSwitch(const std::string& name) const {
 
 absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
                                        std::vector<cli::FlagSpec> specs,
-                                       const std::vector<std::string>& repeatable) {
+                                       const std::vector<std::string>& repeatable,
+                                       const std::vector<std::string>& arguments) {
   ParsedFlags parsed;
   // CommandLine::Parse skips argv[0].
   std::vector<std::string> rest = {"kvctl"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg.size() <= 2 || arg.rfind("--", 0) != 0) {
-      rest.push_back(arg);
+      if (parsed.arguments.size() < arguments.size()) {
+        parsed.arguments.push_back(arg);
+      } else {
+        rest.push_back(arg);  // refused by CommandLine::Parse, which names it
+      }
       continue;
     }
     const size_t eq = arg.find('=');

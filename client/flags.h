@@ -17,6 +17,8 @@ struct ParsedFlags {
   cli::CommandLine flags;
   // Every value of each repeatable flag, in the order given; a flag never given is absent.
   std::map<std::string, std::vector<std::string>> repeated;
+  // The positional arguments, in the order given (at most as many as the command names).
+  std::vector<std::string> arguments;
 
   // The flag's value as an int32, nullopt when not given; InvalidArgument naming the flag when
   // it is not an integer or does not fit.
@@ -33,12 +35,15 @@ struct ParsedFlags {
   std::optional<bool> GetSwitch(const std::string& name) const;
 };
 
-// Parses `args` (flags only, no program name) against `specs`. Flags named in `repeatable`
-// may be given several times (`--stop a --stop=b`) and land in ParsedFlags::repeated; they
-// must also be in `specs` so that --help lists them. Errors (unknown flag, missing value,
-// positional argument) are InvalidArgument naming the flag.
+// Parses `args` (no program name) against `specs`. Flags named in `repeatable` may be given
+// several times (`--stop a --stop=b`) and land in ParsedFlags::repeated; they must also be in
+// `specs` so that --help lists them. Up to `arguments.size()` positional arguments (named by
+// `arguments` for --help: "ID", "N") land in ParsedFlags::arguments, before, between or after
+// the flags; fewer is for the command to refuse. Errors (unknown flag, missing value, one
+// positional argument too many) are InvalidArgument naming the flag or the argument.
 absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
                                        std::vector<cli::FlagSpec> specs,
-                                       const std::vector<std::string>& repeatable = {});
+                                       const std::vector<std::string>& repeatable = {},
+                                       const std::vector<std::string>& arguments = {});
 
 }  // namespace kvserve::client

@@ -47,6 +47,11 @@ struct Command {
   std::vector<cli::FlagSpec> specs;     // its own flags (kvctl adds the global ones)
   std::vector<std::string> repeatable;  // those of `specs` that may be given several times
   RunFn run;
+  // Names of its positional arguments, in order, as --help shows them ("ID", "N"); they land
+  // in ParsedFlags::arguments. Empty (default): none is accepted.
+  std::vector<std::string> arguments = {};
+  // More of --help, printed after the flags (lines ending in a newline); empty (default): none.
+  std::string details = {};
 };
 
 // Commands under one name, chosen by the word after it: `kvctl prefix register`.

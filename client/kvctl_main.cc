@@ -1,5 +1,6 @@
 // kvctl: the command-line client of a kvserve server (generate, stream, tokenize, info,
-// health, bench, prefix). Exit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad flags.
+// health, bench, chat, prefix, session). Exit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad
+// flags.
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,8 +16,10 @@
 #include "client/client.h"
 #include "client/flags.h"
 #include "client/kvctl_bench.h"
+#include "client/kvctl_chat.h"
 #include "client/kvctl_command.h"
 #include "client/kvctl_prefix.h"
+#include "client/kvctl_session.h"
 #include "client/output.h"
 #include "client/request_flags.h"
 
@@ -171,13 +174,14 @@ std::vector<Command> Commands() {
        BenchFlagSpecs(),
        {},
        RunBenchCommand},
+      ChatCommand(),
   };
   for (Command& command : commands) AddGlobalFlags(command);
   return commands;
 }
 
 std::vector<CommandGroup> CommandGroups() {
-  std::vector<CommandGroup> groups = {PrefixCommandGroup()};
+  std::vector<CommandGroup> groups = {PrefixCommandGroup(), SessionCommandGroup()};
   for (CommandGroup& group : groups) {
     for (Command& command : group.commands) AddGlobalFlags(command);
   }
@@ -289,10 +293,13 @@ int Main(int argc, char** argv) {
     std::cerr << "kvctl: unknown command '" << name << "' (see kvctl --help)\n";
     return kExitBadFlags;
   }
-  absl::StatusOr<ParsedFlags> flags = ParseFlags(args, command->specs, command->repeatable);
+  absl::StatusOr<ParsedFlags> flags =
+      ParseFlags(args, command->specs, command->repeatable, command->arguments);
   if (!flags.ok()) return BadFlags(name, flags.status());
   if (help || flags->flags.help_requested()) {
-    std::cout << flags->flags.Usage("kvctl " + name, command->summary);
+    std::string program = "kvctl " + name;
+    for (const std::string& argument : command->arguments) absl::StrAppend(&program, " ", argument);
+    std::cout << flags->flags.Usage(program, command->summary) << command->details;
     return kExitOk;
   }
   absl::StatusOr<Globals> globals = ParseGlobals(*flags);

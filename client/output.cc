@@ -15,15 +15,34 @@ namespace {
 
 constexpr size_t kFingerprintChars = 12;
 
+// A timestamp in UTC to the second; "-" when `has` is false.
+std::string TimeText(bool has, const google::protobuf::Timestamp& timestamp) {
+  if (!has) return "-";
+  const absl::Time time =
+      absl::FromUnixSeconds(timestamp.seconds()) + absl::Nanoseconds(timestamp.nanos());
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", time, absl::UTCTimeZone());
+}
+
+// Rows of cells as a table: columns padded to their widest cell, two spaces apart.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const std::vector<std::string>& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const std::vector<std::string>& row : rows) {
+    for (size_t i = 0; i + 1 < row.size(); ++i) {
+      absl::StrAppend(&out, absl::StrFormat("%-*s  ", static_cast<int>(widths[i]), row[i]));
+    }
+    absl::StrAppend(&out, row.back(), "\n");
+  }
+  return out;
+}
+
 // A prefix's fields as PrefixText and PrefixTableText show them, in their order.
 std::vector<std::string> PrefixFields(const v1::Prefix& prefix) {
   const v1::PrefixOptions& options = prefix.options();
-  std::string created_at = "-";
-  if (prefix.has_created_at()) {
-    const absl::Time time = absl::FromUnixSeconds(prefix.created_at().seconds()) +
-                            absl::Nanoseconds(prefix.created_at().nanos());
-    created_at = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", time, absl::UTCTimeZone());
-  }
+  const std::string created_at = TimeText(prefix.has_created_at(), prefix.created_at());
   return {
       prefix.name(),
       absl::StrCat(prefix.num_tokens()),
@@ -72,7 +91,23 @@ std::string GenerationSummary(v1::FinishReason reason, const v1::Usage& usage,
       cache_report.cache_implementation().empty() ? "-" : cache_report.cache_implementation());
   if (!cache_report.prefix().empty()) absl::StrAppend(&out, " prefix=", cache_report.prefix());
   if (cache_report.offload_fallback()) absl::StrAppend(&out, " offload_fallback=true");
+  if (!cache_report.session().empty()) absl::StrAppend(&out, " session=", cache_report.session());
+  if (!cache_report.session_recompute_reason().empty()) {
+    absl::StrAppend(&out, " session_recompute_reason=\"", cache_report.session_recompute_reason(),
+                    "\"");
+  }
   return out;
+}
+
+std::string ChatTurnText(int turn, const v1::Usage& usage, const v1::Timings& timings,
+                         const v1::CacheReport& cache_report) {
+  std::string out = absl::StrFormat(
+      "[turn %d: %d prompt tokens, %d cached, ttft %.1f ms, %d new tokens", turn,
+      usage.prompt_tokens(), usage.cached_tokens(), timings.ttft_ms(), usage.completion_tokens());
+  if (!cache_report.session_recompute_reason().empty()) {
+    absl::StrAppend(&out, ", recomputed: ", cache_report.session_recompute_reason());
+  }
+  return out + "]";
 }
 
 std::string ModelInfoText(const v1::ModelInfo& info) {
@@ -123,22 +158,59 @@ std::string PrefixTableText(const v1::ListPrefixesResponse& response) {
   std::vector<std::vector<std::string>> rows = {
       {"NAME", "TOKENS", "BYTES", "HITS", "PINNED", "TTL", "CREATED_AT", "FINGERPRINT"}};
   for (const v1::Prefix& prefix : response.prefixes()) rows.push_back(PrefixFields(prefix));
-  std::vector<size_t> widths(rows[0].size(), 0);
-  for (const std::vector<std::string>& row : rows) {
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  std::string out;
-  for (const std::vector<std::string>& row : rows) {
-    for (size_t i = 0; i + 1 < row.size(); ++i) {
-      absl::StrAppend(&out, absl::StrFormat("%-*s  ", static_cast<int>(widths[i]), row[i]));
-    }
-    absl::StrAppend(&out, row.back(), "\n");
-  }
-  return out;
+  return Table(rows);
 }
 
 std::string TokenIdsText(const v1::TokenizeResponse& response) {
   return absl::StrJoin(response.token_ids(), ",");
+}
+
+std::string SessionStateName(v1::SessionState state) {
+  switch (state) {
+    case v1::SESSION_STATE_EMPTY:
+      return "empty";
+    case v1::SESSION_STATE_IDLE:
+      return "idle";
+    case v1::SESSION_STATE_RUNNING:
+      return "running";
+    case v1::SESSION_STATE_OFFLOADED:
+      return "offloaded";
+    default:
+      return "unspecified";
+  }
+}
+
+std::string SessionText(const v1::Session& session) {
+  const v1::SessionOptions& options = session.options();
+  const std::string& cache = options.cache().cache_implementation();
+  return absl::StrCat(
+      "id=", session.id(), " state=", SessionStateName(session.state()),
+      " num_tokens=", session.num_tokens(), " cached_tokens=", session.cached_tokens(),
+      " device_bytes=", session.device_bytes(), " host_bytes=", session.host_bytes(),
+      " turns=", session.turns(), " evictions=", session.evictions(),
+      " cache=", cache.empty() ? "-" : cache,
+      " prefix=", options.prefix().empty() ? "-" : options.prefix(), " ttl=", options.ttl_seconds(),
+      "s", " created_at=", TimeText(session.has_created_at(), session.created_at()),
+      " last_used_at=", TimeText(session.has_last_used_at(), session.last_used_at()),
+      " expires_at=", TimeText(session.has_expires_at(), session.expires_at()));
+}
+
+std::string SessionTableText(const v1::ListSessionsResponse& response) {
+  if (response.sessions_size() == 0) return "no sessions\n";
+  std::vector<std::vector<std::string>> rows = {{"ID", "STATE", "TOKENS", "CACHED", "DEVICE_BYTES",
+                                                 "HOST_BYTES", "TURNS", "CACHE", "PREFIX",
+                                                 "EXPIRES_AT"}};
+  for (const v1::Session& session : response.sessions()) {
+    const std::string& cache = session.options().cache().cache_implementation();
+    const std::string& prefix = session.options().prefix();
+    rows.push_back({session.id(), SessionStateName(session.state()),
+                    absl::StrCat(session.num_tokens()), absl::StrCat(session.cached_tokens()),
+                    absl::StrCat(session.device_bytes()), absl::StrCat(session.host_bytes()),
+                    absl::StrCat(session.turns()), cache.empty() ? "-" : cache,
+                    prefix.empty() ? "-" : prefix,
+                    TimeText(session.has_expires_at(), session.expires_at())});
+  }
+  return Table(rows);
 }
 
 }  // namespace kvserve::client

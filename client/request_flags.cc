@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -63,9 +64,9 @@ absl::Status SetInput(const ParsedFlags& parsed, v1::GenerateRequest& request) {
   return SetTokenIdsOrMessages(flags, request);
 }
 
-bool AnyGiven(const ParsedFlags& parsed, const std::vector<std::string>& names) {
-  for (const std::string& name : names) {
-    if (parsed.flags.Has(name) || parsed.repeated.contains(name)) return true;
+bool AnyGiven(const ParsedFlags& parsed, const std::vector<cli::FlagSpec>& specs) {
+  for (const cli::FlagSpec& spec : specs) {
+    if (parsed.flags.Has(spec.name) || parsed.repeated.contains(spec.name)) return true;
   }
   return false;
 }
@@ -120,17 +121,37 @@ absl::Status SetCache(const ParsedFlags& p, v1::CacheOptions& c) {
   return status;
 }
 
+// The flags of a request's own cache that are not its strategy (a session refuses both).
+cli::FlagSpec NoCacheFlagSpec() {
+  return {"no-cache", "no KV cache: recompute the whole sequence every step", "", true};
+}
+cli::FlagSpec NoPrefixReuseFlagSpec() {
+  return {"no-prefix-reuse", "compute the whole prompt even when a cached prefix matches", "",
+          true};
+}
+
+// "--template-kwargs needs --messages" when the flag is given without --messages.
+absl::Status CheckTemplateKwargsHasMessages(const ParsedFlags& flags) {
+  if (flags.flags.Has("template-kwargs") && !flags.flags.Has("messages")) {
+    return absl::InvalidArgumentError("--template-kwargs needs --messages");
+  }
+  return absl::OkStatus();
+}
+
+cli::FlagSpec TemplateKwargsFlagSpec() {
+  return {"template-kwargs",
+          "--messages only: chat-template keyword arguments, a JSON object: "
+          "{\"enable_thinking\":false}",
+          ""};
+}
+
 }  // namespace
 
-std::vector<cli::FlagSpec> GenerateFlagSpecs() {
+std::vector<cli::FlagSpec> SamplingFlagSpecs() {
   return {
-      {"prompt", "input text (tokenized with the model's special tokens)", ""},
-      {"token-ids", "input token ids, comma-separated: 1,450,29", ""},
-      {"messages", "input conversation, JSON: [{\"role\":\"user\",\"content\":\"Hi\"}]", ""},
-      {"prefix", "name of a registered prefix that comes before the input", ""},
       {"max-new-tokens", "tokens to generate at most", "server: 16"},
       {"do-sample", "sample instead of greedy decoding", "", true},
-      {"temperature", "sampling temperature, > 0", "server: 1.0"},
+      {"temperature", "sampling temperature (0: greedy)", "server: 1.0"},
       {"top-k", "keep the k most likely tokens (0: off)", "server: 50"},
       {"top-p", "nucleus sampling threshold, in (0, 1]", "server: 1.0"},
       {"min-p", "drop tokens below min-p times the most likely one", "server: 0"},
@@ -139,7 +160,11 @@ std::vector<cli::FlagSpec> GenerateFlagSpecs() {
       {"stop", "stop string; repeat the flag for several: --stop a --stop b", ""},
       {"stop-token-ids", "token ids that end generation, comma-separated", ""},
       {"ignore-eos", "keep generating past end-of-sequence tokens", "", true},
-      {"no-cache", "no KV cache: recompute the whole sequence every step", "", true},
+  };
+}
+
+std::vector<cli::FlagSpec> CacheStrategyFlagSpecs() {
+  return {
       {"cache-implementation", "dynamic, static, offloaded, offloaded_static or quantized",
        "server: dynamic"},
       {"cache-config",
@@ -148,8 +173,56 @@ std::vector<cli::FlagSpec> GenerateFlagSpecs() {
        ""},
       {"max-cache-len", "static caches: slots per layer", ""},
       {"offload-only-non-sliding", "offloaded caches: true or false", ""},
-      {"no-prefix-reuse", "compute the whole prompt even when a cached prefix matches", "", true},
   };
+}
+
+absl::StatusOr<std::optional<v1::SamplingParams>> BuildSamplingParams(const ParsedFlags& flags) {
+  if (!AnyGiven(flags, SamplingFlagSpecs())) return std::optional<v1::SamplingParams>();
+  v1::SamplingParams sampling;
+  if (absl::Status s = SetSampling(flags, sampling); !s.ok()) return s;
+  return std::optional<v1::SamplingParams>(std::move(sampling));
+}
+
+absl::StatusOr<std::optional<v1::CacheOptions>> BuildCacheOptions(const ParsedFlags& flags) {
+  if (!AnyGiven(flags, CacheStrategyFlagSpecs()) &&
+      !AnyGiven(flags, {NoCacheFlagSpec(), NoPrefixReuseFlagSpec()})) {
+    return std::optional<v1::CacheOptions>();
+  }
+  v1::CacheOptions cache;
+  if (absl::Status s = SetCache(flags, cache); !s.ok()) return s;
+  return std::optional<v1::CacheOptions>(std::move(cache));
+}
+
+absl::StatusOr<std::string> TemplateKwargsFlag(const ParsedFlags& flags) {
+  if (!flags.flags.Has("template-kwargs")) return std::string();
+  const std::string text = flags.flags.GetString("template-kwargs");
+  absl::StatusOr<Json> parsed = ParseJson(text, "--template-kwargs");
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->is_object()) {
+    return absl::InvalidArgumentError("--template-kwargs: expected a JSON object");
+  }
+  return text;
+}
+
+std::vector<cli::FlagSpec> GenerateFlagSpecs() {
+  std::vector<cli::FlagSpec> specs = {
+      {"prompt", "input text (tokenized with the model's special tokens)", ""},
+      {"token-ids", "input token ids, comma-separated: 1,450,29", ""},
+      {"messages", "input conversation, JSON: [{\"role\":\"user\",\"content\":\"Hi\"}]", ""},
+      TemplateKwargsFlagSpec(),
+      {"prefix", "name of a registered prefix that comes before the input", ""},
+      {"session",
+       "run as a turn of this session (kvctl session create): --messages is the whole "
+       "conversation, --prompt or --token-ids are appended to its history",
+       ""},
+  };
+  const std::vector<cli::FlagSpec> sampling = SamplingFlagSpecs();
+  const std::vector<cli::FlagSpec> strategy = CacheStrategyFlagSpecs();
+  specs.insert(specs.end(), sampling.begin(), sampling.end());
+  specs.push_back(NoCacheFlagSpec());
+  specs.insert(specs.end(), strategy.begin(), strategy.end());
+  specs.push_back(NoPrefixReuseFlagSpec());
+  return specs;
 }
 
 std::vector<std::string> GenerateRepeatableFlags() { return {"stop"}; }
@@ -157,15 +230,18 @@ std::vector<std::string> GenerateRepeatableFlags() { return {"stop"}; }
 absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flags) {
   v1::GenerateRequest request;
   if (absl::Status s = SetInput(flags, request); !s.ok()) return s;
+  if (absl::Status s = CheckTemplateKwargsHasMessages(flags); !s.ok()) return s;
+  absl::StatusOr<std::string> template_kwargs = TemplateKwargsFlag(flags);
+  if (!template_kwargs.ok()) return template_kwargs.status();
+  request.set_template_kwargs(*std::move(template_kwargs));
   if (flags.flags.Has("prefix")) request.set_prefix(flags.flags.GetString("prefix"));
-  if (AnyGiven(flags, {"max-new-tokens", "do-sample", "temperature", "top-k", "top-p", "min-p",
-                       "repetition-penalty", "seed", "stop", "stop-token-ids", "ignore-eos"})) {
-    if (absl::Status s = SetSampling(flags, *request.mutable_sampling()); !s.ok()) return s;
-  }
-  if (AnyGiven(flags, {"no-cache", "cache-implementation", "cache-config", "max-cache-len",
-                       "offload-only-non-sliding", "no-prefix-reuse"})) {
-    if (absl::Status s = SetCache(flags, *request.mutable_cache()); !s.ok()) return s;
-  }
+  if (flags.flags.Has("session")) request.set_session(flags.flags.GetString("session"));
+  absl::StatusOr<std::optional<v1::SamplingParams>> sampling = BuildSamplingParams(flags);
+  if (!sampling.ok()) return sampling.status();
+  if (sampling->has_value()) *request.mutable_sampling() = **std::move(sampling);
+  absl::StatusOr<std::optional<v1::CacheOptions>> cache = BuildCacheOptions(flags);
+  if (!cache.ok()) return cache.status();
+  if (cache->has_value()) *request.mutable_cache() = **std::move(cache);
   return request;
 }
 
@@ -245,6 +321,7 @@ std::vector<cli::FlagSpec> TokenizeFlagSpecs() {
   return {
       {"text", "text to tokenize", ""},
       {"messages", "conversation to render and tokenize, JSON (as for generate)", ""},
+      TemplateKwargsFlagSpec(),
       {"no-special-tokens", "--text only: do not add BOS and other leading special tokens", "",
        true},
   };
@@ -266,6 +343,10 @@ absl::StatusOr<v1::TokenizeRequest> BuildTokenizeRequest(const ParsedFlags& flag
     if (!messages.ok()) return messages.status();
     *request.mutable_messages() = *std::move(messages);
   }
+  if (absl::Status s = CheckTemplateKwargsHasMessages(flags); !s.ok()) return s;
+  absl::StatusOr<std::string> template_kwargs = TemplateKwargsFlag(flags);
+  if (!template_kwargs.ok()) return template_kwargs.status();
+  request.set_template_kwargs(*std::move(template_kwargs));
   if (std::optional<bool> no_special = flags.GetSwitch("no-special-tokens")) {
     request.set_add_special_tokens(!*no_special);
   }

@@ -1,7 +1,9 @@
-// kvctl's request flags: the flags of `generate`, `stream` and `tokenize`, and their mapping
-// onto kvserve.v1 requests (a proto optional field is set only when its flag is given).
+// kvctl's request flags: the flags of `generate`, `stream` and `tokenize` (and the sampling
+// and cache-strategy flags `chat` and `session create` share), and their mapping onto
+// kvserve.v1 requests (a proto optional field is set only when its flag is given).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,10 +20,32 @@ std::vector<cli::FlagSpec> GenerateFlagSpecs();
 std::vector<std::string> GenerateRepeatableFlags();
 
 // Builds the request from flags parsed with GenerateFlagSpecs(). Exactly one of --prompt,
-// --token-ids, --messages is required. `sampling` and `cache` stay unset when none of their
-// flags is given, and so does each optional field. A malformed value is InvalidArgument
-// naming the flag; values are otherwise left for the server to validate.
+// --token-ids, --messages is required; --template-kwargs only with --messages. `sampling`
+// and `cache` stay unset when none of their flags is given, and so does each optional field.
+// A malformed value is InvalidArgument naming the flag; values are otherwise left for the
+// server to validate.
 absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flags);
+
+// The sampling flags (--max-new-tokens ... --ignore-eos), as GenerateFlagSpecs() has them.
+std::vector<cli::FlagSpec> SamplingFlagSpecs();
+
+// SamplingParams from the flags of SamplingFlagSpecs() (and --stop as repeatable); nullopt
+// when none is given. InvalidArgument naming the flag for a malformed value.
+absl::StatusOr<std::optional<v1::SamplingParams>> BuildSamplingParams(const ParsedFlags& flags);
+
+// The flags of a cache's strategy (--cache-implementation, --cache-config, --max-cache-len,
+// --offload-only-non-sliding), as GenerateFlagSpecs() has them.
+std::vector<cli::FlagSpec> CacheStrategyFlagSpecs();
+
+// CacheOptions from the flags of CacheStrategyFlagSpecs() and, when `flags` has them,
+// --no-cache and --no-prefix-reuse; nullopt when none is given. InvalidArgument naming the
+// flag for a malformed value.
+absl::StatusOr<std::optional<v1::CacheOptions>> BuildCacheOptions(const ParsedFlags& flags);
+
+// The value of --template-kwargs when it is a JSON object, as given (the server keeps its keys'
+// order); "" when the flag is not given. InvalidArgument naming --template-kwargs for malformed
+// JSON or another JSON value.
+absl::StatusOr<std::string> TemplateKwargsFlag(const ParsedFlags& flags);
 
 // Parses a JSON array of {"role": ..., "content": ...} objects; InvalidArgument naming
 // `flag` (e.g. "--messages") and what is wrong.
@@ -55,7 +79,8 @@ absl::StatusOr<v1::QuantizationConfig> ParseCacheConfig(const std::string& json)
 std::vector<cli::FlagSpec> TokenizeFlagSpecs();
 
 // Builds the request from flags parsed with TokenizeFlagSpecs(): exactly one of --text and
-// --messages; --no-special-tokens sets add_special_tokens=false (unset otherwise).
+// --messages; --no-special-tokens sets add_special_tokens=false (unset otherwise);
+// --template-kwargs only with --messages.
 absl::StatusOr<v1::TokenizeRequest> BuildTokenizeRequest(const ParsedFlags& flags);
 
 }  // namespace kvserve::client

@@ -1,5 +1,5 @@
-// Tests of the C++ client against an in-process fake server: every call (prefix calls
-// included), stream cancel and deadline, the routing key and replica metadata, and
+// Tests of the C++ client against an in-process fake server: every call (prefix and session
+// calls included), stream cancel and deadline, the routing key and replica metadata, and
 // gRPC-to-absl status conversion.
 #include "client/client.h"
 
@@ -175,6 +175,63 @@ TEST_F(ClientTest, RegisterPrefixErrorKeepsCodeAndMessage) {
   EXPECT_EQ(prefix.status().message(), "content: one of text, token_ids, messages is required");
 }
 
+TEST_F(ClientTest, SessionCreateGetListRollbackClose) {
+  v1::CreateSessionRequest create;
+  create.mutable_options()->set_ttl_seconds(30);
+  absl::StatusOr<v1::Session> created = client_->CreateSession(create);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->id(), "00000000000000000000000000000001");
+  EXPECT_EQ(created->options().ttl_seconds(), 30);
+  EXPECT_EQ(created->options().cache().cache_implementation(), "dynamic");  // default applied
+
+  // A turn on the session: its answer names it, and the session holds prompt and answer.
+  v1::GenerateRequest turn;
+  turn.mutable_token_ids()->add_ids(5);
+  turn.mutable_token_ids()->add_ids(6);
+  turn.set_session(created->id());
+  absl::StatusOr<v1::GenerateResponse> response = client_->Generate(turn);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->cache_report().session(), created->id());
+
+  absl::StatusOr<v1::Session> got = client_->GetSession(created->id());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->num_tokens(), 2 + 3);
+  EXPECT_EQ(got->turns(), 1);
+
+  absl::StatusOr<v1::ListSessionsResponse> list = client_->ListSessions();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->sessions_size(), 1);
+  EXPECT_EQ(list->sessions(0).id(), created->id());
+
+  absl::StatusOr<v1::Session> rolled_back = client_->RollbackSession(created->id(), 2);
+  ASSERT_TRUE(rolled_back.ok()) << rolled_back.status();
+  EXPECT_EQ(rolled_back->num_tokens(), 3);
+
+  EXPECT_TRUE(client_->CloseSession(created->id()).ok());
+  EXPECT_EQ(client_->GetSession(created->id()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->CloseSession(created->id()).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->RollbackSession(created->id(), 1).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->ListSessions()->sessions_size(), 0);
+  // A turn on a closed session is the server's NOT_FOUND, streamed or not.
+  EXPECT_EQ(client_->Generate(turn).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->GenerateStream(turn, [](const auto&) { return true; }).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClientTest, SessionErrorsKeepCodeAndMessage) {
+  v1::CreateSessionRequest create;
+  create.mutable_options()->mutable_cache()->set_cache_implementation("unknown");
+  absl::StatusOr<v1::Session> session = client_->CreateSession(create);
+  EXPECT_EQ(session.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(session.status().message(), "options.cache.cache_implementation: unknown strategy");
+  ASSERT_TRUE(client_->CreateSession(v1::CreateSessionRequest()).ok());
+  absl::StatusOr<v1::Session> rollback =
+      client_->RollbackSession("00000000000000000000000000000001", 1);
+  EXPECT_EQ(rollback.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rollback.status().message(), "n: must be in [1, 0], got 1");
+}
+
 TEST(ClientRouteTest, EveryCallSendsTheRouteAndLearnsTheReplica) {
   FakeServer server("replica-7");
   const std::unique_ptr<Client> client = Client::Connect(server.target());
@@ -220,9 +277,27 @@ TEST(ClientRouteTest, EveryCallSendsTheRouteAndLearnsTheReplica) {
   info = fresh();
   ASSERT_TRUE(client->CheckHealth(call, &info).ok());
   replicas.push_back(info.replica_id);
+  info = fresh();
+  absl::StatusOr<v1::Session> session =
+      client->CreateSession(v1::CreateSessionRequest(), call, &info);
+  ASSERT_TRUE(session.ok()) << session.status();
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client->GetSession(session->id(), call, &info).ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client->ListSessions(call, &info).ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  // Nothing to drop: the fake's error, still from the replica.
+  EXPECT_FALSE(client->RollbackSession(session->id(), 1, call, &info).ok());
+  replicas.push_back(info.replica_id);
+  info = fresh();
+  ASSERT_TRUE(client->CloseSession(session->id(), call, &info).ok());
+  replicas.push_back(info.replica_id);
 
-  EXPECT_EQ(replicas, std::vector<std::string>(9, "replica-7"));
-  EXPECT_EQ(server.replica().routes(), std::vector<std::string>(9, "tenant-a"));
+  EXPECT_EQ(replicas, std::vector<std::string>(14, "replica-7"));
+  EXPECT_EQ(server.replica().routes(), std::vector<std::string>(14, "tenant-a"));
 }
 
 TEST(ClientRouteTest, NoRouteSendsNoMetadata) {

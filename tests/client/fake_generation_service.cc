@@ -2,9 +2,11 @@
 #include "fake_generation_service.h"
 
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
@@ -16,14 +18,41 @@ int32_t MaxNewTokens(const v1::GenerateRequest& request) {
 }
 
 int32_t PromptTokens(const v1::GenerateRequest& request) {
-  return request.has_token_ids() ? request.token_ids().ids_size()
-                                 : static_cast<int32_t>(request.prompt().size());
+  if (request.has_token_ids()) return request.token_ids().ids_size();
+  if (!request.has_messages()) return static_cast<int32_t>(request.prompt().size());
+  int32_t tokens = 0;
+  for (const v1::ChatMessage& message : request.messages().messages()) {
+    tokens += static_cast<int32_t>(message.content().size()) + 1;
+  }
+  return tokens;
+}
+
+// Fills the answer's usage and cache report, running the turn on `sessions` when the request
+// names a session; the turn's error.
+absl::Status Report(const v1::GenerateRequest& request, int32_t completion_tokens,
+                    FakeSessionsService& sessions, v1::Usage& usage,
+                    v1::CacheReport& cache_report) {
+  usage.set_prompt_tokens(PromptTokens(request));
+  usage.set_completion_tokens(completion_tokens);
+  cache_report.set_cache_implementation("dynamic");
+  if (request.session().empty()) return absl::OkStatus();
+  absl::StatusOr<int32_t> cached =
+      sessions.RunTurn(request.session(), usage.prompt_tokens(), completion_tokens);
+  if (!cached.ok()) return cached.status();
+  usage.set_cached_tokens(*cached);
+  cache_report.set_session(request.session());
+  return absl::OkStatus();
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 // Writes its messages one at a time; with `hang`, only the first, then waits for the cancel.
 class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
  public:
-  explicit StreamReactor(const v1::GenerateRequest& request) : hang_(request.prompt() == "hang") {
+  StreamReactor(const v1::GenerateRequest& request, FakeSessionsService& sessions)
+      : hang_(request.prompt() == "hang") {
     if (request.cache().cache_implementation() == "unknown") {
       FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                               "cache.cache_implementation: unknown strategy"));
@@ -38,9 +67,12 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
     if (!hang_) {
       v1::GenerateStreamResponse& last = messages_.back();
       last.set_finish_reason(v1::FINISH_REASON_LENGTH);
-      last.mutable_usage()->set_prompt_tokens(PromptTokens(request));
-      last.mutable_usage()->set_completion_tokens(n);
-      last.mutable_cache_report()->set_cache_implementation("dynamic");
+      const absl::Status turn =
+          Report(request, n, sessions, *last.mutable_usage(), *last.mutable_cache_report());
+      if (!turn.ok()) {
+        FinishOnce(ToGrpc(turn));
+        return;
+      }
     }
     absl::MutexLock lock(&mu_);
     WriteNextLocked();
@@ -135,17 +167,15 @@ grpc::ServerUnaryReactor* FakeGenerationService::Generate(grpc::CallbackServerCo
     response->mutable_text()->append(absl::StrCat("t", i));
   }
   response->set_finish_reason(v1::FINISH_REASON_LENGTH);
-  response->mutable_usage()->set_prompt_tokens(PromptTokens(*request));
-  response->mutable_usage()->set_completion_tokens(n);
-  response->mutable_cache_report()->set_cache_implementation("dynamic");
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(ToGrpc(Report(*request, n, *sessions_, *response->mutable_usage(),
+                                *response->mutable_cache_report())));
   return reactor;
 }
 
 grpc::ServerWriteReactor<v1::GenerateStreamResponse>* FakeGenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   replica_->Serve(context);
-  return new StreamReactor(*request);
+  return new StreamReactor(*request, *sessions_);
 }
 
 grpc::ServerUnaryReactor* FakeGenerationService::Tokenize(grpc::CallbackServerContext* context,
@@ -191,6 +221,7 @@ FakeServer::FakeServer(std::string replica_id) : replica_(std::move(replica_id))
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&generation_);
   builder.RegisterService(&prefix_cache_);
+  builder.RegisterService(&sessions_);
   builder.RegisterService(&health_);
   server_ = builder.BuildAndStart();
   target_ = absl::StrCat("127.0.0.1:", port);

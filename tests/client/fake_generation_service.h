@@ -1,5 +1,6 @@
 // FakeServer: an in-process kvserve look-alike on 127.0.0.1:0 with fixed, predictable answers,
-// for testing the client library, kvctl bench and kvctl prefix without the engine.
+// for testing the client library and kvctl's commands (bench, prefix, session, chat) without
+// the engine.
 #pragma once
 
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include "fake_prefix_cache_service.h"
 #include "fake_replica.h"
+#include "fake_sessions_service.h"
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "kvserve/v1/generation.grpc.pb.h"
 
@@ -20,7 +22,9 @@ v1::ModelInfo FakeModelInfo();
 // Generation:
 // - Generate: no input is INVALID_ARGUMENT "input: ..."; otherwise max_new_tokens (unset: 3)
 //   tokens 10, 11, ..., text "t0t1...", finish LENGTH, usage.prompt_tokens = the number of
-//   token ids (or prompt bytes).
+//   token ids (or prompt bytes, or the messages' content bytes plus one per message).
+//   With `session`: a turn of `sessions`' session (NOT_FOUND for an unknown one), whose
+//   cached_tokens its answer carries, and cache_report.session the id.
 // - GenerateStream: the same tokens, one message each, the last one also carrying finish
 //   reason and usage. Prompt "hang": one message, then nothing until the client cancels.
 //   cache_implementation "unknown": INVALID_ARGUMENT naming cache.cache_implementation.
@@ -30,7 +34,9 @@ v1::ModelInfo FakeModelInfo();
 // Every call is served as `replica` (its routing key logged, the replica's id sent back).
 class FakeGenerationService final : public v1::Generation::CallbackService {
  public:
-  explicit FakeGenerationService(FakeReplica* replica) : replica_(replica) {}
+  // Neither is owned; both outlive this.
+  FakeGenerationService(FakeReplica* replica, FakeSessionsService* sessions)
+      : replica_(replica), sessions_(sessions) {}
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const v1::GenerateRequest* request,
@@ -45,7 +51,8 @@ class FakeGenerationService final : public v1::Generation::CallbackService {
                                          v1::ModelInfo* response) override;
 
  private:
-  FakeReplica* const replica_;  // not owned
+  FakeReplica* const replica_;
+  FakeSessionsService* const sessions_;
 };
 
 // Health.Check answers `status` for the empty service name, NOT_FOUND for any other; served as
@@ -64,7 +71,7 @@ class FakeHealthService final : public grpc::health::v1::Health::CallbackService
   grpc::health::v1::HealthCheckResponse::ServingStatus status_;
 };
 
-// The fakes (Generation, PrefixCache, Health) served on 127.0.0.1 at a free port until
+// The fakes (Generation, PrefixCache, Sessions, Health) served on 127.0.0.1 at a free port until
 // destroyed, as one replica called `replica_id`.
 class FakeServer {
  public:
@@ -76,12 +83,15 @@ class FakeServer {
   std::string target() const { return target_; }
   // The PrefixCache fake, to see what the client sent.
   const FakePrefixCacheService& prefix_cache() const { return prefix_cache_; }
+  // The Sessions fake, to see what the client sent.
+  const FakeSessionsService& sessions() const { return sessions_; }
   // The replica every fake serves as, to see the routing keys the client sent.
   const FakeReplica& replica() const { return replica_; }
 
  private:
   FakeReplica replica_;
-  FakeGenerationService generation_{&replica_};
+  FakeSessionsService sessions_{&replica_};
+  FakeGenerationService generation_{&replica_, &sessions_};
   FakePrefixCacheService prefix_cache_{&replica_};
   FakeHealthService health_{&replica_, grpc::health::v1::HealthCheckResponse::SERVING};
   std::unique_ptr<grpc::Server> server_;

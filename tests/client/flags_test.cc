@@ -1,4 +1,5 @@
-// Tests of kvctl's flag parsing: repeatable flags, values that look like flags, typed getters.
+// Tests of kvctl's flag parsing: repeatable flags, values that look like flags, positional
+// arguments, typed getters.
 #include "client/flags.h"
 
 #include <gmock/gmock.h>
@@ -48,6 +49,27 @@ TEST(ParseFlagsTest, ErrorsNameTheFlag) {
   EXPECT_THAT(Parse({"--count"}).status().message(), HasSubstr("--count"));
   EXPECT_THAT(Parse({"positional"}).status().message(), HasSubstr("positional"));
   EXPECT_EQ(Parse({"--stop"}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParseFlagsTest, PositionalArgumentsAnywhereUpToTheirNumber) {
+  absl::StatusOr<ParsedFlags> parsed =
+      ParseFlags({"abc", "--count", "7", "-5", "--verbose"}, Specs(), {"stop"}, {"ID", "N"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->arguments, ElementsAre("abc", "-5"));
+  EXPECT_EQ(parsed->flags.GetString("count"), "7");  // a flag's value is not an argument
+  EXPECT_EQ(parsed->GetSwitch("verbose"), true);
+
+  absl::StatusOr<ParsedFlags> fewer = ParseFlags({"abc"}, Specs(), {}, {"ID", "N"});
+  ASSERT_TRUE(fewer.ok()) << fewer.status();
+  EXPECT_THAT(fewer->arguments, ElementsAre("abc"));  // for the command to refuse
+
+  absl::StatusOr<ParsedFlags> more = ParseFlags({"abc", "def"}, Specs(), {}, {"ID"});
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(more.status().message(), HasSubstr("unexpected argument 'def'"));
+
+  // Without names, none is accepted.
+  EXPECT_THAT(Parse({"abc"}).status().message(), HasSubstr("unexpected argument 'abc'"));
+  EXPECT_TRUE(Parse({})->arguments.empty());
 }
 
 TEST(ParseFlagsTest, HelpIsReported) {

@@ -11,6 +11,7 @@
 
 #include "client/kvctl_bench.h"
 #include "client/kvctl_prefix.h"
+#include "client/kvctl_session.h"
 #include "client/request_flags.h"
 #include "fake_generation_service.h"
 
@@ -69,6 +70,9 @@ TEST(ParseGlobalsTest, RouteDefaultsToThePrefixName) {
   // the replica its requests reach.
   EXPECT_EQ(Parse({"--name", "sys", "--text", "x"}, PrefixRegisterFlagSpecs())->call.route, "sys");
   EXPECT_EQ(Parse({"--name", "sys"}, {{"name", "", ""}})->call.route, "sys");
+  // session create: its --prefix, so that the session opens where the prefix is cached.
+  EXPECT_EQ(Parse({"--prefix", "sys"}, SessionCreateFlagSpecs())->call.route, "sys");
+  EXPECT_EQ(Parse({"--ttl-seconds", "5"}, SessionCreateFlagSpecs())->call.route, "");
 }
 
 TEST(ParseGlobalsTest, PrefixRegisterSendsItsNameAsTheRoute) {

@@ -1,5 +1,5 @@
-// Tests of kvctl's output formats: proto3 JSON, the summary line, model info, token ids and
-// prefixes.
+// Tests of kvctl's output formats: proto3 JSON, the summary line, model info, token ids,
+// prefixes, sessions and chat's turn line.
 #include "client/output.h"
 
 #include <gmock/gmock.h>
@@ -155,6 +155,104 @@ TEST(ToJsonTest, PrefixInProto3Json) {
   EXPECT_EQ(nlohmann::json::parse(ToJson(list))["prefixes"], nlohmann::json::array());
   *list.add_prefixes() = SystemPrefix();
   EXPECT_EQ(nlohmann::json::parse(ToJson(list))["prefixes"][0]["name"], "sys");
+}
+
+TEST(GenerationSummaryTest, SessionTurn) {
+  v1::CacheReport cache;
+  cache.set_cache_implementation("dynamic");
+  cache.set_session("0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(GenerationSummary(v1::FINISH_REASON_EOS, {}, {}, cache),
+            "finish_reason=eos prompt_tokens=0 cached_tokens=0 completion_tokens=0 "
+            "queue_ms=0.00 ttft_ms=0.00 decode_ms=0.00 cache=dynamic "
+            "session=0123456789abcdef0123456789abcdef");
+  cache.set_session_recompute_reason("the cache was evicted");
+  EXPECT_THAT(GenerationSummary(v1::FINISH_REASON_EOS, {}, {}, cache),
+              ::testing::EndsWith(" session=0123456789abcdef0123456789abcdef "
+                                  "session_recompute_reason=\"the cache was evicted\""));
+}
+
+TEST(ChatTurnTextTest, CountsTtftAndRecomputeReason) {
+  v1::Usage usage;
+  usage.set_prompt_tokens(412);
+  usage.set_cached_tokens(398);
+  usage.set_completion_tokens(64);
+  v1::Timings timings;
+  timings.set_ttft_ms(12.34);
+  EXPECT_EQ(ChatTurnText(3, usage, timings, {}),
+            "[turn 3: 412 prompt tokens, 398 cached, ttft 12.3 ms, 64 new tokens]");
+  v1::CacheReport cache;
+  cache.set_session_recompute_reason("a sliding-window layer cannot crop back 3 tokens");
+  EXPECT_EQ(ChatTurnText(1, usage, timings, cache),
+            "[turn 1: 412 prompt tokens, 398 cached, ttft 12.3 ms, 64 new tokens, recomputed: a "
+            "sliding-window layer cannot crop back 3 tokens]");
+}
+
+TEST(SessionStateNameTest, EveryState) {
+  EXPECT_EQ(SessionStateName(v1::SESSION_STATE_UNSPECIFIED), "unspecified");
+  EXPECT_EQ(SessionStateName(v1::SESSION_STATE_EMPTY), "empty");
+  EXPECT_EQ(SessionStateName(v1::SESSION_STATE_IDLE), "idle");
+  EXPECT_EQ(SessionStateName(v1::SESSION_STATE_RUNNING), "running");
+  EXPECT_EQ(SessionStateName(v1::SESSION_STATE_OFFLOADED), "offloaded");
+}
+
+v1::Session ChatSessionProto() {
+  v1::Session session;
+  session.set_id("0123456789abcdef0123456789abcdef");
+  session.mutable_options()->mutable_cache()->set_cache_implementation("static");
+  session.mutable_options()->set_prefix("sys");
+  session.mutable_options()->set_ttl_seconds(600);
+  session.set_state(v1::SESSION_STATE_OFFLOADED);
+  session.set_num_tokens(412);
+  session.set_cached_tokens(398);
+  session.set_device_bytes(0);
+  session.set_host_bytes(65536);
+  session.set_turns(3);
+  session.set_evictions(1);
+  session.mutable_created_at()->set_seconds(1700000000);  // 2023-11-14T22:13:20Z
+  session.mutable_last_used_at()->set_seconds(1700000060);
+  session.mutable_expires_at()->set_seconds(1700000660);
+  return session;
+}
+
+TEST(SessionTextTest, OneLineWithEveryField) {
+  EXPECT_EQ(SessionText(ChatSessionProto()),
+            "id=0123456789abcdef0123456789abcdef state=offloaded num_tokens=412 "
+            "cached_tokens=398 device_bytes=0 host_bytes=65536 turns=3 evictions=1 cache=static "
+            "prefix=sys ttl=600s created_at=2023-11-14T22:13:20Z "
+            "last_used_at=2023-11-14T22:14:20Z expires_at=2023-11-14T22:24:20Z");
+}
+
+TEST(SessionTextTest, UnsetFieldsShowTheirMeaning) {
+  v1::Session session;
+  session.set_id("x");
+  EXPECT_EQ(SessionText(session),
+            "id=x state=unspecified num_tokens=0 cached_tokens=0 device_bytes=0 host_bytes=0 "
+            "turns=0 evictions=0 cache=- prefix=- ttl=0s created_at=- last_used_at=- "
+            "expires_at=-");
+}
+
+TEST(SessionTableTextTest, HeaderAndAlignedColumns) {
+  v1::ListSessionsResponse response;
+  *response.add_sessions() = ChatSessionProto();
+  v1::Session* other = response.add_sessions();
+  other->set_id("fedcba9876543210fedcba9876543210");
+  other->set_state(v1::SESSION_STATE_IDLE);
+  other->set_num_tokens(12000);
+  other->set_cached_tokens(11999);
+  other->set_device_bytes(1048576);
+  other->set_turns(40);
+  other->mutable_options()->mutable_cache()->set_cache_implementation("dynamic");
+  EXPECT_EQ(SessionTableText(response),
+            "ID                                STATE      TOKENS  CACHED  DEVICE_BYTES  "
+            "HOST_BYTES  TURNS  CACHE    PREFIX  EXPIRES_AT\n"
+            "0123456789abcdef0123456789abcdef  offloaded  412     398     0             "
+            "65536       3      static   sys     2023-11-14T22:24:20Z\n"
+            "fedcba9876543210fedcba9876543210  idle       12000   11999   1048576       "
+            "0           40     dynamic  -       -\n");
+}
+
+TEST(SessionTableTextTest, Empty) {
+  EXPECT_EQ(SessionTableText(v1::ListSessionsResponse()), "no sessions\n");
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Tests of the mapping of kvctl's generate/stream/tokenize flags onto kvserve.v1 requests.
+// Tests of the mapping of kvctl's generate/stream/tokenize flags onto kvserve.v1 requests (and
+// of the sampling and cache-strategy flags chat and session create share).
 #include "client/request_flags.h"
 
 #include <gmock/gmock.h>
@@ -28,6 +29,8 @@ TEST(BuildGenerateRequestTest, PromptAloneLeavesEverythingElseUnset) {
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_EQ(request->prompt(), "Hello");
   EXPECT_TRUE(request->prefix().empty());
+  EXPECT_TRUE(request->session().empty());
+  EXPECT_TRUE(request->template_kwargs().empty());
   EXPECT_FALSE(request->has_sampling());
   EXPECT_FALSE(request->has_cache());
 }
@@ -267,6 +270,97 @@ TEST(BuildTokenizeRequestTest, MessagesAndInputErrors) {
   EXPECT_THAT(BuildTokenize({}).status().message(), HasSubstr("--text"));
   EXPECT_THAT(BuildTokenize({"--text", "a", "--messages", "[]"}).status().message(),
               HasSubstr("only one of"));
+}
+
+TEST(BuildGenerateRequestTest, SessionTurn) {
+  absl::StatusOr<v1::GenerateRequest> append =
+      Build({"--prompt", "And then?", "--session", "0123456789abcdef0123456789abcdef"});
+  ASSERT_TRUE(append.ok()) << append.status();
+  EXPECT_EQ(append->session(), "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(append->prompt(), "And then?");
+  EXPECT_FALSE(append->has_cache());
+
+  // The server refuses a cache on a session turn; kvctl passes it on for it to say so.
+  absl::StatusOr<v1::GenerateRequest> with_cache =
+      Build({"--token-ids", "1", "--session", "s", "--cache-implementation", "static"});
+  ASSERT_TRUE(with_cache.ok()) << with_cache.status();
+  EXPECT_EQ(with_cache->cache().cache_implementation(), "static");
+}
+
+TEST(BuildGenerateRequestTest, TemplateKwargsAreSentAsGiven) {
+  const std::string kwargs = R"({"enable_thinking": false, "tools": [{"name": "f"}], "a": 1})";
+  absl::StatusOr<v1::GenerateRequest> request =
+      Build({"--messages", R"([{"role":"user","content":"Hi"}])", "--template-kwargs", kwargs,
+             "--session", "s"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->template_kwargs(), kwargs);  // keys in their order, spacing kept
+  EXPECT_EQ(request->session(), "s");
+}
+
+TEST(BuildGenerateRequestTest, TemplateKwargsRefusals) {
+  const std::string messages = R"([{"role":"user","content":"Hi"}])";
+  EXPECT_EQ(Build({"--prompt", "x", "--template-kwargs", "{}"}).status(),
+            absl::InvalidArgumentError("--template-kwargs needs --messages"));
+  EXPECT_EQ(Build({"--token-ids", "1", "--template-kwargs", "{}"}).status(),
+            absl::InvalidArgumentError("--template-kwargs needs --messages"));
+  EXPECT_EQ(Build({"--messages", messages, "--template-kwargs", "[true]"}).status(),
+            absl::InvalidArgumentError("--template-kwargs: expected a JSON object"));
+  EXPECT_EQ(Build({"--messages", messages, "--template-kwargs", "\"x\""}).status(),
+            absl::InvalidArgumentError("--template-kwargs: expected a JSON object"));
+  absl::Status malformed =
+      Build({"--messages", messages, "--template-kwargs", "{enable_thinking: false}"}).status();
+  EXPECT_EQ(malformed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(malformed.message()),
+              ::testing::StartsWith("--template-kwargs: not valid JSON ("));
+}
+
+TEST(BuildTokenizeRequestTest, TemplateKwargs) {
+  absl::StatusOr<v1::TokenizeRequest> chat =
+      BuildTokenize({"--messages", R"([{"role":"user","content":"Hi"}])", "--template-kwargs",
+                     R"({"enable_thinking":false})"});
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->template_kwargs(), R"({"enable_thinking":false})");
+  absl::StatusOr<v1::TokenizeRequest> plain = BuildTokenize({"--text", "Hi"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->template_kwargs(), "");
+  EXPECT_EQ(BuildTokenize({"--text", "Hi", "--template-kwargs", "{}"}).status(),
+            absl::InvalidArgumentError("--template-kwargs needs --messages"));
+  EXPECT_THAT(BuildTokenize({"--messages", "[]", "--template-kwargs", "1"}).status().message(),
+              HasSubstr("--template-kwargs"));
+}
+
+TEST(SharedFlagsTest, SamplingAndCacheOptionsOnlyWhenGiven) {
+  const std::vector<cli::FlagSpec> specs = GenerateFlagSpecs();
+  absl::StatusOr<ParsedFlags> none = ParseFlags({}, specs, GenerateRepeatableFlags());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(BuildSamplingParams(*none)->has_value());
+  EXPECT_FALSE(BuildCacheOptions(*none)->has_value());
+
+  absl::StatusOr<ParsedFlags> stop = ParseFlags({"--stop", "x"}, specs, GenerateRepeatableFlags());
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  absl::StatusOr<std::optional<v1::SamplingParams>> sampling = BuildSamplingParams(*stop);
+  ASSERT_TRUE(sampling.ok() && sampling->has_value());
+  EXPECT_THAT((*sampling)->stop(), ElementsAre("x"));
+  EXPECT_FALSE(BuildCacheOptions(*stop)->has_value());
+
+  absl::StatusOr<ParsedFlags> no_cache = ParseFlags({"--no-cache"}, specs);
+  ASSERT_TRUE(no_cache.ok()) << no_cache.status();
+  absl::StatusOr<std::optional<v1::CacheOptions>> cache = BuildCacheOptions(*no_cache);
+  ASSERT_TRUE(cache.ok() && cache->has_value());
+  EXPECT_TRUE((*cache)->has_use_cache());
+  EXPECT_FALSE((*cache)->use_cache());
+}
+
+TEST(SharedFlagsTest, GenerateHasTheSharedFlags) {
+  std::vector<std::string> names;
+  for (const cli::FlagSpec& spec : GenerateFlagSpecs()) names.push_back(spec.name);
+  for (const std::vector<cli::FlagSpec>& shared : {SamplingFlagSpecs(), CacheStrategyFlagSpecs()}) {
+    for (const cli::FlagSpec& spec : shared) {
+      EXPECT_THAT(names, ::testing::Contains(spec.name));
+    }
+  }
+  EXPECT_THAT(names, ::testing::Contains("session"));
+  EXPECT_THAT(names, ::testing::Contains("template-kwargs"));
 }
 
 }  // namespace
