@@ -45,10 +45,33 @@ class ChatTemplate {
                                      bool add_generation_prompt, std::string_view bos_token,
                                      std::string_view eos_token,
                                      const RenderBudget& budget = RenderBudget()) const;
-  // Renders with an arbitrary JSON object as the global variables (messages with extra fields
-  // such as reasoning_content or tool_calls, tools, enable_thinking, ...). Errors as Render;
-  // also InvalidArgument when `context` nests deeper than budget.max_depth.
-  absl::StatusOr<std::string> RenderWithContext(const nlohmann::json& context,
+  // Like Render, with extra global variables from `template_kwargs_json`: the members of a JSON
+  // object text, in their order (Transformers' apply_chat_template(**kwargs)); empty text: none.
+  // Dicts inside keep the order of the text, so `tojson` and `items()` see it. InvalidArgument
+  // starting "template_kwargs: " when the text is not valid JSON ("template_kwargs: not valid
+  // JSON: ..."), not an object ("template_kwargs: must be a JSON object"), nests deeper than
+  // budget.max_depth ("template_kwargs: nested deeper than 100 levels"), or sets a variable the
+  // request sets ("template_kwargs.messages: is set by the request, not by template_kwargs"; also
+  // add_generation_prompt, bos_token, eos_token). An invalid budget is reported first.
+  absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                                     bool add_generation_prompt, std::string_view bos_token,
+                                     std::string_view eos_token,
+                                     std::string_view template_kwargs_json,
+                                     const RenderBudget& budget) const;
+  // Like Render with template kwargs, the messages given as JSON (usually an array of objects;
+  // extra fields such as reasoning_content or tool_calls reach the template in their order).
+  // Also InvalidArgument "chat template: context nested deeper than N levels" when `messages`
+  // nests deeper than budget.max_depth - 1.
+  absl::StatusOr<std::string> RenderJson(const nlohmann::ordered_json& messages,
+                                         bool add_generation_prompt, std::string_view bos_token,
+                                         std::string_view eos_token,
+                                         std::string_view template_kwargs_json,
+                                         const RenderBudget& budget) const;
+  // Renders with an arbitrary JSON object as the global variables, dicts in the order `context`
+  // holds them. Errors as Render; also InvalidArgument when `context` is not an object or nests
+  // deeper than budget.max_depth. (An ordered_json finds keys by linear scans: build `context`
+  // from trusted or small input; request text goes through the template_kwargs overloads.)
+  absl::StatusOr<std::string> RenderWithContext(const nlohmann::ordered_json& context,
                                                 const RenderBudget& budget = RenderBudget()) const;
 
  private:

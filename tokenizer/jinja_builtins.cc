@@ -192,20 +192,53 @@ int64_t Length(const Value& v, RenderMeter& meter) {
   throw JinjaError(absl::StrCat("length of ", v.TypeName(), " is undefined"));
 }
 
-Value Items(const Value& v) {
+// The arguments of Transformers' tojson filter, `tojson(ensure_ascii=False, indent=None,
+// separators=None, sort_keys=False)`, as json.dumps reads them.
+JsonFormat ToJsonFormat(const std::vector<Value>& args, const KwArgs& kwargs, RenderMeter& meter) {
+  JsonFormat format;
+  if (const Value* ascii = Arg(args, kwargs, 0, "ensure_ascii"))
+    format.ensure_ascii = ascii->Truthy();
+  const Value* indent = Arg(args, kwargs, 1, "indent");
+  if (indent != nullptr && indent->is_int()) {
+    const int64_t spaces = std::max<int64_t>(indent->as_int(), 0);  // ' ' * -1 is ''
+    meter.CheckString(spaces);
+    format.indent = std::string(static_cast<size_t>(spaces), ' ');
+  } else if (indent != nullptr && indent->is_string()) {
+    format.indent = indent->as_string();
+  } else if (indent != nullptr && !indent->is_none() && !indent->is_undefined()) {
+    throw JinjaError(
+        absl::StrCat("tojson: indent must be an integer or a string, not ", indent->TypeName()));
+  }
+  if (format.indent.has_value()) format.item_separator = ",";
+  const Value* separators = Arg(args, kwargs, 2, "separators");
+  if (separators != nullptr && !separators->is_none() && !separators->is_undefined()) {
+    if (!separators->is_array() || separators->as_array().size() != 2 ||
+        !separators->as_array()[0].is_string() || !separators->as_array()[1].is_string()) {
+      throw JinjaError("tojson: separators must be a pair of strings");
+    }
+    format.item_separator = separators->as_array()[0].as_string();
+    format.key_separator = separators->as_array()[1].as_string();
+  }
+  if (const Value* sort = Arg(args, kwargs, 3, "sort_keys")) format.sort_keys = sort->Truthy();
+  return format;
+}
+
+Value Items(const Value& v, RenderMeter& meter) {
   if (!v.is_object()) throw JinjaError(absl::StrCat("items of ", v.TypeName(), " is unsupported"));
+  meter.ChargeItems(static_cast<int64_t>(v.as_object().items.size()));
   Array items;
   for (const auto& [k, x] : v.as_object().items) items.emplace_back(Array{Value(k), x});
   return Value(std::move(items));
 }
 
-Value Attribute(const Value& item, const std::string& path) {
+Value Attribute(const Value& item, const std::string& path, RenderMeter& meter) {
   Value current = item;
   size_t pos = 0;
   while (pos <= path.size()) {
     const size_t dot = std::min(path.find('.', pos), path.size());
     const std::string key = path.substr(pos, dot - pos);
     if (current.is_object()) {
+      meter.ChargeItems(static_cast<int64_t>(current.as_object().items.size()));
       const Value* v = current.as_object().Find(key);
       current = v != nullptr ? *v : Value::MakeUndefined(key);
     } else if (current.is_array() && !key.empty() &&
@@ -257,7 +290,7 @@ Value FilterByTest(const Value& value, std::vector<Value>& args, bool by_attribu
   if (next < args.size()) test = RequireString(&args[next++], filter);
   const std::vector<Value> test_args(args.begin() + static_cast<std::ptrdiff_t>(next), args.end());
   for (const Value& item : RequireIterable(value, filter, meter)) {
-    const Value subject = by_attribute ? Attribute(item, attribute) : item;
+    const Value subject = by_attribute ? Attribute(item, attribute, meter) : item;
     const bool passed =
         test.empty() ? subject.Truthy() : ApplyTest(test, subject, test_args, meter);
     if (passed == keep) out.push_back(item);
@@ -359,16 +392,8 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
   if (name == "length" || name == "count") return Value(Length(value, meter));
   if (name == "string") return Value(value.ToString(meter));
   if (name == "safe") return value;
-  if (name == "tojson") {
-    const Value* indent = Arg(args, kwargs, 0, "indent");
-    int64_t spaces = -1;
-    if (indent != nullptr && indent->is_int()) {
-      spaces = indent->as_int();
-      meter.CheckString(spaces);
-    }
-    return Value(value.ToJson(spaces, meter));
-  }
-  if (name == "items") return Items(value);
+  if (name == "tojson") return Value(value.ToJson(ToJsonFormat(args, kwargs, meter), meter));
+  if (name == "items") return Items(value, meter);
   if (name == "list") return Value(RequireIterable(value, "list", meter));
   if (name == "first" || name == "last") {
     const Array items = RequireIterable(value, name, meter);
@@ -392,7 +417,7 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
     bool first = true;
     for (const Value& item : RequireIterable(value, "join", meter)) {
       const std::string text =
-          (attribute != nullptr ? Attribute(item, attribute->ToString(meter)) : item)
+          (attribute != nullptr ? Attribute(item, attribute->ToString(meter), meter) : item)
               .ToString(meter);
       const size_t added = text.size() + (first ? 0 : separator.size());
       meter.CheckString(static_cast<int64_t>(out.size() + added));
@@ -434,7 +459,7 @@ Value ApplyFilter(const std::string& name, const Value& value, std::vector<Value
     Array out;
     for (const Value& item : RequireIterable(value, "map", meter)) {
       if (attribute != nullptr) {
-        Value v = Attribute(item, attribute->ToString(meter));
+        Value v = Attribute(item, attribute->ToString(meter), meter);
         if (v.is_undefined()) {
           if (const Value* d = FindKwarg(kwargs, "default")) v = *d;
         }
@@ -526,8 +551,10 @@ bool ApplyTest(const std::string& name, const Value& value, const std::vector<Va
       meter.ChargeBytes(static_cast<int64_t>(args[0].as_string().size()));
       return args[0].as_string().find(value.as_string()) != std::string::npos;
     }
-    if (args[0].is_object() && value.is_string())
+    if (args[0].is_object() && value.is_string()) {
+      meter.ChargeItems(static_cast<int64_t>(args[0].as_object().items.size()));
       return args[0].as_object().Find(value.as_string()) != nullptr;
+    }
     for (const Value& v : RequireIterable(args[0], "in", meter)) {
       if (v.Equals(value, meter)) return true;
     }
@@ -587,8 +614,9 @@ Value CallMethod(const Value& object, const std::string& name, std::vector<Value
       return Value(std::move(out));
     }
   } else if (object.is_object() && !object.as_object().is_namespace) {
-    if (name == "items") return Items(object);
+    if (name == "items") return Items(object, meter);
     if (name == "keys" || name == "values") {
+      meter.ChargeItems(static_cast<int64_t>(object.as_object().items.size()));
       Array out;
       for (const auto& [k, v] : object.as_object().items)
         out.push_back(name == "keys" ? Value(k) : v);
@@ -596,6 +624,7 @@ Value CallMethod(const Value& object, const std::string& name, std::vector<Value
     }
     if (name == "get") {
       const Value* key = Arg(args, kwargs, 0, "key");
+      meter.ChargeItems(static_cast<int64_t>(object.as_object().items.size()));
       const Value* v = object.as_object().Find(RequireString(key, "get"));
       if (v != nullptr) return *v;
       const Value* fallback = Arg(args, kwargs, 1, "default");

@@ -180,12 +180,20 @@ class Interpreter {
     out->append(text);
   }
 
+  // Scans the frames innermost first; charges the entries it passes (the globals frame holds
+  // every template kwarg of the request).
   Value Lookup(const std::string& name) const {
+    int64_t scanned = 0;
     for (auto frame = frames_.rbegin(); frame != frames_.rend(); ++frame) {
       for (auto it = frame->rbegin(); it != frame->rend(); ++it) {
-        if (it->first == name) return it->second;
+        ++scanned;
+        if (it->first == name) {
+          meter_.ChargeItems(scanned);
+          return it->second;
+        }
       }
     }
+    meter_.ChargeItems(scanned);
     return Value::MakeUndefined(name);
   }
   void Assign(const std::string& name, Value value) {
@@ -543,6 +551,7 @@ class Interpreter {
       const Value object = Eval(*callee.children[0]);
       if (object.is_undefined()) GetAttr(object, callee.name, e.line);  // throws
       if (object.is_object()) {
+        meter_.ChargeItems(static_cast<int64_t>(object.as_object().items.size()));
         const Value* member = object.as_object().Find(callee.name);
         if (member != nullptr && member->is_callable()) return member->as_callable()(args, kwargs);
       }

@@ -4,24 +4,61 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "tokenizer/jinja_meter.h"
+#include "tokenizer/unicode_utils.h"
 
 namespace kvserve::model::jinja {
 namespace {
 
+// Python's repr of a float: the shortest digits that read back as `d`, in positional notation
+// for decimal exponents in [-4, 16) (with ".0" when integral), else as "1.5e+16" / "1e-05".
 std::string FloatRepr(double d) {
   if (std::isnan(d)) return "nan";
   if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
   char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), d);
-  std::string s(buf, end);
-  if (s.find_first_of(".eEn") == std::string::npos) s.append(".0");
-  return s;
+  // Shortest round-trip digits as "-d.ddde+XX".
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
+  const std::string_view scientific(buf, static_cast<size_t>(end - buf));
+  const size_t e = scientific.find('e');
+  std::string out;
+  std::string digits;
+  for (char c : scientific.substr(0, e)) {
+    if (c == '-') {
+      out.push_back('-');
+    } else if (c != '.') {
+      digits.push_back(c);
+    }
+  }
+  int exponent = 0;
+  std::from_chars(scientific.data() + e + (scientific[e + 1] == '+' ? 2 : 1),
+                  scientific.data() + scientific.size(), exponent);
+  const int num_digits = static_cast<int>(digits.size());
+  if (exponent >= -4 && exponent < 16) {
+    if (exponent < 0) {
+      out.append("0.").append(static_cast<size_t>(-exponent - 1), '0').append(digits);
+    } else if (num_digits <= exponent + 1) {
+      out.append(digits).append(static_cast<size_t>(exponent + 1 - num_digits), '0').append(".0");
+    } else {
+      out.append(digits, 0, static_cast<size_t>(exponent + 1))
+          .append(".")
+          .append(digits, static_cast<size_t>(exponent + 1));
+    }
+    return out;
+  }
+  out.push_back(digits[0]);
+  if (num_digits > 1) out.append(".").append(digits, 1);
+  out.append(exponent < 0 ? "e-" : "e+");
+  const int magnitude = exponent < 0 ? -exponent : exponent;
+  if (magnitude < 10) out.push_back('0');
+  absl::StrAppend(&out, magnitude);
+  return out;
 }
 
 std::string PythonQuote(const std::string& s) {
@@ -51,9 +88,19 @@ std::string PythonQuote(const std::string& s) {
   return out;
 }
 
-void AppendJsonString(const std::string& s, std::string* out) {
+void AppendHexEscape(uint32_t unit, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->append("\\u");
+  for (int shift = 12; shift >= 0; shift -= 4) out->push_back(kHex[(unit >> shift) & 15]);
+}
+
+// A JSON string literal as Python's json.dumps writes it: the short escapes for quote,
+// backslash, \b \f \n \r \t, \u00XX for other control characters and, with `ensure_ascii`,
+// \uXXXX (surrogate pairs past U+FFFF) for everything outside ' '..'~'.
+void AppendJsonString(const std::string& s, bool ensure_ascii, std::string* out) {
   out->push_back('"');
-  for (unsigned char c : s) {
+  for (size_t pos = 0; pos < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[pos]);
     switch (c) {
       case '"':
         out->append("\\\"");
@@ -78,14 +125,22 @@ void AppendJsonString(const std::string& s, std::string* out) {
         break;
       default:
         if (c < 0x20) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out->append("\\u00");
-          out->push_back(kHex[c >> 4]);
-          out->push_back(kHex[c & 15]);
-        } else {
+          AppendHexEscape(c, out);
+        } else if (c < 0x7f || !ensure_ascii) {
           out->push_back(static_cast<char>(c));
+        } else {
+          // An invalid byte decodes as U+FFFD.
+          const char32_t cp = DecodeUtf8(s, &pos);
+          if (cp >= 0x10000) {
+            AppendHexEscape(0xD800 + ((cp - 0x10000) >> 10), out);
+            AppendHexEscape(0xDC00 + ((cp - 0x10000) & 0x3FF), out);
+          } else {
+            AppendHexEscape(cp, out);
+          }
+          continue;
         }
     }
+    ++pos;
   }
   out->push_back('"');
 }
@@ -164,38 +219,38 @@ void Value::DetachNestedContainers(std::vector<Value>* pending) {
   }
 }
 
-Value Value::FromJson(const nlohmann::json& json, int max_depth) {
-  return FromJsonAt(json, 1, max_depth);
+Value Value::FromJson(const nlohmann::ordered_json& json, int max_depth, int level) {
+  return FromJsonAt(json, level, max_depth);
 }
 
-Value Value::FromJsonAt(const nlohmann::json& json, int depth, int max_depth) {
+Value Value::FromJsonAt(const nlohmann::ordered_json& json, int depth, int max_depth) {
   if (depth > max_depth && (json.is_array() || json.is_object())) {
     throw JinjaError(absl::StrCat("context nested deeper than ", max_depth, " levels"));
   }
   switch (json.type()) {
-    case nlohmann::json::value_t::null:
+    case nlohmann::ordered_json::value_t::null:
       return Value::None();
-    case nlohmann::json::value_t::boolean:
+    case nlohmann::ordered_json::value_t::boolean:
       return Value(json.get<bool>());
-    case nlohmann::json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_integer:
       return Value(json.get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: {
+    case nlohmann::ordered_json::value_t::number_unsigned: {
       const auto u = json.get<uint64_t>();
       if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         return Value(static_cast<double>(u));
       return Value(static_cast<int64_t>(u));
     }
-    case nlohmann::json::value_t::number_float:
+    case nlohmann::ordered_json::value_t::number_float:
       return Value(json.get<double>());
-    case nlohmann::json::value_t::string:
+    case nlohmann::ordered_json::value_t::string:
       return Value(json.get<std::string>());
-    case nlohmann::json::value_t::array: {
+    case nlohmann::ordered_json::value_t::array: {
       Array array;
       array.reserve(json.size());
       for (const auto& item : json) array.push_back(FromJsonAt(item, depth + 1, max_depth));
       return Value(std::move(array));
     }
-    case nlohmann::json::value_t::object: {
+    case nlohmann::ordered_json::value_t::object: {
       std::vector<std::pair<std::string, Value>> items;
       for (const auto& [k, v] : json.items())
         items.emplace_back(k, FromJsonAt(v, depth + 1, max_depth));
@@ -271,20 +326,33 @@ void Value::AppendRepr(int depth, RenderMeter& meter, std::string* out) const {
   meter.CheckString(static_cast<int64_t>(out->size()));
 }
 
-std::string Value::ToJson(int64_t indent, RenderMeter& meter) const {
+std::string Value::ToJson(const JsonFormat& format, RenderMeter& meter) const {
   std::string out;
-  AppendJson(indent, 0, meter, &out);
+  AppendJson(format, 0, meter, &out);
   return out;
 }
 
-void Value::AppendJson(int64_t indent, int depth, RenderMeter& meter, std::string* out) const {
+void Value::AppendJson(const JsonFormat& format, int depth, RenderMeter& meter,
+                       std::string* out) const {
   meter.ChargeItems(1);
+  auto append = [&](const std::string& text) {
+    meter.CheckString(static_cast<int64_t>(out->size() + text.size()));
+    meter.ChargeBytes(static_cast<int64_t>(text.size()));
+    out->append(text);
+  };
   auto newline = [&](int d) {
-    const int64_t spaces = indent * d;  // indent <= max_output_bytes, d <= max_depth
-    meter.CheckString(static_cast<int64_t>(out->size()) + 1 + spaces);
-    meter.ChargeBytes(spaces);
+    if (!format.indent.has_value()) return;
+    // indent.size() <= max_output_bytes and d <= max_depth: no overflow.
+    const int64_t bytes = static_cast<int64_t>(format.indent->size()) * d;
+    meter.CheckString(static_cast<int64_t>(out->size()) + 1 + bytes);
+    meter.ChargeBytes(bytes);
     out->push_back('\n');
-    out->append(static_cast<size_t>(spaces), ' ');
+    for (int i = 0; i < d; ++i) out->append(*format.indent);
+  };
+  auto append_string = [&](const std::string& s) {
+    meter.CheckString(static_cast<int64_t>(out->size() + s.size()));
+    meter.ChargeBytes(static_cast<int64_t>(s.size()));
+    AppendJsonString(s, format.ensure_ascii, out);
   };
   if (is_undefined() || is_none()) {
     out->append("null");
@@ -298,34 +366,40 @@ void Value::AppendJson(int64_t indent, int depth, RenderMeter& meter, std::strin
                 : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
                                 : FloatRepr(d));
   } else if (is_string()) {
-    meter.CheckString(static_cast<int64_t>(out->size() + as_string().size()));
-    meter.ChargeBytes(static_cast<int64_t>(as_string().size()));
-    AppendJsonString(as_string(), out);
+    append_string(as_string());
   } else if (is_array()) {
     meter.CheckValueDepth(depth + 1);
     const Array& array = as_array();
     out->push_back('[');
     for (size_t i = 0; i < array.size(); ++i) {
-      if (i > 0) out->append(indent >= 0 ? "," : ", ");
-      if (indent >= 0) newline(depth + 1);
-      array[i].AppendJson(indent, depth + 1, meter, out);
+      if (i > 0) append(format.item_separator);
+      newline(depth + 1);
+      array[i].AppendJson(format, depth + 1, meter, out);
     }
-    if (indent >= 0 && !array.empty()) newline(depth);
+    if (!array.empty()) newline(depth);
     out->push_back(']');
   } else if (is_object()) {
     meter.CheckValueDepth(depth + 1);
-    out->push_back('{');
-    bool first = true;
-    for (const auto& [k, v] : as_object().items) {
-      if (!first) out->append(indent >= 0 ? "," : ", ");
-      first = false;
-      if (indent >= 0) newline(depth + 1);
-      meter.CheckString(static_cast<int64_t>(out->size() + k.size()));
-      AppendJsonString(k, out);
-      out->append(": ");
-      v.AppendJson(indent, depth + 1, meter, out);
+    const auto& items = as_object().items;
+    std::vector<const std::pair<std::string, Value>*> members;
+    members.reserve(items.size());
+    for (const auto& item : items) members.push_back(&item);
+    if (format.sort_keys) {
+      meter.ChargeItems(static_cast<int64_t>(members.size()) *
+                        (1 + static_cast<int64_t>(std::bit_width(members.size()))));
+      // Byte order of UTF-8 is code point order.
+      std::stable_sort(members.begin(), members.end(),
+                       [](const auto* a, const auto* b) { return a->first < b->first; });
     }
-    if (indent >= 0 && !as_object().items.empty()) newline(depth);
+    out->push_back('{');
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (i > 0) append(format.item_separator);
+      newline(depth + 1);
+      append_string(members[i]->first);
+      append(format.key_separator);
+      members[i]->second.AppendJson(format, depth + 1, meter, out);
+    }
+    if (!members.empty()) newline(depth);
     out->push_back('}');
   } else {
     throw JinjaError("tojson: a function is not JSON serializable");

@@ -1,10 +1,12 @@
 // Values of the Jinja subset used by chat templates: Python-like none/bool/int/float/str/list/
-// dict, plus callables (macros, namespace(), range(), raise_exception()).
+// dict (keeping insertion order, as Python's dict does), plus callables (macros, namespace(),
+// range(), raise_exception()).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -33,6 +35,22 @@ struct Undefined {
   std::string name;  // what was looked up, for error messages
 };
 
+// The options of Python's json.dumps that Transformers' tojson filter passes through
+// (`tojson(ensure_ascii=False, indent=None, separators=None, sort_keys=False)`).
+struct JsonFormat {
+  // Unset: everything on one line. Set: each list item and dict member on its own line,
+  // preceded by this string once per nesting level (json.dumps' indent=N is N spaces).
+  std::optional<std::string> indent;
+  // Non-ASCII characters (and DEL) as \uXXXX escapes, astral ones as surrogate pairs.
+  bool ensure_ascii = false;
+  // Between items and between a key and its value; json.dumps' defaults are ", " and ": ",
+  // and "," and ": " when indented.
+  std::string item_separator = ", ";
+  std::string key_separator = ": ";
+  // Dict members sorted by key (code point order, as Python sorts str); else insertion order.
+  bool sort_keys = false;
+};
+
 // Destroying a value never recurses deeper than a few frames, however deeply its lists and dicts
 // nest: the last owner of a container takes its nested containers apart iteratively.
 class Value {
@@ -59,8 +77,10 @@ class Value {
     v.data_ = Undefined{std::move(name)};
     return v;
   }
-  // The JSON value as a Value. Throws JinjaError when `json` nests deeper than `max_depth`.
-  static Value FromJson(const nlohmann::json& json, int max_depth);
+  // The JSON value as a Value, dict members in the order `json` holds them. Throws JinjaError
+  // "context nested deeper than <max_depth> levels" when `json`, itself at nesting level
+  // `level` (1: the outermost), nests deeper than `max_depth`.
+  static Value FromJson(const nlohmann::ordered_json& json, int max_depth, int level = 1);
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(data_); }
   bool is_none() const { return std::holds_alternative<std::nullptr_t>(data_); }
@@ -92,17 +112,18 @@ class Value {
   std::string ToString(RenderMeter& meter) const;
   // Python repr() (strings quoted).
   std::string Repr(RenderMeter& meter) const;
-  // json.dumps(ensure_ascii=False) with `indent` < 0 meaning compact-with-spaces.
-  std::string ToJson(int64_t indent, RenderMeter& meter) const;
+  // Python json.dumps with `format` (dicts in insertion order unless format.sort_keys); undefined
+  // is null. Throws JinjaError for a function.
+  std::string ToJson(const JsonFormat& format, RenderMeter& meter) const;
   // Python ==.
   bool Equals(const Value& other, RenderMeter& meter) const;
   // Name of the type for error messages.
   std::string TypeName() const;
 
  private:
-  static Value FromJsonAt(const nlohmann::json& json, int depth, int max_depth);
+  static Value FromJsonAt(const nlohmann::ordered_json& json, int depth, int max_depth);
   void AppendRepr(int depth, RenderMeter& meter, std::string* out) const;
-  void AppendJson(int64_t indent, int depth, RenderMeter& meter, std::string* out) const;
+  void AppendJson(const JsonFormat& format, int depth, RenderMeter& meter, std::string* out) const;
   bool EqualsAt(const Value& other, int depth, RenderMeter& meter) const;
   // When this value is the last owner of a list or dict, moves the lists and dicts inside it
   // to `pending` so that destroying it does not recurse into them.

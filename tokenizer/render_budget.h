@@ -23,8 +23,9 @@ struct RenderBudget {
   int max_eval_depth = 500;
   // Evaluation steps: one per statement and expression, four per loop iteration and macro call,
   // plus one per 64 bytes of string and one per 16 list items or values that a step copies,
-  // scans or builds. Bounds the render's CPU time to well under a second; a 400-message
-  // conversation takes 15,000-30,000 steps with the Llama 2/3 and Qwen3 templates.
+  // scans or builds (variables and dict keys passed by a lookup included). Bounds the render's
+  // CPU time to well under a second; a 400-message conversation takes 13,000-26,000 steps with
+  // the Llama 2/3 and Qwen3 templates.
   int64_t max_steps = 5'000'000;
   // Bytes of the rendered text, and of any string the render builds on the way (a list counts
   // 64 bytes per item). Checked before allocating.

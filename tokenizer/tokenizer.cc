@@ -485,20 +485,23 @@ std::string Tokenizer::CleanUpTokenization(std::string_view text) {
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                                          bool add_generation_prompt,
                                                          const RenderBudget& budget) const {
-  if (chat_template_ == nullptr) return chat_template_status_;
-  return chat_template_->Render(messages, add_generation_prompt, bos_token_, eos_token_, budget);
+  return ApplyChatTemplate(messages, add_generation_prompt, budget, "");
 }
 
-absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateJson(const nlohmann::json& messages,
-                                                             bool add_generation_prompt,
-                                                             const RenderBudget& budget) const {
+absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    const RenderBudget& budget, std::string_view template_kwargs_json) const {
   if (chat_template_ == nullptr) return chat_template_status_;
-  Json context = Json::object();
-  context["messages"] = messages;
-  context["add_generation_prompt"] = add_generation_prompt;
-  context["bos_token"] = bos_token_;
-  context["eos_token"] = eos_token_;
-  return chat_template_->RenderWithContext(context, budget);
+  return chat_template_->Render(messages, add_generation_prompt, bos_token_, eos_token_,
+                                template_kwargs_json, budget);
+}
+
+absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateJson(
+    const nlohmann::ordered_json& messages, bool add_generation_prompt, const RenderBudget& budget,
+    std::string_view template_kwargs_json) const {
+  if (chat_template_ == nullptr) return chat_template_status_;
+  return chat_template_->RenderJson(messages, add_generation_prompt, bos_token_, eos_token_,
+                                    template_kwargs_json, budget);
 }
 
 }  // namespace kvserve::model

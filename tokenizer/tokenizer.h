@@ -89,6 +89,20 @@ class Tokenizer {
   absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                                 bool add_generation_prompt,
                                                 const RenderBudget& budget = RenderBudget()) const;
+  // Like ApplyChatTemplate, with extra template variables from `template_kwargs_json`: a JSON
+  // object text whose members become global variables of the template, in their order (as
+  // apply_chat_template(**kwargs)); empty text: none. Objects inside keep the order of the text
+  // (`tojson`, `items()`). InvalidArgument starting "template_kwargs: " when it is not valid JSON
+  // ("template_kwargs: not valid JSON: ..."), not an object ("template_kwargs: must be a JSON
+  // object"), nests deeper than budget.max_depth ("template_kwargs: nested deeper than 100
+  // levels"), or sets a variable the request sets itself (messages, add_generation_prompt,
+  // bos_token, eos_token: "template_kwargs.messages: is set by the request, not by
+  // template_kwargs"). Other errors as ApplyChatTemplate; a missing or unparsable template and
+  // an invalid budget are reported before template_kwargs.
+  absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                                bool add_generation_prompt,
+                                                const RenderBudget& budget,
+                                                std::string_view template_kwargs_json) const;
 
   // The token string of `id` (added tokens included), or nullopt.
   std::optional<std::string> IdToToken(int32_t id) const;
@@ -101,11 +115,14 @@ class Tokenizer {
   // Transformers' clean_up_tokenization: removes the space before . ? ! , and contractions.
   static std::string CleanUpTokenization(std::string_view text);
 
-  // Like ApplyChatTemplate, with messages given as a JSON array (extra fields such as
-  // reasoning_content pass through to the template).
+  // Like ApplyChatTemplate with template kwargs, the messages given as a JSON array (extra
+  // fields such as reasoning_content or tool_calls pass through to the template, in their
+  // order). An ordered_json finds keys by linear scans: request text should reach the template
+  // through `template_kwargs_json`, which is read in linear time.
   absl::StatusOr<std::string> ApplyChatTemplateJson(
-      const nlohmann::json& messages, bool add_generation_prompt,
-      const RenderBudget& budget = RenderBudget()) const;
+      const nlohmann::ordered_json& messages, bool add_generation_prompt,
+      const RenderBudget& budget = RenderBudget(),
+      std::string_view template_kwargs_json = {}) const;
 
  private:
   Tokenizer();

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+
 namespace kvserve::model {
 namespace {
 
@@ -17,7 +19,7 @@ using ::testing::HasSubstr;
 
 // Renders `source` with `context` (a JSON object); fails the test on error.
 std::string Render(const std::string& source,
-                   const nlohmann::json& context = nlohmann::json::object()) {
+                   const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
   auto tmpl = ChatTemplate::Parse(source);
   EXPECT_TRUE(tmpl.ok()) << tmpl.status();
   if (!tmpl.ok()) return "<parse error>";
@@ -28,7 +30,7 @@ std::string Render(const std::string& source,
 
 // The error message of parsing or rendering `source`; fails the test if it succeeds.
 std::string Error(const std::string& source,
-                  const nlohmann::json& context = nlohmann::json::object()) {
+                  const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
   auto tmpl = ChatTemplate::Parse(source);
   if (!tmpl.ok()) {
     EXPECT_EQ(tmpl.status().code(), absl::StatusCode::kInvalidArgument);
@@ -162,6 +164,138 @@ TEST(ChatTemplateTest, ConstructsOutsideTheSubsetAreNamed) {
   EXPECT_THAT(Error("line1\n{{ 1 + }}"), HasSubstr("line 2"));
   EXPECT_THAT(Error("{{ 1 + 'a' }}"), HasSubstr("unsupported operand types for +"));
   EXPECT_THAT(Error("{{ nothing.attr }}"), HasSubstr("'nothing' is undefined"));
+}
+
+TEST(ChatTemplateTest, ToJsonIsPythonJsonDumps) {
+  // Transformers' tojson is json.dumps(x, ensure_ascii=False, indent=None, separators=None,
+  // sort_keys=False): floats as Python's repr, dicts in insertion order.
+  const nlohmann::ordered_json numbers = {
+      {"x", {1.0, 0.5, 1e16, 1e15, 0.0001, 0.00001, 2.5e-7, -0.0, 123456789.0, 1e22, -3, 0}}};
+  EXPECT_EQ(Render("{{ x | tojson }}", numbers),
+            "[1.0, 0.5, 1e+16, 1000000000000000.0, 0.0001, 1e-05, 2.5e-07, -0.0, 123456789.0, "
+            "1e+22, -3, 0]");
+  EXPECT_EQ(Render("{{ x }}", numbers),
+            "[1.0, 0.5, 1e+16, 1000000000000000.0, 0.0001, 1e-05, 2.5e-07, -0.0, 123456789.0, "
+            "1e+22, -3, 0]");
+  const nlohmann::ordered_json d = {
+      {"d", {{"b", {1, nlohmann::ordered_json::object()}}, {"a", {}}}}};
+  EXPECT_EQ(Render("{{ d | tojson }}", d), R"({"b": [1, {}], "a": null})");
+  EXPECT_EQ(Render("{{ d | tojson(indent=2) }}", d),
+            "{\n  \"b\": [\n    1,\n    {}\n  ],\n  \"a\": null\n}");
+  // indent=0 and negative indents put items on their own lines, unindented; a string indents.
+  EXPECT_EQ(Render("{{ d | tojson(indent=0) }}", d), "{\n\"b\": [\n1,\n{}\n],\n\"a\": null\n}");
+  EXPECT_EQ(Render("{{ d | tojson(indent=-1) }}", d), "{\n\"b\": [\n1,\n{}\n],\n\"a\": null\n}");
+  EXPECT_EQ(Render("{{ d | tojson(indent='\\t') }}", d),
+            "{\n\t\"b\": [\n\t\t1,\n\t\t{}\n\t],\n\t\"a\": null\n}");
+  EXPECT_EQ(Render("{{ d | tojson(separators=(',', ':')) }}", d), R"({"b":[1,{}],"a":null})");
+  EXPECT_EQ(Render("{{ d | tojson(indent=1, separators=[';', '=']) }}", d),
+            "{\n \"b\"=[\n  1;\n  {}\n ];\n \"a\"=null\n}");
+  // Code point order, as Python sorts str keys; nested dicts too.
+  const nlohmann::ordered_json keys = {
+      {"k", {{"b", 1}, {"B", 2}, {"é", {{"z", 1}, {"y", 2}}}, {"_", 4}, {"a", 5}}}};
+  EXPECT_EQ(Render("{{ k | tojson(sort_keys=true) }}", keys),
+            R"({"B": 2, "_": 4, "a": 5, "b": 1, "é": {"y": 2, "z": 1}})");
+  EXPECT_EQ(Render("{{ k | tojson }}", keys),
+            R"({"b": 1, "B": 2, "é": {"z": 1, "y": 2}, "_": 4, "a": 5})");
+  const nlohmann::ordered_json text = {{"s", "é\x7f😀\u2028\"\\\n\t\b\f\r\x01<&>'"}};
+  EXPECT_EQ(Render("{{ s | tojson }}", text), "\"é\x7f😀\u2028\\\"\\\\\\n\\t\\b\\f\\r\\u0001<&>'\"");
+  EXPECT_EQ(Render("{{ s | tojson(ensure_ascii=true) }}", text),
+            "\"\\u00e9\\u007f\\ud83d\\ude00\\u2028\\\"\\\\\\n\\t\\b\\f\\r\\u0001<&>'\"");
+  // The first positional argument is ensure_ascii, as in Transformers' signature.
+  EXPECT_EQ(Render("{{ 'é' | tojson(true) }}{{ 'é' | tojson(false, 1) }}"), "\"\\u00e9\"\"é\"");
+  EXPECT_EQ(Render("{{ true | tojson }}{{ none | tojson }}{{ [] | tojson(indent=2) }}"),
+            "truenull[]");
+  EXPECT_THAT(Error("{{ 1 | tojson(indent=[2]) }}"),
+              HasSubstr("tojson: indent must be an integer or a string, not list"));
+  EXPECT_THAT(Error("{{ 1 | tojson(separators=(',',)) }}"),
+              HasSubstr("tojson: separators must be a pair of strings"));
+}
+
+TEST(ChatTemplateTest, ContextAndMessageFieldsKeepTheirOrder) {
+  const nlohmann::ordered_json context = nlohmann::ordered_json::parse(
+      R"({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"zeta": 1, "alpha": 2}}}]})");
+  EXPECT_EQ(
+      Render("{{ tools[0] | tojson }}", context),
+      R"({"type": "function", "function": {"name": "f", "parameters": {"zeta": 1, "alpha": 2}}})");
+
+  auto tmpl = ChatTemplate::Parse(
+      "{% for m in messages %}{% for k, v in m.items() %}{{ k }}={{ v | tojson }};{% endfor %}"
+      "{% endfor %}|{{ tools | tojson }}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  const auto messages = nlohmann::ordered_json::parse(
+      R"([{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f",
+          "arguments": {"zeta": "z", "alpha": "a"}}}]}])");
+  auto out = (*tmpl)->RenderJson(messages, false, "", "", R"({"tools": [{"z": 1, "a": 2}]})",
+                                 RenderBudget());
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out,
+            R"(role="assistant";content="";tool_calls=[{"function": {"name": "f", "arguments": )"
+            R"({"zeta": "z", "alpha": "a"}}}];|[{"z": 1, "a": 2}])");
+}
+
+// Renders `source` over one user message with `template_kwargs_json`.
+absl::StatusOr<std::string> RenderWithKwargs(const std::string& source,
+                                             std::string_view template_kwargs_json,
+                                             const RenderBudget& budget = RenderBudget()) {
+  auto tmpl = ChatTemplate::Parse(source);
+  if (!tmpl.ok()) return tmpl.status();
+  return (*tmpl)->Render({{"user", "hi"}}, true, "<s>", "</s>", template_kwargs_json, budget);
+}
+
+TEST(ChatTemplateKwargsTest, MembersBecomeVariablesKeepingKeyOrder) {
+  // With sorted keys (nlohmann::json's std::map) "alpha" would come before "zeta".
+  auto out = RenderWithKwargs(
+      "{{ schema | tojson }}|{% for k, v in schema.items() %}{{ k }}={{ v }};{% endfor %}|"
+      "{{ schema }}|{{ schema.keys() | list }}|{{ messages[0].content }}{{ bos_token }}"
+      "{{ add_generation_prompt }}",
+      R"({"schema": {"zeta": 1, "alpha": {"y": true, "b": null}, "mid": [0.5, "s"]}})");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, R"({"zeta": 1, "alpha": {"y": true, "b": null}, "mid": [0.5, "s"]}|)"
+                  R"(zeta=1;alpha={'y': True, 'b': None};mid=[0.5, 's'];|)"
+                  R"({'zeta': 1, 'alpha': {'y': True, 'b': None}, 'mid': [0.5, 's']}|)"
+                  R"(['zeta', 'alpha', 'mid']|hi<s>True)");
+
+  const std::string thinking =
+      "{% if enable_thinking is defined and enable_thinking is false %}off{% else %}on"
+      "{% endif %}";
+  EXPECT_EQ(*RenderWithKwargs(thinking, R"({"enable_thinking": false})"), "off");
+  EXPECT_EQ(*RenderWithKwargs(thinking, R"({"enable_thinking": true})"), "on");
+  EXPECT_EQ(*RenderWithKwargs(thinking, "{}"), "on");
+  EXPECT_EQ(*RenderWithKwargs(thinking, ""), "on");
+  // A repeated key keeps its last value, as Python's json.loads.
+  EXPECT_EQ(*RenderWithKwargs(thinking, R"({"enable_thinking": true, "enable_thinking": false})"),
+            "off");
+}
+
+TEST(ChatTemplateKwargsTest, ErrorsNameTemplateKwargs) {
+  auto error = [](std::string_view kwargs, const RenderBudget& budget = RenderBudget()) {
+    absl::StatusOr<std::string> out = RenderWithKwargs("{{ messages | length }}", kwargs, budget);
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << kwargs;
+    return std::string(out.status().message());
+  };
+  EXPECT_EQ(error("{enable_thinking: false}"),
+            "template_kwargs: not valid JSON: parse error at line 1, column 2: syntax error while "
+            "parsing object key - invalid literal; expected string literal");
+  EXPECT_EQ(error(" "),
+            "template_kwargs: not valid JSON: parse error at line 1, column 2: syntax error while "
+            "parsing value - unexpected end of input; expected '[', '{', or a literal");
+  EXPECT_EQ(error("[1]"), "template_kwargs: must be a JSON object");
+  EXPECT_EQ(error("null"), "template_kwargs: must be a JSON object");
+  EXPECT_EQ(error("\"enable_thinking\""), "template_kwargs: must be a JSON object");
+  RenderBudget shallow;
+  shallow.max_depth = 3;
+  EXPECT_EQ(error(R"({"a": {"b": {"c": {}}}})", shallow),
+            "template_kwargs: nested deeper than 3 levels");
+  EXPECT_TRUE(RenderWithKwargs("{{ a.b }}", R"({"a": {"b": {"c": 1}}})", shallow).ok());
+  for (const char* name : {"messages", "add_generation_prompt", "bos_token", "eos_token"}) {
+    EXPECT_EQ(
+        error(absl::StrCat(R"({"tools": [], ")", name, R"(": 1})")),
+        absl::StrCat("template_kwargs.", name, ": is set by the request, not by template_kwargs"));
+  }
+  // The budget is checked first.
+  RenderBudget invalid;
+  invalid.max_depth = 0;
+  EXPECT_EQ(error("[", invalid), "render budget: max_depth must be in (0, 1000]");
 }
 
 TEST(ChatTemplateTest, MetaLlama2ChatTemplate) {

@@ -235,6 +235,32 @@ TEST(HostileTemplateTest, DeeplyNestedContextIsRefused) {
   EXPECT_EQ(out.status().message(), "chat template: context nested deeper than 100 levels");
 }
 
+TEST(HostileTemplateTest, DeeplyNestedTemplateKwargsAreRefusedWithoutRecursing) {
+  auto tmpl = ChatTemplate::Parse("{{ x }}");
+  ASSERT_TRUE(tmpl.ok());
+  const std::string kwargs = R"({"x": )" + std::string(1'000'000, '[');
+  auto out = (*tmpl)->Render({{"user", "hi"}}, true, "", "", kwargs, RenderBudget());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out.status().message(), "template_kwargs: nested deeper than 100 levels");
+}
+
+TEST(HostileTemplateTest, LookupsPastManyTemplateKwargsAreCharged) {
+  // Every variable lookup scans the request's kwargs: 200,000 of them make each lookup cost
+  // 12,500 steps, so the loop stops at the step limit instead of running for minutes.
+  std::string kwargs = R"({"x": 1)";
+  for (int i = 0; i < 200'000; ++i) absl::StrAppend(&kwargs, ", \"v", i, "\": 0");
+  kwargs.append("}");
+  auto tmpl = ChatTemplate::Parse("{% for i in range(100000) %}{{ x }}{% endfor %}");
+  ASSERT_TRUE(tmpl.ok());
+  auto out = (*tmpl)->Render({{"user", "hi"}}, true, "", "", kwargs, RenderBudget());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out.status().message(), "chat template: more than 5000000 evaluation steps");
+  // With one kwarg the same template fits easily.
+  out = (*tmpl)->Render({{"user", "hi"}}, true, "", "", R"({"x": 1})", RenderBudget());
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->size(), 100'000u);
+}
+
 TEST(HostileTemplateTest, IntegerLiteralOutOfRangeIsAParseError) {
   auto tmpl = ChatTemplate::Parse(HostileTemplate("huge_literal.jinja"));
   EXPECT_EQ(tmpl.status().code(), absl::StatusCode::kInvalidArgument);

@@ -95,6 +95,89 @@ TEST(TinyTokenizerTest, ChatTemplateRendersAndEncodes) {
   EXPECT_EQ(std::count(ids->begin(), ids->end(), kTinyEosId), 2);
 }
 
+// The tiny tokenizer with a Qwen3-like chat template: tools printed with tojson, enable_thinking.
+std::unique_ptr<Tokenizer> TinyWithToolsTemplate() {
+  nlohmann::json config = nlohmann::json::parse(MakeTinyTokenizerConfigJson());
+  config["chat_template"] =
+      "{%- if tools %}<tools>{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}"
+      "{{ '\\n' }}</tools>"
+      "{% endif %}"
+      "{%- for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}"
+      "{%- if add_generation_prompt %}<assistant>{% if enable_thinking is defined and "
+      "enable_thinking is false %}<think></think>{% endif %}{% endif %}";
+  auto t = Tokenizer::FromJson(MakeTinyTokenizerJson(300), config.dump());
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *std::move(t);
+}
+
+TEST(TokenizerTemplateKwargsTest, EnableThinkingAndToolsKeepTheirKeyOrder) {
+  auto t = TinyWithToolsTemplate();
+  const std::vector<ChatMessage> messages = {{"user", "Weather?"}};
+  // Keys deliberately out of sorted order; a renderer sorting them fails here.
+  const std::string kwargs =
+      R"({"tools": [{"type": "function", "function": {"name": "get_weather", "description": "d",)"
+      R"( "parameters": {"type": "object", "properties": {"zeta": {"type": "string"},)"
+      R"( "alpha": {"type": "integer"}}, "required": ["zeta"]}}}], "enable_thinking": false})";
+  absl::StatusOr<std::string> rendered =
+      t->ApplyChatTemplate(messages, /*add_generation_prompt=*/true, RenderBudget(), kwargs);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(*rendered,
+            "<tools>\n"
+            R"({"type": "function", "function": {"name": "get_weather", "description": "d", )"
+            R"("parameters": {"type": "object", "properties": {"zeta": {"type": "string"}, )"
+            R"("alpha": {"type": "integer"}}, "required": ["zeta"]}}})"
+            "\n</tools><user>Weather?</s><assistant><think></think>");
+  // The JSON-messages path takes the same kwargs.
+  absl::StatusOr<std::string> from_json = t->ApplyChatTemplateJson(
+      nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Weather?"}])"), true,
+      RenderBudget(), kwargs);
+  ASSERT_TRUE(from_json.ok()) << from_json.status();
+  EXPECT_EQ(*from_json, *rendered);
+  // Empty text: no kwargs, as the overload without them.
+  EXPECT_EQ(*t->ApplyChatTemplate(messages, true, RenderBudget(), ""),
+            "<user>Weather?</s><assistant>");
+  EXPECT_EQ(*t->ApplyChatTemplate(messages, true), "<user>Weather?</s><assistant>");
+  EXPECT_EQ(*t->ApplyChatTemplate(messages, true, RenderBudget(), R"({"enable_thinking": true})"),
+            "<user>Weather?</s><assistant>");
+}
+
+TEST(TokenizerTemplateKwargsTest, ErrorsStartWithTemplateKwargs) {
+  auto t = TinyWithToolsTemplate();
+  auto error = [&](std::string_view kwargs) {
+    absl::StatusOr<std::string> out =
+        t->ApplyChatTemplate({{"user", "x"}}, true, RenderBudget(), kwargs);
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << kwargs;
+    return std::string(out.status().message());
+  };
+  EXPECT_EQ(error(R"({"enable_thinking": False})"),
+            "template_kwargs: not valid JSON: parse error at line 1, column 21: syntax error "
+            "while parsing value - invalid literal");
+  EXPECT_EQ(error(R"([{"enable_thinking": false}])"), "template_kwargs: must be a JSON object");
+  EXPECT_EQ(error(std::string(101, '[') + std::string(101, ']')),
+            "template_kwargs: nested deeper than 100 levels");
+  EXPECT_EQ(error(R"({"a": )" + std::string(100, '[') + std::string(100, ']') + "}"),
+            "template_kwargs: nested deeper than 100 levels");
+  EXPECT_TRUE(t->ApplyChatTemplate({{"user", "x"}}, true, RenderBudget(),
+                                   R"({"a": )" + std::string(99, '[') + std::string(99, ']') + "}")
+                  .ok());
+  EXPECT_EQ(error(R"({"messages": []})"),
+            "template_kwargs.messages: is set by the request, not by template_kwargs");
+  EXPECT_EQ(error(R"({"add_generation_prompt": false})"),
+            "template_kwargs.add_generation_prompt: is set by the request, not by template_kwargs");
+  EXPECT_EQ(error(R"({"bos_token": ""})"),
+            "template_kwargs.bos_token: is set by the request, not by template_kwargs");
+  EXPECT_EQ(error(R"({"eos_token": ""})"),
+            "template_kwargs.eos_token: is set by the request, not by template_kwargs");
+  // Errors of the template itself are unchanged.
+  auto no_template = Tokenizer::FromJson(MakeTinyTokenizerJson(300), "{}");
+  ASSERT_TRUE(no_template.ok()) << no_template.status();
+  EXPECT_EQ((*no_template)
+                ->ApplyChatTemplate({{"user", "x"}}, true, RenderBudget(), "not json")
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(TokenizerTest, FromDirectoryReadsBothFiles) {
   const auto dir = std::filesystem::temp_directory_path() / "kvserve_tokenizer_test_dir";
   std::filesystem::create_directories(dir);
