@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "cache/kv_cache.h"
 #include "cache/layer_type.h"
+#include "model/generation_config.h"
 
 namespace kvserve::model {
 
@@ -45,8 +46,11 @@ struct ModelInfo {
   int64_t head_dim = 0;
   int64_t max_position_embeddings = 0;
   std::vector<cache::LayerSpec> layer_specs;  // one per layer
+  // generation_config.json's eos_token_id when it sets one, else config.json's.
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;
+  // generation_config.json (all unset without one): the defaults of unset request fields.
+  GenerationConfig generation;
   at::ScalarType dtype = at::kFloat;
   // Storage dtype of the projection weights (the LM head's), which may be narrower than
   // `dtype` on the CPU (TransformerOptions::weight_dtype).

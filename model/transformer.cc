@@ -121,6 +121,20 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const base::Model
   info.layer_specs = config->LayerSpecs();
   info.eos_token_ids = config->eos_token_ids;
   info.bos_token_id = config->bos_token_id;
+  // As generate(): generation_config.json's values are the defaults of every call, its
+  // end-of-sequence list included.
+  if (source.Has("generation_config.json")) {
+    absl::StatusOr<std::string> text = source.ReadText("generation_config.json");
+    if (!text.ok()) return text.status();
+    absl::StatusOr<GenerationConfig> generation =
+        GenerationConfig::Parse(*text, config->vocab_size);
+    if (!generation.ok()) {
+      return absl::Status(generation.status().code(),
+                          absl::StrCat(source.Describe(), "/", generation.status().message()));
+    }
+    info.generation = *std::move(generation);
+    if (!info.generation.eos_token_ids.empty()) info.eos_token_ids = info.generation.eos_token_ids;
+  }
   info.dtype = options.dtype;
   info.device = options.device;
 

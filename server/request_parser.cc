@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/string_cat.h"
@@ -117,16 +118,21 @@ absl::StatusOr<std::vector<int32_t>> RequestParser::TextIds(const std::string& t
   return ids;
 }
 
-absl::StatusOr<std::vector<int32_t>> RequestParser::ChatIds(const v1::ChatMessages& messages,
-                                                            const std::string& field,
-                                                            bool add_generation_prompt,
-                                                            const ParseContext& context) const {
+absl::StatusOr<std::vector<int32_t>> RequestParser::ChatIds(
+    const v1::ChatMessages& messages, const std::string& field, bool add_generation_prompt,
+    const ParseContext& context, const std::string& template_kwargs) const {
   if (messages.messages().empty()) {
     return FieldError(Cat(field, ".messages"), "at least one message is required");
   }
   std::vector<model::ChatMessage> chat;
   chat.reserve(messages.messages_size());
-  int64_t content_bytes = 0;
+  // The kwargs count with the contents: they are rendered too.
+  int64_t content_bytes = static_cast<int64_t>(template_kwargs.size());
+  if (content_bytes > max_input_bytes_) {
+    return FieldError("template_kwargs", Cat("more than the ", max_input_bytes_,
+                                             " bytes that any input fitting the model's context "
+                                             "can have"));
+  }
   for (int i = 0; i < messages.messages_size(); ++i) {
     const v1::ChatMessage& m = messages.messages(i);
     if (m.role().empty()) {
@@ -155,8 +161,13 @@ absl::StatusOr<std::vector<int32_t>> RequestParser::ChatIds(const v1::ChatMessag
   budget.deadline = context.deadline;
   budget.cancelled = context.cancelled;
   absl::StatusOr<std::string> text =
-      tokenizer_->ApplyChatTemplate(chat, add_generation_prompt, budget);
+      tokenizer_->ApplyChatTemplate(chat, add_generation_prompt, budget, template_kwargs);
   if (!text.ok()) {
+    // Malformed kwargs name their own field.
+    if (absl::IsInvalidArgument(text.status()) &&
+        absl::StartsWith(text.status().message(), "template_kwargs")) {
+      return text.status();
+    }
     // The client's own deadline or cancellation, and memory running out, keep their code.
     if (absl::IsDeadlineExceeded(text.status()) || absl::IsCancelled(text.status()) ||
         absl::IsResourceExhausted(text.status())) {
@@ -171,6 +182,10 @@ absl::StatusOr<std::vector<int32_t>> RequestParser::ChatIds(const v1::ChatMessag
 
 absl::StatusOr<std::vector<int32_t>> RequestParser::InputIds(const v1::GenerateRequest& request,
                                                              const ParseContext& context) const {
+  if (!request.template_kwargs().empty() &&
+      request.input_case() != v1::GenerateRequest::kMessages) {
+    return FieldError("template_kwargs", "applies only to messages input");
+  }
   // With a prefix the input continues a sequence, so it gets no sequence-start tokens.
   const bool add_special_tokens = request.prefix().empty();
   switch (request.input_case()) {
@@ -183,7 +198,8 @@ absl::StatusOr<std::vector<int32_t>> RequestParser::InputIds(const v1::GenerateR
       return ids;
     }
     case v1::GenerateRequest::kMessages:
-      return ChatIds(request.messages(), "messages", /*add_generation_prompt=*/true, context);
+      return ChatIds(request.messages(), "messages", /*add_generation_prompt=*/true, context,
+                     request.template_kwargs());
     case v1::GenerateRequest::INPUT_NOT_SET:
       break;
   }
@@ -204,10 +220,22 @@ absl::Status RequestParser::ParseSampling(const v1::SamplingParams& s,
     }
     out->max_new_tokens = s.max_new_tokens();
   } else {
-    out->max_new_tokens = std::min<int64_t>(16, limits_.max_new_tokens_limit);
+    // generation_config.json's default (generate() reads it for every unset parameter), else 16.
+    out->max_new_tokens = std::min<int64_t>(model_info_.generation.max_new_tokens.value_or(16),
+                                            limits_.max_new_tokens_limit);
   }
+  const model::GenerationConfig& defaults = model_info_.generation;
   model::SamplingParams& p = out->sampling;
-  p.do_sample = s.has_do_sample() && s.do_sample();
+  p.do_sample = s.has_do_sample() ? s.do_sample() : defaults.do_sample.value_or(false);
+  if (defaults.temperature && *defaults.temperature > 0) p.temperature = *defaults.temperature;
+  // A default temperature of 0 means greedy, unless the request sets its own temperature.
+  if (defaults.temperature && *defaults.temperature == 0 && !s.has_temperature()) {
+    p.do_sample = false;
+  }
+  if (defaults.top_k) p.top_k = static_cast<int32_t>(*defaults.top_k);
+  if (defaults.top_p) p.top_p = *defaults.top_p;
+  if (defaults.min_p) p.min_p = *defaults.min_p;
+  if (defaults.repetition_penalty) p.repetition_penalty = *defaults.repetition_penalty;
   // A set value is checked even when greedy decoding ignores it: it is still malformed.
   if (s.has_temperature()) {
     if (!std::isfinite(s.temperature()) || s.temperature() < 0) {
@@ -380,6 +408,10 @@ absl::StatusOr<cache::SessionOptions> RequestParser::ParseSessionOptions(
 absl::StatusOr<GenerationRequest> RequestParser::ParseSessionTurn(
     const v1::GenerateRequest& request, const ParseContext& context) const {
   const std::string& id = request.session();
+  if (!request.template_kwargs().empty() &&
+      request.input_case() != v1::GenerateRequest::kMessages) {
+    return FieldError("template_kwargs", "applies only to messages input");
+  }
   std::shared_ptr<const cache::SessionOptions> session = sessions_ ? sessions_(id) : nullptr;
   if (session == nullptr) {
     constexpr size_t kMaxQuoted = 64;
@@ -580,6 +612,10 @@ absl::StatusOr<PrefixRegistration> RequestParser::ParseRegisterPrefix(
 
 absl::StatusOr<v1::TokenizeResponse> RequestParser::Tokenize(const v1::TokenizeRequest& request,
                                                              const ParseContext& context) const {
+  if (!request.template_kwargs().empty() &&
+      request.input_case() != v1::TokenizeRequest::kMessages) {
+    return FieldError("template_kwargs", "applies only to messages input");
+  }
   std::vector<int32_t> ids;
   switch (request.input_case()) {
     case v1::TokenizeRequest::kText: {
@@ -591,7 +627,8 @@ absl::StatusOr<v1::TokenizeResponse> RequestParser::Tokenize(const v1::TokenizeR
     }
     case v1::TokenizeRequest::kMessages: {
       absl::StatusOr<std::vector<int32_t>> encoded =
-          ChatIds(request.messages(), "messages", /*add_generation_prompt=*/true, context);
+          ChatIds(request.messages(), "messages", /*add_generation_prompt=*/true, context,
+                  request.template_kwargs());
       if (!encoded.ok()) return encoded.status();
       ids = *std::move(encoded);
       break;

@@ -100,9 +100,11 @@ class RequestParser {
   absl::StatusOr<std::vector<int32_t>> InputIds(const v1::GenerateRequest& request,
                                                 const ParseContext& context) const;
   // Ids of a chat rendered with the model's template; `field` names the input in errors.
+  // `template_kwargs` is a JSON object text of extra template variables (empty: none).
   absl::StatusOr<std::vector<int32_t>> ChatIds(const v1::ChatMessages& messages,
                                                const std::string& field, bool add_generation_prompt,
-                                               const ParseContext& context) const;
+                                               const ParseContext& context,
+                                               const std::string& template_kwargs = "") const;
   // Ids of `text` (the input named `field`), refused unread when over max_input_bytes().
   absl::StatusOr<std::vector<int32_t>> TextIds(const std::string& text, const std::string& field,
                                                bool add_special_tokens) const;
