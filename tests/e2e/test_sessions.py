@@ -13,6 +13,7 @@ with PYTHONPATH=<build>/proto/python.
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -230,6 +231,29 @@ class Llama2Template(ChatTemplateConversations):
         rest = list(stream)
         self.assertEqual(rest[-1].finish_reason, gen.FINISH_REASON_LENGTH)
         self.assertGreater(self.server.turn(session.id, prompt="now").usage.cached_tokens, 0)
+
+    @unittest.skipUnless(PATHS.get("kvctl") or "--kvctl" in " ".join(sys.argv), "needs --kvctl")
+    def test_kvctl_chat_with_piped_input(self):
+        lines = "Hello there\nHow are you?\n/rollback 1\nHow are you today?\n/reset\nBye\n"
+        done = subprocess.run(
+            [PATHS["kvctl"], "--target", self.server.target, "chat", "--system", SYSTEM,
+             "--max-new-tokens", "6"],
+            input=lines, capture_output=True, text=True, timeout=CALL_TIMEOUT_S, check=False)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        turns = [line for line in done.stderr.splitlines() if line.startswith("[turn ")]
+        self.assertEqual(len(turns), 4, done.stderr)
+        # Turn 2 reuses turn 1; after the rollback turn 2 again reuses turn 1's part only.
+        self.assertRegex(turns[0], r"^\[turn 1: \d+ prompt tokens, 0 cached, ttft ")
+        self.assertRegex(turns[1], r"^\[turn 2: \d+ prompt tokens, [1-9]\d* cached")
+        self.assertRegex(turns[2], r"^\[turn 2: \d+ prompt tokens, [1-9]\d* cached")
+        self.assertRegex(turns[3], r"^\[turn 1: \d+ prompt tokens, 0 cached")
+        self.assertRegex(done.stderr,
+                         r"\[rolled back 1 turn: \d+ tokens dropped, the session holds \d+ tokens\]")
+        self.assertRegex(done.stderr, r"\[reset: session [0-9a-f]{32}\]")
+        self.assertRegex(done.stderr, r"\[session [0-9a-f]{32} closed\]")
+        listed = self.server.ses.ListSessions(ses.ListSessionsRequest(), timeout=CALL_TIMEOUT_S)
+        ids = set(re.findall(r"[0-9a-f]{32}", done.stderr))
+        self.assertFalse(ids & {x.id for x in listed.sessions}, "kvctl chat left sessions open")
 
     def test_errors_name_the_field(self):
         def code(call):
