@@ -1,17 +1,24 @@
-// Tests of RequestParser: defaults, tokenization of each input kind, and one INVALID_ARGUMENT
-// naming the field for every kind of malformed request.
+// Tests of RequestParser: defaults (generation_config.json's included), tokenization of each
+// input kind, template kwargs, session turns and options, and one INVALID_ARGUMENT naming the
+// field for every kind of malformed request.
 #include "server/request_parser.h"
 
 #include <gmock/gmock.h>
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
+#include "cache/kv_cache.h"
 #include "cache/layer_type.h"
+#include "cache/snapshot.h"
 #include "tokenizer/tiny_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -176,7 +183,7 @@ TEST_F(RequestParserTest, EveryMalformedFieldIsInvalidArgumentNamingIt) {
       {"token_ids { ids: 1 } sampling { max_new_tokens: 0 }", "sampling.max_new_tokens"},
       {"token_ids { ids: 1 } sampling { max_new_tokens: -3 }", "sampling.max_new_tokens"},
       {"token_ids { ids: 1 } sampling { max_new_tokens: 33 }", "sampling.max_new_tokens"},
-      {"token_ids { ids: 1 } sampling { temperature: 0 }", "sampling.temperature"},
+      {"token_ids { ids: 1 } sampling { temperature: -0.5 }", "sampling.temperature"},
       {"token_ids { ids: 1 } sampling { do_sample: true temperature: -1 }", "sampling.temperature"},
       {"token_ids { ids: 1 } sampling { temperature: nan }", "sampling.temperature"},
       {"token_ids { ids: 1 } sampling { top_k: -1 }", "sampling.top_k"},
@@ -337,6 +344,531 @@ TEST_F(RequestParserTest, WithoutATokenizerOnlyTokenIdsAreAccepted) {
   EXPECT_THAT(std::string(r.status().message()), StartsWith("prompt:"));
   request.mutable_token_ids()->add_ids(4);
   EXPECT_TRUE(parser.Parse(request).ok());
+}
+
+TEST_F(RequestParserTest, GenerationConfigSuppliesTheDefaultsOfUnsetFields) {
+  info_.generation.do_sample = true;
+  info_.generation.temperature = 0.6;
+  info_.generation.top_k = 20;
+  info_.generation.top_p = 0.95;
+  info_.generation.min_p = 0.05;
+  info_.generation.repetition_penalty = 1.1;
+  info_.generation.max_new_tokens = 24;
+  RequestParser parser(info_, tokenizer_.get(), limits_);
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(5);
+  absl::StatusOr<GenerationRequest> r = parser.Parse(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->max_new_tokens, 24);
+  EXPECT_TRUE(r->sampling.do_sample);
+  EXPECT_EQ(r->sampling.temperature, 0.6);
+  EXPECT_EQ(r->sampling.top_k, 20);
+  EXPECT_EQ(r->sampling.top_p, 0.95);
+  EXPECT_EQ(r->sampling.min_p, 0.05);
+  EXPECT_EQ(r->sampling.repetition_penalty, 1.1);
+
+  // Fields the request sets win over the model's defaults.
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(max_new_tokens: 3
+           do_sample: false
+           temperature: 0.9
+           top_k: 5
+           top_p: 0.5
+           min_p: 0
+           repetition_penalty: 1)pb",
+      request.mutable_sampling()));
+  r = parser.Parse(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->max_new_tokens, 3);
+  EXPECT_FALSE(r->sampling.do_sample);
+  EXPECT_FLOAT_EQ(r->sampling.temperature, 0.9);
+  EXPECT_EQ(r->sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(r->sampling.top_p, 0.5);
+  EXPECT_EQ(r->sampling.min_p, 0.0);
+  EXPECT_EQ(r->sampling.repetition_penalty, 1.0);
+}
+
+TEST_F(RequestParserTest, GenerationConfigMaxNewTokensIsCappedByTheServerLimit) {
+  info_.generation.max_new_tokens = 100;  // above --max-new-tokens-limit 32
+  RequestParser parser(info_, tokenizer_.get(), limits_);
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(5);
+  absl::StatusOr<GenerationRequest> r = parser.Parse(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->max_new_tokens, 32);
+}
+
+TEST_F(RequestParserTest, GenerationConfigTemperatureZeroIsGreedyUnlessTheRequestSetsOne) {
+  info_.generation.do_sample = true;
+  info_.generation.temperature = 0;
+  RequestParser parser(info_, tokenizer_.get(), limits_);
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(5);
+  absl::StatusOr<GenerationRequest> r = parser.Parse(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->sampling.do_sample);
+  EXPECT_EQ(r->sampling.temperature, 1.0);  // 0 is never a sampling temperature
+  // Asking to sample without a temperature of its own is still the model's greedy default.
+  request.mutable_sampling()->set_do_sample(true);
+  r = parser.Parse(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->sampling.do_sample);
+  // A temperature of the request's own samples, as the model's do_sample says.
+  request.mutable_sampling()->clear_do_sample();
+  request.mutable_sampling()->set_temperature(0.8);
+  r = parser.Parse(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->sampling.do_sample);
+  EXPECT_FLOAT_EQ(r->sampling.temperature, 0.8);
+}
+
+TEST_F(RequestParserTest, RequestTemperatureZeroIsGreedyAndNegativeIsRefused) {
+  absl::StatusOr<GenerationRequest> r =
+      Parse("token_ids { ids: 1 } sampling { do_sample: true temperature: 0 }");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->sampling.do_sample);
+  EXPECT_EQ(r->sampling.temperature, 1.0);
+  // Also over a model whose generation_config.json samples by default.
+  info_.generation.do_sample = true;
+  info_.generation.temperature = 0.7;
+  RequestParser parser(info_, tokenizer_.get(), limits_);
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(1);
+  request.mutable_sampling()->set_temperature(0);
+  r = parser.Parse(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->sampling.do_sample);
+
+  r = Parse("token_ids { ids: 1 } sampling { temperature: -1 }");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "sampling.temperature: must be >= 0 (got -1)");
+  r = Parse("token_ids { ids: 1 } sampling { do_sample: false temperature: -0.25 }");
+  EXPECT_EQ(r.status().message(), "sampling.temperature: must be >= 0 (got -0.25)");
+}
+
+// A parser over the tiny tokenizer whose chat template prints `greeting` when it is defined.
+class TemplateKwargsTest : public RequestParserTest {
+ protected:
+  void SetUp() override {
+    RequestParserTest::SetUp();
+    parser_.reset();  // it reads the tokenizer replaced below
+    nlohmann::json config = nlohmann::json::parse(model::MakeTinyTokenizerConfigJson());
+    config["chat_template"] =
+        "{{ bos_token }}{% if greeting is defined %}{{ greeting }}{% endif %}"
+        "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + "
+        "eos_token }}{% endfor %}{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}";
+    absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
+        model::Tokenizer::FromJson(model::MakeTinyTokenizerJson(512), config.dump());
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = *std::move(tokenizer);
+    parser_ = std::make_unique<RequestParser>(info_, tokenizer_.get(), limits_);
+  }
+
+  // What the chat {user: hello} is, rendered with `kwargs` and tokenized.
+  std::vector<int32_t> Expected(const std::string& kwargs) {
+    absl::StatusOr<std::string> text = tokenizer_->ApplyChatTemplate(
+        {{"user", "hello"}}, /*add_generation_prompt=*/true, model::RenderBudget(), kwargs);
+    EXPECT_TRUE(text.ok()) << text.status();
+    if (!text.ok()) return {};
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(*text, false);
+    EXPECT_TRUE(ids.ok()) << ids.status();
+    return ids.ok() ? *ids : std::vector<int32_t>();
+  }
+};
+
+TEST_F(TemplateKwargsTest, KwargsReachTheChatTemplateOfGenerateAndTokenize) {
+  const std::string kwargs = R"({"greeting": "Good morning! "})";
+  ASSERT_NE(Expected(kwargs), Expected(""));
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_messages()->add_messages();
+  message->set_role("user");
+  message->set_content("hello");
+  absl::StatusOr<GenerationRequest> r = parser_->Parse(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prompt_ids, Expected(""));
+  request.set_template_kwargs(kwargs);
+  r = parser_->Parse(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prompt_ids, Expected(kwargs));
+
+  v1::TokenizeRequest tokenize;
+  *tokenize.mutable_messages() = request.messages();
+  tokenize.set_template_kwargs(kwargs);
+  absl::StatusOr<v1::TokenizeResponse> t = parser_->Tokenize(tokenize);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_THAT(t->token_ids(), ElementsAreArray(Expected(kwargs)));
+}
+
+TEST_F(TemplateKwargsTest, KwargsApplyOnlyToMessagesInput) {
+  for (const char* text :
+       {R"pb(prompt: "hi" template_kwargs: "{}")pb", R"pb(token_ids { ids: 1 }
+                                                          template_kwargs: "{\"a\": 1}")pb"}) {
+    absl::StatusOr<GenerationRequest> r = Parse(text);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_EQ(r.status().message(), "template_kwargs: applies only to messages input") << text;
+  }
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text("hi");
+  tokenize.set_template_kwargs("{}");
+  absl::StatusOr<v1::TokenizeResponse> t = parser_->Tokenize(tokenize);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.status().message(), "template_kwargs: applies only to messages input");
+}
+
+TEST_F(TemplateKwargsTest, MalformedKwargsNameTheirOwnField) {
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_messages()->add_messages();
+  message->set_role("user");
+  message->set_content("hello");
+  request.set_template_kwargs("{\"greeting\": ");
+  absl::StatusOr<GenerationRequest> r = parser_->Parse(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), StartsWith("template_kwargs: not valid JSON"));
+  request.set_template_kwargs("[1, 2]");
+  r = parser_->Parse(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "template_kwargs: must be a JSON object");
+  request.set_template_kwargs(R"({"messages": []})");
+  r = parser_->Parse(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "template_kwargs.messages: is set by the request, not by template_kwargs");
+
+  v1::TokenizeRequest tokenize;
+  *tokenize.mutable_messages() = request.messages();
+  tokenize.set_template_kwargs("[1, 2]");
+  EXPECT_EQ(parser_->Tokenize(tokenize).status().message(),
+            "template_kwargs: must be a JSON object");
+}
+
+TEST_F(TemplateKwargsTest, KwargsCountAgainstTheInputBound) {
+  const int64_t bound = parser_->max_input_bytes();
+  // {"k":"aaa..."}: 8 bytes around the a's.
+  auto kwargs_of_size = [](int64_t bytes) {
+    return "{\"k\":\"" + std::string(static_cast<size_t>(bytes - 8), 'a') + "\"}";
+  };
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_messages()->add_messages();
+  message->set_role("user");
+  message->set_content("x");
+  request.set_template_kwargs(kwargs_of_size(bound + 1));
+  absl::StatusOr<GenerationRequest> r = parser_->Parse(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            absl::StrCat("template_kwargs: more than the ", bound,
+                         " bytes that any input fitting the model's context can have"));
+  v1::TokenizeRequest tokenize;
+  *tokenize.mutable_messages() = request.messages();
+  tokenize.set_template_kwargs(request.template_kwargs());
+  EXPECT_THAT(std::string(parser_->Tokenize(tokenize).status().message()),
+              StartsWith("template_kwargs: more than the "));
+
+  // Within the bound alone, but not with the 5 bytes of the message ("user", "x").
+  request.set_template_kwargs(kwargs_of_size(bound - 4));
+  r = parser_->Parse(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            absl::StrCat("messages.messages: more than the ", bound,
+                         " bytes that any input fitting the model's context of 64 tokens can "
+                         "have"));
+  // One byte less fits (the template does not print `k`).
+  request.set_template_kwargs(kwargs_of_size(bound - 5));
+  r = parser_->Parse(request);
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
+// A one-layer snapshot of `tokens` (the parser reads only its token ids).
+std::shared_ptr<const cache::Snapshot> MakeSnapshot(const std::vector<int32_t>& tokens) {
+  absl::StatusOr<std::unique_ptr<cache::KvCache>> cache =
+      cache::KvCache::CreateDynamic({cache::LayerSpec{}});
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  if (!cache.ok()) return nullptr;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const at::Tensor k = at::ones({1, 1, n, 2});
+  EXPECT_TRUE((*cache)->Update(0, k, -k).ok());
+  absl::StatusOr<std::shared_ptr<const cache::Snapshot>> s =
+      cache::Snapshot::Capture(**cache, tokens, "test-model");
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : nullptr;
+}
+
+// A parser with open sessions (by id) and a catalog of named prefixes, both edited by the test.
+class SessionParserTest : public RequestParserTest {
+ protected:
+  void SetUp() override {
+    RequestParserTest::SetUp();
+    parser_ = std::make_unique<RequestParser>(
+        info_, tokenizer_.get(), limits_,
+        [this] {
+          auto catalog = std::make_shared<cache::PrefixCatalog>();
+          for (const auto& [name, snapshot] : prefixes_) {
+            (*catalog)[name].info.name = name;
+            (*catalog)[name].snapshot = snapshot;
+          }
+          return std::shared_ptr<const cache::PrefixCatalog>(std::move(catalog));
+        },
+        [this](const std::string& id) -> std::shared_ptr<const cache::SessionOptions> {
+          auto it = sessions_.find(id);
+          return it == sessions_.end() ? nullptr : it->second;
+        });
+  }
+
+  // Opens session `id` with `options`.
+  void Open(const std::string& id, cache::SessionOptions options) {
+    sessions_[id] = std::make_shared<const cache::SessionOptions>(std::move(options));
+  }
+
+  absl::StatusOr<cache::SessionOptions> ParseOptions(const std::string& text) {
+    v1::SessionOptions options;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &options)) << text;
+    return parser_->ParseSessionOptions(options);
+  }
+
+  std::map<std::string, std::shared_ptr<const cache::SessionOptions>> sessions_;
+  std::map<std::string, std::shared_ptr<const cache::Snapshot>> prefixes_;
+};
+
+TEST_F(SessionParserTest, ATurnOnASessionThatIsNotOpenIsNotFound) {
+  absl::StatusOr<GenerationRequest> r = Parse(R"pb(session: "abc" prompt: "hi")pb");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(r.status().message(),
+            "session: no open session 'abc' (closed, expired or never created)");
+  // A long id is cut in the message.
+  const std::string long_id(100, 'f');
+  r = Parse(absl::StrCat("session: \"", long_id, "\" prompt: \"hi\""));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(r.status().message(),
+            absl::StrCat("session: no open session '", std::string(64, 'f'),
+                         "... (100 bytes)' (closed, expired or never created)"));
+  // Without a session source no session is open.
+  RequestParser no_sessions(info_, tokenizer_.get(), limits_);
+  Open("abc", {});
+  v1::GenerateRequest request;
+  request.set_session("abc");
+  request.mutable_token_ids()->add_ids(1);
+  EXPECT_EQ(no_sessions.Parse(request).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(parser_->Parse(request).ok());
+}
+
+TEST_F(SessionParserTest, ATurnUsesItsSessionsCacheAndPrefix) {
+  Open("plain", {});
+  absl::StatusOr<GenerationRequest> r = Parse(R"pb(session: "plain"
+                                                   token_ids { ids: 1 }
+                                                   cache { cache_implementation: "static" })pb");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "cache: a session turn uses its session's cache; leave cache unset");
+  r = Parse(R"pb(session: "plain"
+                 token_ids { ids: 1 }
+                 cache {})pb");
+  EXPECT_EQ(r.status().message(),
+            "cache: a session turn uses its session's cache; leave cache unset");
+  r = Parse(R"pb(session: "plain"
+                 prefix: "sys"
+                 token_ids { ids: 1 })pb");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "prefix: the session starts with no prefix");
+
+  cache::SessionOptions with_prefix;
+  with_prefix.prefix_name = "sys";
+  with_prefix.prefix_tokens = {100, 101, 102};
+  Open("sys-session", with_prefix);
+  r = Parse(R"pb(session: "sys-session"
+                 prefix: "other"
+                 token_ids { ids: 1 })pb");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "prefix: the session starts with prefix 'sys'; leave prefix unset");
+  // Naming the session's own prefix is allowed.
+  r = Parse(R"pb(session: "sys-session"
+                 prefix: "sys"
+                 token_ids { ids: 1 })pb");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prefix, "sys");
+}
+
+TEST_F(SessionParserTest, MessagesAreTheWholeConversationAfterThePrefixTokens) {
+  cache::SessionOptions options;
+  options.cache.implementation = cache::CacheImplementation::kStatic;
+  options.cache.max_cache_len = 48;
+  options.prefix_name = "sys";
+  options.prefix_tokens = {100, 101, 102};
+  Open("s1", options);
+  absl::StatusOr<GenerationRequest> r = Parse(R"pb(
+    session: "s1"
+    messages { messages { role: "user" content: "hello" } }
+    sampling { max_new_tokens: 4 }
+  )pb");
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<std::string> text =
+      tokenizer_->ApplyChatTemplate({{"user", "hello"}}, /*add_generation_prompt=*/true);
+  ASSERT_TRUE(text.ok());
+  absl::StatusOr<std::vector<int32_t>> rendered = tokenizer_->Encode(*text, false);
+  ASSERT_TRUE(rendered.ok());
+  std::vector<int32_t> expected = {100, 101, 102};
+  expected.insert(expected.end(), rendered->begin(), rendered->end());
+  EXPECT_EQ(r->prompt_ids, expected);
+  EXPECT_EQ(r->session, "s1");
+  EXPECT_FALSE(r->session_append);
+  EXPECT_TRUE(r->first_turn_ids.empty());
+  EXPECT_EQ(r->prefix, "sys");
+  EXPECT_EQ(r->cache_spec.implementation, cache::CacheImplementation::kStatic);
+  EXPECT_EQ(r->cache_spec.max_cache_len, 48);
+  EXPECT_EQ(r->max_new_tokens, 4);
+  // No catalog entry: no snapshot to copy.
+  EXPECT_EQ(r->prefix_snapshot, nullptr);
+
+  // The prefix still holds the session's tokens: the first turn can copy its snapshot.
+  prefixes_["sys"] = MakeSnapshot({100, 101, 102});
+  r = Parse(R"pb(session: "s1"
+                 messages { messages { role: "user" content: "hello" } })pb");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prefix_snapshot, prefixes_["sys"]);
+  // Re-registered with other content: not the session's prefix any more.
+  prefixes_["sys"] = MakeSnapshot({100, 101, 7});
+  r = Parse(R"pb(session: "s1"
+                 messages { messages { role: "user" content: "hello" } })pb");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prefix_snapshot, nullptr);
+  EXPECT_EQ(r->prompt_ids, expected);
+}
+
+TEST_F(SessionParserTest, TextAndIdsAreAppendedToTheHistory) {
+  Open("s2", {});
+  absl::StatusOr<GenerationRequest> r = Parse(R"pb(session: "s2" prompt: "hi there")pb");
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<std::vector<int32_t>> plain = tokenizer_->Encode("hi there", false);
+  absl::StatusOr<std::vector<int32_t>> first = tokenizer_->Encode("hi there", true);
+  ASSERT_TRUE(plain.ok() && first.ok());
+  ASSERT_NE(*plain, *first);
+  EXPECT_TRUE(r->session_append);
+  EXPECT_EQ(r->session, "s2");
+  EXPECT_EQ(r->prompt_ids, *plain);
+  EXPECT_EQ(r->first_turn_ids, *first);
+  EXPECT_EQ(r->first_turn_ids.front(), model::kTinyBosId);
+  EXPECT_EQ(r->cache_spec.implementation, cache::CacheImplementation::kDynamic);
+
+  r = Parse(R"pb(session: "s2"
+                 token_ids { ids: [ 5, 6 ] })pb");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->session_append);
+  EXPECT_THAT(r->prompt_ids, ElementsAre(5, 6));
+  EXPECT_THAT(r->first_turn_ids, ElementsAre(5, 6));
+
+  const std::vector<Malformed> cases = {
+      {R"pb(session: "s2")pb", "input: one of prompt, token_ids or messages is required"},
+      {R"pb(session: "s2"
+            token_ids {})pb",
+       "token_ids.ids: the input has no tokens; at least one is required"},
+      {R"pb(session: "s2" prompt: "")pb",
+       "prompt: the input has no tokens; at least one is required"},
+      {R"pb(session: "s2"
+            token_ids { ids: 512 })pb",
+       "token_ids.ids[0]: 512 is outside the vocabulary [0, 512)"},
+      {R"pb(session: "s2" prompt: "hi" template_kwargs: "{}")pb",
+       "template_kwargs: applies only to messages input"},
+      {R"pb(session: "s2"
+            token_ids { ids: 1 }
+            sampling { temperature: -1 })pb",
+       "sampling.temperature: must be >= 0 (got -1)"},
+  };
+  for (const Malformed& c : cases) {
+    r = Parse(c.request);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.request;
+    EXPECT_EQ(r.status().message(), c.field) << c.request;
+  }
+}
+
+TEST_F(SessionParserTest, ATurnTakesTheModelsDefaultsAndFitsTheContext) {
+  info_.generation.max_new_tokens = 20;
+  info_.generation.do_sample = true;
+  Open("s3", {});
+  absl::StatusOr<GenerationRequest> r = Parse(R"pb(session: "s3"
+                                                   token_ids { ids: 1 })pb");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->max_new_tokens, 20);
+  EXPECT_TRUE(r->sampling.do_sample);
+
+  // The turn's own tokens and max_new_tokens must fit the model's context of 64.
+  v1::GenerateRequest request;
+  request.set_session("s3");
+  for (int i = 0; i < 60; ++i) request.mutable_token_ids()->add_ids(1);
+  request.mutable_sampling()->set_max_new_tokens(5);
+  r = parser_->Parse(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "sampling.max_new_tokens: the prompt's 60 tokens + max_new_tokens 5 exceed the "
+            "model's context of 64 tokens");
+  request.mutable_sampling()->set_max_new_tokens(4);
+  EXPECT_TRUE(parser_->Parse(request).ok());
+}
+
+TEST_F(SessionParserTest, SessionOptionsDefaults) {
+  absl::StatusOr<cache::SessionOptions> o = ParseOptions("");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->cache.implementation, cache::CacheImplementation::kDynamic);
+  EXPECT_EQ(o->ttl, absl::ZeroDuration());  // the server's --session-ttl-seconds
+  EXPECT_EQ(o->prefix_name, "");
+  EXPECT_TRUE(o->prefix_tokens.empty());
+
+  o = ParseOptions("ttl_seconds: 90 cache { cache_implementation: \"offloaded\" }");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->ttl, absl::Seconds(90));
+  EXPECT_EQ(o->cache.implementation, cache::CacheImplementation::kOffloaded);
+}
+
+TEST_F(SessionParserTest, AStaticSessionCacheHoldsTheModelsContextUnlessItSays) {
+  absl::StatusOr<cache::SessionOptions> o =
+      ParseOptions("cache { cache_implementation: \"static\" }");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->cache.implementation, cache::CacheImplementation::kStatic);
+  EXPECT_EQ(o->cache.max_cache_len, 64);
+  o = ParseOptions("cache { cache_implementation: \"offloaded_static\" }");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->cache.max_cache_len, 64);
+  o = ParseOptions("cache { cache_implementation: \"static\" max_cache_len: 20 }");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->cache.max_cache_len, 20);
+}
+
+TEST_F(SessionParserTest, MalformedSessionOptionsNameTheirField) {
+  const std::vector<Malformed> cases = {
+      {"ttl_seconds: -1", "options.ttl_seconds: must be >= 0 (got -1)"},
+      {"cache { use_cache: false }",
+       "options.cache.use_cache: a session keeps a cache; it cannot be false"},
+      {"cache { skip_prefix_reuse: true }",
+       "options.cache.skip_prefix_reuse: a session reuses its own cache; it cannot be set"},
+      {"cache { cache_implementation: \"static\" max_cache_len: 100 }",
+       "options.cache.max_cache_len: 100 is above the model's context of 64 tokens"},
+      {"cache { max_cache_len: 8 }",
+       "options.cache.max_cache_len: applies only to the static and offloaded_static caches, "
+       "not 'dynamic'"},
+      {"prefix: \"bad name!\"", "options.prefix: a name is 1 to 128 characters of [A-Za-z0-9._-]"},
+  };
+  for (const Malformed& c : cases) {
+    absl::StatusOr<cache::SessionOptions> o = ParseOptions(c.request);
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << c.request;
+    EXPECT_EQ(o.status().message(), c.field) << c.request;
+  }
+  absl::StatusOr<cache::SessionOptions> o =
+      ParseOptions("cache { cache_implementation: \"paged\" }");
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(o.status().message()),
+              StartsWith("options.cache.cache_implementation: "));
+}
+
+TEST_F(SessionParserTest, ASessionPrefixMustBeRegisteredAndItsTokensAreKept) {
+  absl::StatusOr<cache::SessionOptions> o = ParseOptions("prefix: \"sys\"");
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(o.status().message(), "options.prefix: no prefix named 'sys' is registered");
+  prefixes_["sys"] = MakeSnapshot({100, 101, 102, 103});
+  o = ParseOptions("prefix: \"sys\"");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->prefix_name, "sys");
+  EXPECT_THAT(o->prefix_tokens, ElementsAre(100, 101, 102, 103));
+  // A catalog entry whose snapshot is gone (evicted) is not registered any more.
+  prefixes_["sys"] = nullptr;
+  EXPECT_EQ(ParseOptions("prefix: \"sys\"").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace
