@@ -1,5 +1,5 @@
 // Tests of ServerMetrics: each update shows up as the exact Prometheus text line; KV byte pairs
-// that disappear read 0; prefix-store totals are added as increases only.
+// that disappear read 0; prefix-store and session totals are added as increases only.
 #include "server/metrics.h"
 
 #include <gmock/gmock.h>
@@ -171,6 +171,71 @@ TEST(MetricsTest, PrefixCountsAddOnlyTheIncreaseBetweenCalls) {
   EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_hits_total{kind=\"named\"} 3")));
   EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_evictions_total 3")));
   EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_bytes 0")));
+}
+
+TEST(MetricsTest, SessionFamiliesStartAtZeroForEveryLabel) {
+  ServerMetrics metrics;
+  const std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_sessions{state=\"live\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_sessions{state=\"offloaded\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_kv_bytes{location=\"device\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_kv_bytes{location=\"host\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_evictions_total 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_expirations_total 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_turns_total{cache=\"hit\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_turns_total{cache=\"miss\"} 0")));
+}
+
+TEST(MetricsTest, SessionGaugesTakeTheLatestValuesAndTotalsAddOnlyTheIncrease) {
+  ServerMetrics metrics;
+  metrics.SetSessionCounts({.live = 3,
+                            .offloaded = 1,
+                            .device_bytes = 4096,
+                            .host_bytes = 1024,
+                            .evictions = 2,
+                            .expirations = 1,
+                            .hits = 5,
+                            .misses = 2});
+  std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_sessions{state=\"live\"} 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_sessions{state=\"offloaded\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_kv_bytes{location=\"device\"} 4096")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_kv_bytes{location=\"host\"} 1024")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_evictions_total 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_expirations_total 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_turns_total{cache=\"hit\"} 5")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_turns_total{cache=\"miss\"} 2")));
+
+  // Cumulative totals again: gauges are replaced, counters grow by what is new.
+  metrics.SetSessionCounts({.live = 1,
+                            .offloaded = 0,
+                            .device_bytes = 0,
+                            .host_bytes = 2048,
+                            .evictions = 4,
+                            .expirations = 3,
+                            .hits = 6,
+                            .misses = 2});
+  text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_sessions{state=\"live\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_sessions{state=\"offloaded\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_kv_bytes{location=\"device\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_kv_bytes{location=\"host\"} 2048")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_evictions_total 4")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_expirations_total 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_turns_total{cache=\"hit\"} 6")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_turns_total{cache=\"miss\"} 2")));
+
+  // The same totals add nothing; lower totals never make a counter go down.
+  metrics.SetSessionCounts(
+      {.live = 1, .host_bytes = 2048, .evictions = 4, .expirations = 3, .hits = 6, .misses = 2});
+  metrics.SetSessionCounts({.hits = 1});
+  text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_sessions{state=\"live\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_kv_bytes{location=\"host\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_evictions_total 4")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_expirations_total 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_turns_total{cache=\"hit\"} 6")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_turns_total{cache=\"miss\"} 2")));
 }
 
 }  // namespace
