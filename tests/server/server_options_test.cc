@@ -233,5 +233,58 @@ TEST(ServerOptionsTest, ValidateChecksAHandBuiltStruct) {
   EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ServerOptionsTest, SessionFlagsHaveTheirDefaultsAndAreParsed) {
+  const Parsed defaults = Parse({});
+  ASSERT_TRUE(defaults.options.ok()) << defaults.options.status();
+  EXPECT_EQ(defaults.options->session_idle_offload, absl::Seconds(60));
+  EXPECT_EQ(defaults.options->session_cache_bytes, int64_t{1} << 30);
+  EXPECT_EQ(defaults.options->session_ttl, absl::Minutes(30));
+  EXPECT_EQ(defaults.options->max_sessions, 1024);
+
+  const Parsed parsed =
+      Parse({"--session-idle-offload-seconds", "2.5", "--session-cache-bytes=4096",
+             "--session-ttl-seconds", "90", "--max-sessions", "3"});
+  ASSERT_TRUE(parsed.options.ok()) << parsed.options.status();
+  const ServerOptions& o = *parsed.options;
+  EXPECT_EQ(o.session_idle_offload, absl::Milliseconds(2500));
+  EXPECT_EQ(o.session_cache_bytes, 4096);
+  EXPECT_EQ(o.session_ttl, absl::Seconds(90));
+  EXPECT_EQ(o.max_sessions, 3);
+
+  // 0: an idle session's cache moves to the host at once.
+  const Parsed at_once = Parse({"--session-idle-offload-seconds", "0"});
+  ASSERT_TRUE(at_once.options.ok()) << at_once.options.status();
+  EXPECT_EQ(at_once.options->session_idle_offload, absl::ZeroDuration());
+
+  EXPECT_THAT(defaults.usage, HasSubstr("--session-idle-offload-seconds"));
+  EXPECT_THAT(defaults.usage, HasSubstr("--session-cache-bytes"));
+  EXPECT_THAT(defaults.usage, HasSubstr("--session-ttl-seconds"));
+  EXPECT_THAT(defaults.usage, HasSubstr("--max-sessions"));
+}
+
+TEST(ServerOptionsTest, SessionFlagsOutOfRangeAreRefusedNamingTheFlag) {
+  EXPECT_EQ(Error({"--session-idle-offload-seconds", "-1"}),
+            "--session-idle-offload-seconds must be >= 0");
+  EXPECT_EQ(Error({"--session-idle-offload-seconds", "nan"}),
+            "--session-idle-offload-seconds must be >= 0");
+  EXPECT_EQ(Error({"--session-ttl-seconds", "0"}), "--session-ttl-seconds must be > 0");
+  EXPECT_EQ(Error({"--session-ttl-seconds", "-30"}), "--session-ttl-seconds must be > 0");
+  EXPECT_EQ(Error({"--session-ttl-seconds", "nan"}), "--session-ttl-seconds must be > 0");
+  EXPECT_EQ(Error({"--session-cache-bytes", "0"}), "--session-cache-bytes must be >= 1");
+  EXPECT_EQ(Error({"--session-cache-bytes", "-4096"}), "--session-cache-bytes must be >= 1");
+  EXPECT_EQ(Error({"--max-sessions", "0"}), "--max-sessions must be >= 1");
+  EXPECT_THAT(Error({"--max-sessions", "many"}), HasSubstr("--max-sessions"));
+  EXPECT_THAT(Error({"--session-cache-bytes", "1GiB"}), HasSubstr("--session-cache-bytes"));
+  EXPECT_THAT(Error({"--session-ttl-seconds", "soon"}), HasSubstr("--session-ttl-seconds"));
+  EXPECT_TRUE(Parse({"--session-cache-bytes", "1", "--max-sessions", "1"}).options.ok());
+
+  ServerOptions o;
+  o.session_cache_bytes = 0;
+  EXPECT_EQ(o.Validate().message(), "--session-cache-bytes must be >= 1");
+  o.session_cache_bytes = 1;
+  o.max_sessions = 0;
+  EXPECT_EQ(o.Validate().message(), "--max-sessions must be >= 1");
+}
+
 }  // namespace
 }  // namespace kvserve::server
