@@ -375,11 +375,11 @@ absl::StatusOr<Allocation> KvCacheManager::Allocate(SequenceId id) {
     const int64_t held = seq->cache->SeqLength();
     if (held > seq->session_reuse) {
       if (absl::Status cropped = seq->cache->Crop(-(held - seq->session_reuse)); !cropped.ok()) {
-        // CanAdmit checked the crop; nothing should change in between. Compute instead.
-        seq->cache->Reset();
-        allocation.session_recompute_reason =
-            absl::StrCat("the session's cache cannot be cropped: ", cropped.message());
-        seq->session_reuse = 0;
+        // CanAdmit checked the crop and the scheduler starts the prefill after the reused
+        // tokens: a crop that fails now is a broken invariant, and the turn fails (its
+        // session keeps its history, not this cache).
+        return absl::InternalError(
+            absl::StrCat("the session's cache could not be cropped: ", cropped.message()));
       }
     }
     allocation.cache = seq->cache.get();

@@ -232,7 +232,10 @@ absl::Status RequestParser::ParseSampling(const v1::SamplingParams& s,
   if (defaults.temperature && *defaults.temperature == 0 && !s.has_temperature()) {
     p.do_sample = false;
   }
-  if (defaults.top_k) p.top_k = static_cast<int32_t>(*defaults.top_k);
+  // A top_k past the vocabulary keeps every token, as a larger one would.
+  if (defaults.top_k) {
+    p.top_k = static_cast<int32_t>(std::min<int64_t>(*defaults.top_k, model_info_.vocab_size));
+  }
   if (defaults.top_p) p.top_p = *defaults.top_p;
   if (defaults.min_p) p.min_p = *defaults.min_p;
   if (defaults.repetition_penalty) p.repetition_penalty = *defaults.repetition_penalty;

@@ -182,6 +182,12 @@ absl::Status ServerOptions::Validate() const {
   if (auto_prefix_min_tokens < 1) {
     return absl::InvalidArgumentError("--auto-prefix-min-tokens must be >= 1");
   }
+  if (session_idle_offload < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--session-idle-offload-seconds must be >= 0");
+  }
+  if (session_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--session-ttl-seconds must be > 0");
+  }
   if (session_cache_bytes < 1) {
     return absl::InvalidArgumentError("--session-cache-bytes must be >= 1");
   }
