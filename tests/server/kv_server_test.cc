@@ -304,7 +304,7 @@ TEST_F(KvServerTest, MalformedRequestsAreInvalidArgumentNamingTheFieldAndServing
       {"prefix: \"no/slash\" prompt: \"x\"", "prefix"},
       {"prompt: \"x\" sampling { max_new_tokens: 0 }", "sampling.max_new_tokens"},
       {"prompt: \"x\" sampling { max_new_tokens: 5000 }", "sampling.max_new_tokens"},
-      {"prompt: \"x\" sampling { do_sample: true temperature: 0 }", "sampling.temperature"},
+      {"prompt: \"x\" sampling { do_sample: true temperature: -0.5 }", "sampling.temperature"},
       {"prompt: \"x\" sampling { top_k: -2 }", "sampling.top_k"},
       {"prompt: \"x\" sampling { top_p: 0 }", "sampling.top_p"},
       {"prompt: \"x\" sampling { min_p: 1.5 }", "sampling.min_p"},
