@@ -361,6 +361,13 @@ absl::Status RequestParser::ParseCache(const v1::CacheOptions& c, GenerationRequ
   return absl::OkStatus();
 }
 
+std::shared_ptr<const cache::Snapshot> RequestParser::FindPrefix(const std::string& name) const {
+  if (!catalog_) return nullptr;
+  const std::shared_ptr<const cache::PrefixCatalog> catalog = catalog_();
+  auto it = catalog->find(name);
+  return it == catalog->end() ? nullptr : it->second.snapshot.lock();
+}
+
 absl::StatusOr<cache::SessionOptions> RequestParser::ParseSessionOptions(
     const v1::SessionOptions& options) const {
   cache::SessionOptions out;
@@ -391,13 +398,7 @@ absl::StatusOr<cache::SessionOptions> RequestParser::ParseSessionOptions(
     if (!IsValidPrefixName(options.prefix())) {
       return FieldError("options.prefix", "a name is 1 to 128 characters of [A-Za-z0-9._-]");
     }
-    std::shared_ptr<const cache::Snapshot> snapshot;
-    if (catalog_) {
-      const std::shared_ptr<const cache::PrefixCatalog> catalog = catalog_();
-      if (auto it = catalog->find(options.prefix()); it != catalog->end()) {
-        snapshot = it->second.snapshot.lock();
-      }
-    }
+    std::shared_ptr<const cache::Snapshot> snapshot = FindPrefix(options.prefix());
     if (snapshot == nullptr) {
       return absl::NotFoundError(
           Cat("options.prefix: no prefix named '", options.prefix(), "' is registered"));
@@ -474,16 +475,13 @@ absl::StatusOr<GenerationRequest> RequestParser::ParseSessionTurn(
     case v1::GenerateRequest::INPUT_NOT_SET:
       return FieldError("input", "one of prompt, token_ids or messages is required");
   }
-  if (!session->prefix_name.empty() && catalog_) {
+  if (!session->prefix_name.empty()) {
     // The first turn copies the prefix's snapshot, when the name still holds that content.
-    const std::shared_ptr<const cache::PrefixCatalog> catalog = catalog_();
-    if (auto it = catalog->find(session->prefix_name); it != catalog->end()) {
-      std::shared_ptr<const cache::Snapshot> snapshot = it->second.snapshot.lock();
-      if (snapshot != nullptr &&
-          std::equal(snapshot->token_ids().begin(), snapshot->token_ids().end(),
-                     session->prefix_tokens.begin(), session->prefix_tokens.end())) {
-        out.prefix_snapshot = std::move(snapshot);
-      }
+    std::shared_ptr<const cache::Snapshot> snapshot = FindPrefix(session->prefix_name);
+    if (snapshot != nullptr &&
+        std::equal(snapshot->token_ids().begin(), snapshot->token_ids().end(),
+                   session->prefix_tokens.begin(), session->prefix_tokens.end())) {
+      out.prefix_snapshot = std::move(snapshot);
     }
   }
   absl::Status sampling = ParseSampling(request.sampling(), &out);
@@ -518,13 +516,7 @@ absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest
     return FieldError(field, "the input has no tokens; at least one is required");
   }
   if (!request.prefix().empty()) {
-    std::shared_ptr<const cache::Snapshot> snapshot;
-    if (catalog_) {
-      const std::shared_ptr<const cache::PrefixCatalog> catalog = catalog_();
-      if (auto it = catalog->find(request.prefix()); it != catalog->end()) {
-        snapshot = it->second.snapshot.lock();
-      }
-    }
+    std::shared_ptr<const cache::Snapshot> snapshot = FindPrefix(request.prefix());
     if (snapshot == nullptr) {
       return absl::NotFoundError(
           Cat("prefix: no prefix named '", request.prefix(), "' is registered"));

@@ -110,6 +110,8 @@ class RequestParser {
                                                bool add_special_tokens) const;
   absl::Status ParseSampling(const v1::SamplingParams& sampling, GenerationRequest* out) const;
   absl::Status ParseCache(const v1::CacheOptions& cache, GenerationRequest* out) const;
+  // The named prefix's snapshot in the published catalog; null when absent.
+  std::shared_ptr<const cache::Snapshot> FindPrefix(const std::string& name) const;
   // A session turn: `request` names an open session.
   absl::StatusOr<GenerationRequest> ParseSessionTurn(const v1::GenerateRequest& request,
                                                      const ParseContext& context) const;
