@@ -307,8 +307,8 @@ class KvCacheManager {
   // InvalidArgument "n: ..."; FailedPrecondition while a turn runs. The cache is cropped now
   // when it can be; else the next turn recomputes and says why.
   absl::StatusOr<SessionInfo> RollbackSession(const std::string& id, int64_t n);
-  // TTLs, idle offload and the --session-cache-bytes budget, at `now` (call every step; it
-  // does the work at most every 100 ms of clock time unless something changed).
+  // TTLs, idle offload and the --session-cache-bytes budget at the clock's time (call every
+  // step; it does the work at most every 100 ms of clock time unless something changed).
   void MaintainSessions();
   // The options of an open session, for the request parser; null when not open. Any thread.
   std::shared_ptr<const SessionOptions> session_options(const std::string& id) const;

@@ -36,7 +36,7 @@ v1::SessionState StateOf(cache::SessionState state) {
   return v1::SESSION_STATE_UNSPECIFIED;
 }
 
-// Ids are not validated on lookup, so a huge one is quoted short.
+// An id is required; an unknown one is the manager's NOT_FOUND.
 absl::Status CheckId(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("id: is required");
   return absl::OkStatus();
