@@ -18,6 +18,7 @@
 #include "client/kvctl_bench.h"
 #include "client/kvctl_chat.h"
 #include "client/kvctl_command.h"
+#include "client/kvctl_generate.h"
 #include "client/kvctl_prefix.h"
 #include "client/kvctl_session.h"
 #include "client/output.h"
@@ -31,57 +32,6 @@ bool IsGlobalValueFlag(const std::string& name) {
     if (spec.name == name) return true;
   }
   return false;
-}
-
-// " replica=ID" when the server named itself; empty otherwise.
-std::string ReplicaSuffix(const CallInfo& info) {
-  return info.replica_id.empty() ? "" : absl::StrCat(" replica=", info.replica_id);
-}
-
-int RunGenerate(const Globals& globals, const ParsedFlags& flags) {
-  absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest(flags);
-  if (!request.ok()) return BadFlags("generate", request.status());
-  CallInfo info;
-  absl::StatusOr<v1::GenerateResponse> response =
-      Client::Connect(globals.target)->Generate(*request, globals.call, &info);
-  if (!response.ok()) return RpcError(response.status());
-  if (globals.json) {
-    std::cout << ToJson(*response) << std::endl;
-    return kExitOk;
-  }
-  std::cout << response->text() << std::endl;
-  std::cerr << GenerationSummary(response->finish_reason(), response->usage(), response->timings(),
-                                 response->cache_report())
-            << ReplicaSuffix(info) << std::endl;
-  return kExitOk;
-}
-
-int RunStream(const Globals& globals, const ParsedFlags& flags) {
-  absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest(flags);
-  if (!request.ok()) return BadFlags("stream", request.status());
-  std::optional<v1::GenerateStreamResponse> last;
-  CallInfo info;
-  const absl::Status status = Client::Connect(globals.target)
-                                  ->GenerateStream(
-                                      *request,
-                                      [&](const v1::GenerateStreamResponse& message) {
-                                        if (globals.json) {
-                                          std::cout << ToJson(message) << std::endl;
-                                        } else {
-                                          std::cout << message.text() << std::flush;
-                                        }
-                                        if (message.has_usage()) last = message;
-                                        return true;
-                                      },
-                                      globals.call, &info);
-  if (!globals.json) std::cout << std::endl;
-  if (!status.ok()) return RpcError(status);
-  if (!globals.json && last.has_value()) {
-    std::cerr << GenerationSummary(last->finish_reason(), last->usage(), last->timings(),
-                                   last->cache_report())
-              << ReplicaSuffix(info) << std::endl;
-  }
-  return kExitOk;
 }
 
 int RunTokenize(const Globals& globals, const ParsedFlags& flags) {
@@ -157,10 +107,8 @@ void AddGlobalFlags(Command& command) {
 
 std::vector<Command> Commands() {
   std::vector<Command> commands = {
-      {"generate", "Generates a completion (Generation.Generate) and prints its text.",
-       GenerateFlagSpecs(), GenerateRepeatableFlags(), RunGenerate},
-      {"stream", "Streams a completion (Generation.GenerateStream), printing text as it comes.",
-       GenerateFlagSpecs(), GenerateRepeatableFlags(), RunStream},
+      GenerateCommand(),
+      StreamCommand(),
       {"tokenize",
        "Prints the token ids of a text or of chat messages.",
        TokenizeFlagSpecs(),

@@ -99,6 +99,117 @@ std::string GenerationSummary(v1::FinishReason reason, const v1::Usage& usage,
   return out;
 }
 
+std::string ScoreSuffix(std::optional<double> score) {
+  return score.has_value() ? absl::StrFormat(" score=%.4f", *score) : "";
+}
+
+std::string LogprobsText(const google::protobuf::RepeatedPtrField<v1::PositionLogprobs>& logprobs) {
+  std::string out;
+  for (const v1::PositionLogprobs& position : logprobs) {
+    absl::StrAppend(&out, absl::StrFormat("token=%d logprob=%.4f", position.chosen().token_id(),
+                                          position.chosen().logprob()));
+    if (position.top_size() > 0) {
+      absl::StrAppend(
+          &out, " top=",
+          absl::StrJoin(position.top(), ",", [](std::string* to, const v1::TokenLogprob& top) {
+            absl::StrAppend(to, absl::StrFormat("%d:%.4f", top.token_id(), top.logprob()));
+          }));
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+std::string SequenceHeader(int32_t index, std::optional<double> score, v1::FinishReason finish) {
+  return absl::StrCat("[sequence ", index,
+                      score.has_value() ? absl::StrFormat(" score %.4f", *score) : "", " finish ",
+                      FinishReasonName(finish), "]");
+}
+
+std::string SequenceText(const v1::Sequence& sequence) {
+  std::string out = absl::StrCat(
+      SequenceHeader(sequence.index(),
+                     sequence.has_score() ? std::optional<double>(sequence.score()) : std::nullopt,
+                     sequence.finish_reason()),
+      "\n", sequence.text(), "\n");
+  if (sequence.logprobs_size() > 0) {
+    absl::StrAppend(&out, "[logprobs]\n", LogprobsText(sequence.logprobs()));
+  }
+  return out;
+}
+
+std::string GenerateResponseText(const v1::GenerateResponse& response) {
+  if (response.sequences_size() > 1) {
+    std::string out;
+    for (const v1::Sequence& sequence : response.sequences()) {
+      absl::StrAppend(&out, SequenceText(sequence));
+    }
+    return out;
+  }
+  std::string out = absl::StrCat(response.text(), "\n");
+  if (response.sequences_size() == 1 && response.sequences(0).logprobs_size() > 0) {
+    absl::StrAppend(&out, "[logprobs]\n", LogprobsText(response.sequences(0).logprobs()));
+  }
+  return out;
+}
+
+std::string GenerateSummaryText(const v1::GenerateResponse& response) {
+  std::optional<double> score;
+  if (response.sequences_size() == 1 && response.sequences(0).has_score()) {
+    score = response.sequences(0).score();
+  }
+  return absl::StrCat(GenerationSummary(response.finish_reason(), response.usage(),
+                                        response.timings(), response.cache_report()),
+                      ScoreSuffix(score));
+}
+
+void StreamTextPrinter::Add(const v1::GenerateStreamResponse& message) {
+  const int32_t index = several_ ? message.index() : 0;
+  v1::Sequence& sequence = sequences_[index];
+  sequence.set_index(index);
+  sequence.mutable_text()->append(message.text());
+  sequence.mutable_token_ids()->Add(message.token_ids().begin(), message.token_ids().end());
+  sequence.mutable_logprobs()->MergeFrom(message.logprobs());
+  if (message.has_score()) sequence.set_score(message.score());
+  if (message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+    sequence.set_finish_reason(message.finish_reason());
+  }
+  if (!several_) {
+    out_ << message.text() << std::flush;
+    return;
+  }
+  if (sequence.finish_reason() != v1::FINISH_REASON_UNSPECIFIED && !written_.contains(index)) {
+    out_ << SequenceText(sequence) << std::flush;
+    written_.insert(index);
+  }
+}
+
+void StreamTextPrinter::Finish() {
+  if (!several_) {
+    out_ << std::endl;
+    if (auto it = sequences_.find(0); it != sequences_.end() && it->second.logprobs_size() > 0) {
+      out_ << "[logprobs]\n" << LogprobsText(it->second.logprobs()) << std::flush;
+    }
+    return;
+  }
+  for (const auto& [index, sequence] : sequences_) {
+    if (written_.insert(index).second) out_ << SequenceText(sequence);
+  }
+  out_ << std::flush;
+}
+
+v1::FinishReason StreamTextPrinter::finish_reason() const {
+  auto it = sequences_.find(0);
+  return it == sequences_.end() ? v1::FINISH_REASON_UNSPECIFIED : it->second.finish_reason();
+}
+
+std::optional<double> StreamTextPrinter::score() const {
+  if (several_) return std::nullopt;
+  auto it = sequences_.find(0);
+  if (it == sequences_.end() || !it->second.has_score()) return std::nullopt;
+  return it->second.score();
+}
+
 std::string ChatTurnText(int turn, const v1::Usage& usage, const v1::Timings& timings,
                          const v1::CacheReport& cache_report) {
   std::string out = absl::StrFormat(

@@ -98,6 +98,32 @@ absl::Status SetSampling(const ParsedFlags& p, v1::SamplingParams& s) {
   return status;
 }
 
+// --early-stopping: "true", "false" or "never"; nullopt when not given.
+absl::StatusOr<std::optional<v1::EarlyStopping>> EarlyStoppingFlag(const ParsedFlags& p) {
+  if (!p.flags.Has("early-stopping")) return std::optional<v1::EarlyStopping>();
+  const std::string text = p.flags.GetString("early-stopping");
+  if (text == "true") return std::optional<v1::EarlyStopping>(v1::EARLY_STOPPING_TRUE);
+  if (text == "false") return std::optional<v1::EarlyStopping>(v1::EARLY_STOPPING_FALSE);
+  if (text == "never") return std::optional<v1::EarlyStopping>(v1::EARLY_STOPPING_NEVER);
+  return absl::InvalidArgumentError(
+      absl::StrCat("--early-stopping: '", text, "' is not true, false or never"));
+}
+
+// The flags of SequenceFlagSpecs() (given only where a command has them).
+absl::Status SetSequences(const ParsedFlags& p, v1::SamplingParams& s) {
+  absl::Status status;
+  status.Update(SetIfGiven(p.GetInt32("num-beams"), [&](int32_t v) { s.set_num_beams(v); }));
+  status.Update(SetIfGiven(p.GetInt32("num-return-sequences"),
+                           [&](int32_t v) { s.set_num_return_sequences(v); }));
+  status.Update(
+      SetIfGiven(EarlyStoppingFlag(p), [&](v1::EarlyStopping v) { s.set_early_stopping(v); }));
+  status.Update(
+      SetIfGiven(p.GetFloat("length-penalty"), [&](float v) { s.set_length_penalty(v); }));
+  if (p.GetSwitch("logprobs").value_or(false)) s.set_logprobs(true);
+  status.Update(SetIfGiven(p.GetInt32("top-logprobs"), [&](int32_t v) { s.set_top_logprobs(v); }));
+  return status;
+}
+
 absl::Status SetCache(const ParsedFlags& p, v1::CacheOptions& c) {
   absl::Status status;
   if (std::optional<bool> no_cache = p.GetSwitch("no-cache")) c.set_use_cache(!*no_cache);
@@ -163,6 +189,22 @@ std::vector<cli::FlagSpec> SamplingFlagSpecs() {
   };
 }
 
+std::vector<cli::FlagSpec> SequenceFlagSpecs() {
+  return {
+      {"num-beams", "beam search with this many beams (1: none; needs greedy decoding)",
+       "server: 1"},
+      {"num-return-sequences",
+       "sequences to return: the best N beams, or N samples with --do-sample", "server: 1"},
+      {"early-stopping", "beam search: when it ends, true, false or never", "server: false"},
+      {"length-penalty",
+       "beam search: a sequence's score is its log-probability / length^X (> 0 favours longer)",
+       "server: 1.0"},
+      {"logprobs", "return each generated token's log-probability", "", true},
+      {"top-logprobs", "with --logprobs: also the K most likely tokens at each position, 0..20",
+       "server: 0"},
+  };
+}
+
 std::vector<cli::FlagSpec> CacheStrategyFlagSpecs() {
   return {
       {"cache-implementation", "dynamic, static, offloaded, offloaded_static or quantized",
@@ -177,9 +219,12 @@ std::vector<cli::FlagSpec> CacheStrategyFlagSpecs() {
 }
 
 absl::StatusOr<std::optional<v1::SamplingParams>> BuildSamplingParams(const ParsedFlags& flags) {
-  if (!AnyGiven(flags, SamplingFlagSpecs())) return std::optional<v1::SamplingParams>();
+  if (!AnyGiven(flags, SamplingFlagSpecs()) && !AnyGiven(flags, SequenceFlagSpecs())) {
+    return std::optional<v1::SamplingParams>();
+  }
   v1::SamplingParams sampling;
   if (absl::Status s = SetSampling(flags, sampling); !s.ok()) return s;
+  if (absl::Status s = SetSequences(flags, sampling); !s.ok()) return s;
   return std::optional<v1::SamplingParams>(std::move(sampling));
 }
 
@@ -217,8 +262,10 @@ std::vector<cli::FlagSpec> GenerateFlagSpecs() {
        ""},
   };
   const std::vector<cli::FlagSpec> sampling = SamplingFlagSpecs();
+  const std::vector<cli::FlagSpec> sequences = SequenceFlagSpecs();
   const std::vector<cli::FlagSpec> strategy = CacheStrategyFlagSpecs();
   specs.insert(specs.end(), sampling.begin(), sampling.end());
+  specs.insert(specs.end(), sequences.begin(), sequences.end());
   specs.push_back(NoCacheFlagSpec());
   specs.insert(specs.end(), strategy.begin(), strategy.end());
   specs.push_back(NoPrefixReuseFlagSpec());

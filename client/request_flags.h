@@ -29,8 +29,15 @@ absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flag
 // The sampling flags (--max-new-tokens ... --ignore-eos), as GenerateFlagSpecs() has them.
 std::vector<cli::FlagSpec> SamplingFlagSpecs();
 
-// SamplingParams from the flags of SamplingFlagSpecs() (and --stop as repeatable); nullopt
-// when none is given. InvalidArgument naming the flag for a malformed value.
+// The flags of beam search, several sequences and log-probabilities (--num-beams,
+// --num-return-sequences, --early-stopping, --length-penalty, --logprobs, --top-logprobs), as
+// GenerateFlagSpecs() has them after the sampling flags. Only generate and stream take them.
+std::vector<cli::FlagSpec> SequenceFlagSpecs();
+
+// SamplingParams from the flags of SamplingFlagSpecs() (and --stop as repeatable) and, where
+// the command has them, SequenceFlagSpecs(); nullopt when none is given. --early-stopping
+// true|false|never maps onto EARLY_STOPPING_TRUE|FALSE|NEVER; --top-logprobs is sent as given,
+// with or without --logprobs. InvalidArgument naming the flag for a malformed value.
 absl::StatusOr<std::optional<v1::SamplingParams>> BuildSamplingParams(const ParsedFlags& flags);
 
 // The flags of a cache's strategy (--cache-implementation, --cache-config, --max-cache-len,

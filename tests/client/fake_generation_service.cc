@@ -1,6 +1,7 @@
 // The in-process fake kvserve server of the client tests (see fake_generation_service.h).
 #include "fake_generation_service.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -15,6 +16,36 @@ namespace {
 
 int32_t MaxNewTokens(const v1::GenerateRequest& request) {
   return request.sampling().has_max_new_tokens() ? request.sampling().max_new_tokens() : 3;
+}
+
+int32_t NumSequences(const v1::GenerateRequest& request) {
+  return request.sampling().has_num_return_sequences()
+             ? std::max(1, request.sampling().num_return_sequences())
+             : 1;
+}
+
+// How FakeSequence's sequence `index` ends.
+v1::FinishReason FakeFinishReason(int32_t index) {
+  return index == 0 ? v1::FINISH_REASON_LENGTH : v1::FINISH_REASON_EOS;
+}
+
+// One token of FakeSequence.
+void AddToken(const v1::GenerateRequest& request, int32_t index, int32_t j, std::string& text,
+              google::protobuf::RepeatedField<int32_t>& token_ids,
+              google::protobuf::RepeatedPtrField<v1::PositionLogprobs>& logprobs) {
+  const int32_t id = 10 + 10 * index + j;
+  text.append(index == 0 ? absl::StrCat("t", j) : absl::StrCat("s", index, "t", j));
+  token_ids.Add(id);
+  if (!request.sampling().logprobs()) return;
+  v1::PositionLogprobs* position = logprobs.Add();
+  const float logprob = -0.25f * static_cast<float>(j + 1);
+  position->mutable_chosen()->set_token_id(id);
+  position->mutable_chosen()->set_logprob(logprob);
+  for (int32_t k = 0; k < request.sampling().top_logprobs(); ++k) {
+    v1::TokenLogprob* top = position->add_top();
+    top->set_token_id(id + k);
+    top->set_logprob(logprob - static_cast<float>(k));
+  }
 }
 
 int32_t PromptTokens(const v1::GenerateRequest& request) {
@@ -59,16 +90,35 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
       return;
     }
     const int32_t n = hang_ ? 1 : MaxNewTokens(request);
-    for (int32_t i = 0; i < n; ++i) {
-      v1::GenerateStreamResponse& message = messages_.emplace_back();
-      message.set_text(absl::StrCat("t", i));
-      message.add_token_ids(10 + i);
+    const int32_t sequences = hang_ ? 1 : NumSequences(request);
+    if (request.sampling().num_beams() > 1) {
+      for (int32_t i = 0; i < sequences; ++i) {
+        const v1::Sequence sequence = FakeSequence(request, i, n);
+        v1::GenerateStreamResponse& message = messages_.emplace_back();
+        message.set_index(i);
+        message.set_text(sequence.text());
+        *message.mutable_token_ids() = sequence.token_ids();
+        *message.mutable_logprobs() = sequence.logprobs();
+        message.set_score(sequence.score());
+        message.set_finish_reason(sequence.finish_reason());
+      }
+    } else {
+      for (int32_t j = 0; j < n; ++j) {
+        for (int32_t i = 0; i < sequences; ++i) {
+          v1::GenerateStreamResponse& message = messages_.emplace_back();
+          message.set_index(i);
+          AddToken(request, i, j, *message.mutable_text(), *message.mutable_token_ids(),
+                   *message.mutable_logprobs());
+          if (j + 1 == n && !hang_) {
+            message.set_finish_reason(FakeFinishReason(i));
+          }
+        }
+      }
     }
     if (!hang_) {
       v1::GenerateStreamResponse& last = messages_.back();
-      last.set_finish_reason(v1::FINISH_REASON_LENGTH);
-      const absl::Status turn =
-          Report(request, n, sessions, *last.mutable_usage(), *last.mutable_cache_report());
+      const absl::Status turn = Report(request, n * sequences, sessions, *last.mutable_usage(),
+                                       *last.mutable_cache_report());
       if (!turn.ok()) {
         FinishOnce(ToGrpc(turn));
         return;
@@ -151,6 +201,18 @@ v1::ModelInfo FakeModelInfo() {
   return info;
 }
 
+v1::Sequence FakeSequence(const v1::GenerateRequest& request, int32_t index, int32_t n) {
+  v1::Sequence sequence;
+  sequence.set_index(index);
+  for (int32_t j = 0; j < n; ++j) {
+    AddToken(request, index, j, *sequence.mutable_text(), *sequence.mutable_token_ids(),
+             *sequence.mutable_logprobs());
+  }
+  sequence.set_finish_reason(FakeFinishReason(index));
+  if (request.sampling().num_beams() > 1) sequence.set_score(-0.5 * (index + 1));
+  return sequence;
+}
+
 grpc::ServerUnaryReactor* FakeGenerationService::Generate(grpc::CallbackServerContext* context,
                                                           const v1::GenerateRequest* request,
                                                           v1::GenerateResponse* response) {
@@ -162,12 +224,14 @@ grpc::ServerUnaryReactor* FakeGenerationService::Generate(grpc::CallbackServerCo
     return reactor;
   }
   const int32_t n = MaxNewTokens(*request);
-  for (int32_t i = 0; i < n; ++i) {
-    response->add_token_ids(10 + i);
-    response->mutable_text()->append(absl::StrCat("t", i));
+  const int32_t sequences = NumSequences(*request);
+  for (int32_t i = 0; i < sequences; ++i) {
+    *response->add_sequences() = FakeSequence(*request, i, n);
   }
-  response->set_finish_reason(v1::FINISH_REASON_LENGTH);
-  reactor->Finish(ToGrpc(Report(*request, n, *sessions_, *response->mutable_usage(),
+  response->set_text(response->sequences(0).text());
+  *response->mutable_token_ids() = response->sequences(0).token_ids();
+  response->set_finish_reason(response->sequences(0).finish_reason());
+  reactor->Finish(ToGrpc(Report(*request, n * sequences, *sessions_, *response->mutable_usage(),
                                 *response->mutable_cache_report())));
   return reactor;
 }

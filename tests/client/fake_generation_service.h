@@ -19,14 +19,26 @@ namespace kvserve::client::testing {
 // The fake's model: vocab_size 100, bos 1, eos {2}, context 64 tokens, max_new_tokens_limit 32.
 v1::ModelInfo FakeModelInfo();
 
+// Sequence `index` of `n` tokens the fake generates for `request`: token j is 10 + 10 * index +
+// j, its text "t<j>" (sequence 0) or "s<index>t<j>"; finish LENGTH for sequence 0, EOS for the
+// others; score -0.5 * (index + 1) when num_beams > 1; with sampling.logprobs, token j's
+// logprob is -0.25 * (j + 1) and its top_logprobs entries are token id + k with that logprob
+// minus k, for k = 0, 1, ...
+v1::Sequence FakeSequence(const v1::GenerateRequest& request, int32_t index, int32_t n);
+
 // Generation:
 // - Generate: no input is INVALID_ARGUMENT "input: ..."; otherwise max_new_tokens (unset: 3)
 //   tokens 10, 11, ..., text "t0t1...", finish LENGTH, usage.prompt_tokens = the number of
 //   token ids (or prompt bytes, or the messages' content bytes plus one per message).
 //   With `session`: a turn of `sessions`' session (NOT_FOUND for an unknown one), whose
 //   cached_tokens its answer carries, and cache_report.session the id.
+//   Every answer lists its sequences (FakeSequence): num_return_sequences (unset: 1) of them,
+//   sequence 0 the tokens above; completion_tokens counts them all.
 // - GenerateStream: the same tokens, one message each, the last one also carrying finish
 //   reason and usage. Prompt "hang": one message, then nothing until the client cancels.
+//   Several sequences: token by token, one message per sequence (index), interleaved, each
+//   sequence's last message with its finish reason. num_beams > 1: nothing until the end,
+//   then each sequence whole in one message (with its score), best first.
 //   cache_implementation "unknown": INVALID_ARGUMENT naming cache.cache_implementation.
 // - Tokenize: one id per byte of text (the byte's value), BOS first unless
 //   add_special_tokens=false.

@@ -1,6 +1,13 @@
 // Tests of kvctl's output formats: proto3 JSON, the summary line, model info, token ids,
-// prefixes, sessions and chat's turn line.
+// prefixes, sessions, chat's turn line, several sequences and log-probabilities (generate's text
+// and stream's printer).
 #include "client/output.h"
+
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -253,6 +260,229 @@ TEST(SessionTableTextTest, HeaderAndAlignedColumns) {
 
 TEST(SessionTableTextTest, Empty) {
   EXPECT_EQ(SessionTableText(v1::ListSessionsResponse()), "no sessions\n");
+}
+
+// A position of a sequence's log-probabilities: `id` chosen with `logprob`, then `top`.
+v1::PositionLogprobs Position(int32_t id, float logprob,
+                              const std::vector<std::pair<int32_t, float>>& top = {}) {
+  v1::PositionLogprobs position;
+  position.mutable_chosen()->set_token_id(id);
+  position.mutable_chosen()->set_logprob(logprob);
+  for (const auto& [top_id, top_logprob] : top) {
+    v1::TokenLogprob* entry = position.add_top();
+    entry->set_token_id(top_id);
+    entry->set_logprob(top_logprob);
+  }
+  return position;
+}
+
+v1::Sequence MakeSequence(int32_t index, const std::string& text, v1::FinishReason finish,
+                          std::optional<double> score = std::nullopt) {
+  v1::Sequence sequence;
+  sequence.set_index(index);
+  sequence.set_text(text);
+  sequence.set_finish_reason(finish);
+  if (score.has_value()) sequence.set_score(*score);
+  return sequence;
+}
+
+TEST(LogprobsTextTest, OneLinePerTokenWithTheTopList) {
+  google::protobuf::RepeatedPtrField<v1::PositionLogprobs> logprobs;
+  *logprobs.Add() = Position(450, -0.12345f, {{450, -0.12345f}, {29, -2.5f}, {13, -3.0f}});
+  *logprobs.Add() = Position(29, -1.0f);
+  EXPECT_EQ(LogprobsText(logprobs),
+            "token=450 logprob=-0.1235 top=450:-0.1235,29:-2.5000,13:-3.0000\n"
+            "token=29 logprob=-1.0000\n");
+  EXPECT_EQ(LogprobsText({}), "");
+}
+
+TEST(SequenceHeaderTest, ScoreOnlyWhenSet) {
+  EXPECT_EQ(SequenceHeader(1, -0.51234, v1::FINISH_REASON_EOS),
+            "[sequence 1 score -0.5123 finish eos]");
+  EXPECT_EQ(SequenceHeader(0, std::nullopt, v1::FINISH_REASON_LENGTH),
+            "[sequence 0 finish length]");
+}
+
+TEST(GenerateResponseTextTest, OneSequenceIsTheTextAsBefore) {
+  v1::GenerateResponse response;
+  response.set_text("Hello world");
+  EXPECT_EQ(GenerateResponseText(response), "Hello world\n");  // a server without sequences
+  *response.add_sequences() = MakeSequence(0, "Hello world", v1::FINISH_REASON_LENGTH, -1.5);
+  EXPECT_EQ(GenerateResponseText(response), "Hello world\n");  // beam search, one returned
+}
+
+TEST(GenerateResponseTextTest, OneSequenceWithLogprobs) {
+  v1::GenerateResponse response;
+  response.set_text("ab");
+  v1::Sequence* sequence = response.add_sequences();
+  *sequence = MakeSequence(0, "ab", v1::FINISH_REASON_LENGTH);
+  *sequence->add_logprobs() = Position(5, -0.5f, {{5, -0.5f}, {6, -1.25f}});
+  *sequence->add_logprobs() = Position(6, -0.25f, {{6, -0.25f}, {7, -2.0f}});
+  EXPECT_EQ(GenerateResponseText(response),
+            "ab\n"
+            "[logprobs]\n"
+            "token=5 logprob=-0.5000 top=5:-0.5000,6:-1.2500\n"
+            "token=6 logprob=-0.2500 top=6:-0.2500,7:-2.0000\n");
+}
+
+TEST(GenerateResponseTextTest, SeveralSequencesInTheirOrder) {
+  v1::GenerateResponse response;
+  response.set_text("best");
+  *response.add_sequences() = MakeSequence(0, "best", v1::FINISH_REASON_EOS, -0.25);
+  v1::Sequence* second = response.add_sequences();
+  *second = MakeSequence(1, "second\nline", v1::FINISH_REASON_LENGTH, -0.75);
+  *second->add_logprobs() = Position(3, -0.125f);
+  EXPECT_EQ(GenerateResponseText(response),
+            "[sequence 0 score -0.2500 finish eos]\n"
+            "best\n"
+            "[sequence 1 score -0.7500 finish length]\n"
+            "second\nline\n"
+            "[logprobs]\n"
+            "token=3 logprob=-0.1250\n");
+
+  // Samples: no score.
+  v1::GenerateResponse samples;
+  *samples.add_sequences() = MakeSequence(0, "a", v1::FINISH_REASON_LENGTH);
+  *samples.add_sequences() = MakeSequence(1, "b", v1::FINISH_REASON_STOP);
+  EXPECT_EQ(GenerateResponseText(samples),
+            "[sequence 0 finish length]\na\n[sequence 1 finish stop]\nb\n");
+}
+
+TEST(GenerateSummaryTextTest, ScoreOfTheOneSequenceOnly) {
+  v1::GenerateResponse response;
+  response.set_finish_reason(v1::FINISH_REASON_EOS);
+  response.mutable_cache_report()->set_cache_implementation("dynamic");
+  const std::string plain =
+      "finish_reason=eos prompt_tokens=0 cached_tokens=0 completion_tokens=0 queue_ms=0.00 "
+      "ttft_ms=0.00 decode_ms=0.00 cache=dynamic";
+  EXPECT_EQ(GenerateSummaryText(response), plain);
+  *response.add_sequences() = MakeSequence(0, "", v1::FINISH_REASON_EOS);
+  EXPECT_EQ(GenerateSummaryText(response), plain);
+  response.mutable_sequences(0)->set_score(-1.23456);
+  EXPECT_EQ(GenerateSummaryText(response), plain + " score=-1.2346");
+  *response.add_sequences() = MakeSequence(1, "", v1::FINISH_REASON_EOS, -2.0);
+  EXPECT_EQ(GenerateSummaryText(response), plain);  // several: the headers show the scores
+}
+
+TEST(ToJsonTest, SequencesScoresAndLogprobs) {
+  v1::GenerateResponse response;
+  v1::Sequence* sequence = response.add_sequences();
+  *sequence = MakeSequence(0, "a", v1::FINISH_REASON_EOS, -0.5);
+  *sequence->add_logprobs() = Position(5, -0.5f, {{5, -0.5f}, {6, -1.25f}});
+  *response.add_sequences() = MakeSequence(1, "b", v1::FINISH_REASON_LENGTH);
+  const nlohmann::json parsed = nlohmann::json::parse(ToJson(response));
+  ASSERT_EQ(parsed["sequences"].size(), 2u);
+  const nlohmann::json& first = parsed["sequences"][0];
+  EXPECT_EQ(first["index"], 0);
+  EXPECT_EQ(first["text"], "a");
+  EXPECT_EQ(first["finishReason"], "FINISH_REASON_EOS");
+  EXPECT_EQ(first["score"], -0.5);
+  EXPECT_EQ(first["logprobs"][0]["chosen"], nlohmann::json({{"tokenId", 5}, {"logprob", -0.5}}));
+  EXPECT_EQ(first["logprobs"][0]["top"][1], nlohmann::json({{"tokenId", 6}, {"logprob", -1.25}}));
+  EXPECT_FALSE(parsed["sequences"][1].contains("score"));  // unset: not beam search
+  EXPECT_EQ(parsed["sequences"][1]["logprobs"], nlohmann::json::array());
+
+  v1::GenerateStreamResponse message;
+  message.set_index(2);
+  message.set_score(-0.75);
+  *message.add_logprobs() = Position(7, -0.25f);
+  const nlohmann::json stream = nlohmann::json::parse(ToJson(message));
+  EXPECT_EQ(stream["index"], 2);
+  EXPECT_EQ(stream["score"], -0.75);
+  EXPECT_EQ(stream["logprobs"][0]["chosen"]["tokenId"], 7);
+}
+
+v1::GenerateStreamResponse Delta(int32_t index, const std::string& text,
+                                 v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED) {
+  v1::GenerateStreamResponse message;
+  message.set_index(index);
+  message.set_text(text);
+  message.set_finish_reason(finish);
+  return message;
+}
+
+TEST(StreamTextPrinterTest, OneSequenceIsWrittenAsItComes) {
+  std::ostringstream out;
+  StreamTextPrinter printer(false, out);
+  printer.Add(Delta(0, "Hel"));
+  EXPECT_EQ(out.str(), "Hel");
+  printer.Add(Delta(0, "lo", v1::FINISH_REASON_LENGTH));
+  EXPECT_EQ(out.str(), "Hello");
+  printer.Finish();
+  EXPECT_EQ(out.str(), "Hello\n");
+  EXPECT_EQ(printer.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_FALSE(printer.score().has_value());
+}
+
+TEST(StreamTextPrinterTest, OneSequenceLogprobsAfterTheText) {
+  std::ostringstream out;
+  StreamTextPrinter printer(false, out);
+  v1::GenerateStreamResponse first = Delta(0, "a");
+  *first.add_logprobs() = Position(5, -0.5f, {{5, -0.5f}});
+  v1::GenerateStreamResponse second = Delta(0, "b", v1::FINISH_REASON_EOS);
+  *second.add_logprobs() = Position(6, -0.25f, {{6, -0.25f}});
+  printer.Add(first);
+  printer.Add(second);
+  EXPECT_EQ(out.str(), "ab");
+  printer.Finish();
+  EXPECT_EQ(out.str(),
+            "ab\n[logprobs]\ntoken=5 logprob=-0.5000 top=5:-0.5000\n"
+            "token=6 logprob=-0.2500 top=6:-0.2500\n");
+}
+
+TEST(StreamTextPrinterTest, OneBeamSearchSequenceHasItsScore) {
+  std::ostringstream out;
+  StreamTextPrinter printer(false, out);
+  v1::GenerateStreamResponse whole = Delta(0, "the best", v1::FINISH_REASON_EOS);
+  whole.set_score(-0.625);
+  printer.Add(whole);
+  printer.Finish();
+  EXPECT_EQ(out.str(), "the best\n");
+  EXPECT_EQ(printer.score(), -0.625);
+}
+
+TEST(StreamTextPrinterTest, SeveralSequencesEachWholeWhenItFinishes) {
+  std::ostringstream out;
+  StreamTextPrinter printer(true, out);
+  printer.Add(Delta(0, "a0"));
+  printer.Add(Delta(1, "b0"));
+  printer.Add(Delta(2, "c0"));
+  EXPECT_EQ(out.str(), "");  // nothing until a sequence ends
+  printer.Add(Delta(1, "b1", v1::FINISH_REASON_EOS));
+  EXPECT_EQ(out.str(), "[sequence 1 finish eos]\nb0b1\n");
+  printer.Add(Delta(0, "a1", v1::FINISH_REASON_LENGTH));
+  printer.Add(Delta(2, "c1"));
+  printer.Finish();  // sequence 2 was cut short
+  EXPECT_EQ(out.str(),
+            "[sequence 1 finish eos]\nb0b1\n"
+            "[sequence 0 finish length]\na0a1\n"
+            "[sequence 2 finish unspecified]\nc0c1\n");
+  EXPECT_EQ(printer.finish_reason(), v1::FINISH_REASON_LENGTH);  // sequence 0's
+}
+
+TEST(StreamTextPrinterTest, SeveralBeamsWithScoresAndLogprobs) {
+  std::ostringstream out;
+  StreamTextPrinter printer(true, out);
+  v1::GenerateStreamResponse best = Delta(0, "xy", v1::FINISH_REASON_EOS);
+  best.set_score(-0.5);
+  *best.add_logprobs() = Position(3, -0.25f, {{3, -0.25f}, {4, -1.5f}});
+  *best.add_logprobs() = Position(4, -0.75f, {{4, -0.75f}, {3, -1.0f}});
+  v1::GenerateStreamResponse next = Delta(1, "xz", v1::FINISH_REASON_LENGTH);
+  next.set_score(-1.0);
+  printer.Add(best);
+  printer.Add(next);
+  printer.Finish();
+  EXPECT_EQ(out.str(),
+            "[sequence 0 score -0.5000 finish eos]\nxy\n[logprobs]\n"
+            "token=3 logprob=-0.2500 top=3:-0.2500,4:-1.5000\n"
+            "token=4 logprob=-0.7500 top=4:-0.7500,3:-1.0000\n"
+            "[sequence 1 score -1.0000 finish length]\nxz\n");
+  EXPECT_FALSE(printer.score().has_value());  // several: the headers have them
+}
+
+TEST(StreamTextPrinterTest, ScoreSuffix) {
+  EXPECT_EQ(ScoreSuffix(std::nullopt), "");
+  EXPECT_EQ(ScoreSuffix(-0.5), " score=-0.5000");
 }
 
 }  // namespace

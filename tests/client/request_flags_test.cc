@@ -100,6 +100,86 @@ TEST(BuildGenerateRequestTest, EverySamplingFlag) {
   EXPECT_FALSE(request->has_cache());
 }
 
+TEST(BuildGenerateRequestTest, EverySequenceFlag) {
+  absl::StatusOr<v1::GenerateRequest> request =
+      Build({"--prompt", "x", "--num-beams", "4", "--num-return-sequences", "2", "--early-stopping",
+             "never", "--length-penalty", "-0.5", "--logprobs", "--top-logprobs", "5"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  const v1::SamplingParams& s = request->sampling();
+  EXPECT_TRUE(s.has_num_beams());
+  EXPECT_EQ(s.num_beams(), 4);
+  EXPECT_TRUE(s.has_num_return_sequences());
+  EXPECT_EQ(s.num_return_sequences(), 2);
+  EXPECT_EQ(s.early_stopping(), v1::EARLY_STOPPING_NEVER);
+  EXPECT_TRUE(s.has_length_penalty());
+  EXPECT_FLOAT_EQ(s.length_penalty(), -0.5f);
+  EXPECT_TRUE(s.logprobs());
+  EXPECT_EQ(s.top_logprobs(), 5);
+  EXPECT_FALSE(s.has_num_beam_groups());
+  // The sampling flags stay unset.
+  EXPECT_FALSE(s.has_max_new_tokens());
+  EXPECT_FALSE(s.has_do_sample());
+  EXPECT_FALSE(s.has_temperature());
+  EXPECT_FALSE(request->has_cache());
+}
+
+TEST(BuildGenerateRequestTest, OneSequenceFlagSetsOnlyItsField) {
+  absl::StatusOr<v1::GenerateRequest> logprobs = Build({"--prompt", "x", "--logprobs"});
+  ASSERT_TRUE(logprobs.ok()) << logprobs.status();
+  ASSERT_TRUE(logprobs->has_sampling());
+  EXPECT_TRUE(logprobs->sampling().logprobs());
+  EXPECT_EQ(logprobs->sampling().top_logprobs(), 0);
+  EXPECT_FALSE(logprobs->sampling().has_num_beams());
+  EXPECT_FALSE(logprobs->sampling().has_num_return_sequences());
+  EXPECT_EQ(logprobs->sampling().early_stopping(), v1::EARLY_STOPPING_UNSPECIFIED);
+  EXPECT_FALSE(logprobs->sampling().has_length_penalty());
+
+  absl::StatusOr<v1::GenerateRequest> beams = Build({"--prompt", "x", "--num-beams", "1"});
+  ASSERT_TRUE(beams.ok()) << beams.status();
+  EXPECT_TRUE(beams->sampling().has_num_beams());
+  EXPECT_EQ(beams->sampling().num_beams(), 1);
+  EXPECT_FALSE(beams->sampling().logprobs());
+
+  // --top-logprobs is sent as given, without --logprobs too: the server judges it.
+  absl::StatusOr<v1::GenerateRequest> top = Build({"--prompt", "x", "--top-logprobs", "3"});
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_EQ(top->sampling().top_logprobs(), 3);
+  EXPECT_FALSE(top->sampling().logprobs());
+
+  // --logprobs=false is the default: sampling is sent, logprobs false.
+  absl::StatusOr<v1::GenerateRequest> off = Build({"--prompt", "x", "--logprobs=false"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->sampling().logprobs());
+}
+
+TEST(BuildGenerateRequestTest, EarlyStoppingValues) {
+  const std::vector<std::pair<std::string, v1::EarlyStopping>> cases = {
+      {"true", v1::EARLY_STOPPING_TRUE},
+      {"false", v1::EARLY_STOPPING_FALSE},
+      {"never", v1::EARLY_STOPPING_NEVER},
+  };
+  for (const auto& [value, expected] : cases) {
+    absl::StatusOr<v1::GenerateRequest> request =
+        Build({"--prompt", "x", "--early-stopping=" + value});
+    ASSERT_TRUE(request.ok()) << value << ": " << request.status();
+    EXPECT_EQ(request->sampling().early_stopping(), expected) << value;
+  }
+  EXPECT_EQ(
+      Build({"--prompt", "x", "--early-stopping", "sometimes"}).status(),
+      absl::InvalidArgumentError("--early-stopping: 'sometimes' is not true, false or never"));
+}
+
+// Semantic checks (ranges, beams with sampling, top_logprobs beyond 20) are the server's.
+TEST(BuildGenerateRequestTest, SequenceValuesAreNotRangeChecked) {
+  absl::StatusOr<v1::GenerateRequest> request =
+      Build({"--prompt", "x", "--num-beams", "0", "--num-return-sequences", "-2", "--top-logprobs",
+             "100", "--do-sample"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->sampling().num_beams(), 0);
+  EXPECT_EQ(request->sampling().num_return_sequences(), -2);
+  EXPECT_EQ(request->sampling().top_logprobs(), 100);
+}
+
 TEST(BuildGenerateRequestTest, DoSampleFalseIsSetNotUnset) {
   absl::StatusOr<v1::GenerateRequest> request = Build({"--prompt", "x", "--do-sample=false"});
   ASSERT_TRUE(request.ok()) << request.status();
@@ -189,6 +269,16 @@ TEST(BuildGenerateRequestTest, MalformedValuesNameTheFlag) {
       {{"--cache-config", "{"}, "--cache-config"},
       {{"--messages", "{}"}, "--messages"},
       {{"--do-sample=maybe"}, "--do-sample"},
+      {{"--num-beams", "four"}, "--num-beams"},
+      {{"--num-beams", "1.5"}, "--num-beams"},
+      {{"--num-return-sequences", "x"}, "--num-return-sequences"},
+      {{"--num-return-sequences", "99999999999"}, "--num-return-sequences"},
+      {{"--early-stopping", "yes"}, "--early-stopping"},
+      {{"--early-stopping", "True"}, "--early-stopping"},
+      {{"--early-stopping", ""}, "--early-stopping"},
+      {{"--length-penalty", "long"}, "--length-penalty"},
+      {{"--logprobs=maybe"}, "--logprobs"},
+      {{"--top-logprobs", "all"}, "--top-logprobs"},
   };
   for (const auto& [flags, name] : cases) {
     std::vector<std::string> args = flags;
@@ -354,13 +444,45 @@ TEST(SharedFlagsTest, SamplingAndCacheOptionsOnlyWhenGiven) {
 TEST(SharedFlagsTest, GenerateHasTheSharedFlags) {
   std::vector<std::string> names;
   for (const cli::FlagSpec& spec : GenerateFlagSpecs()) names.push_back(spec.name);
-  for (const std::vector<cli::FlagSpec>& shared : {SamplingFlagSpecs(), CacheStrategyFlagSpecs()}) {
+  for (const std::vector<cli::FlagSpec>& shared :
+       {SamplingFlagSpecs(), SequenceFlagSpecs(), CacheStrategyFlagSpecs()}) {
     for (const cli::FlagSpec& spec : shared) {
       EXPECT_THAT(names, ::testing::Contains(spec.name));
     }
   }
   EXPECT_THAT(names, ::testing::Contains("session"));
   EXPECT_THAT(names, ::testing::Contains("template-kwargs"));
+}
+
+// The sequence flags are generate's and stream's only: chat and session create share the
+// sampling flags, not these.
+TEST(SharedFlagsTest, SequenceFlagsAreNotSamplingFlags) {
+  std::vector<std::string> sampling;
+  for (const cli::FlagSpec& spec : SamplingFlagSpecs()) sampling.push_back(spec.name);
+  std::vector<std::string> sequences;
+  for (const cli::FlagSpec& spec : SequenceFlagSpecs()) sequences.push_back(spec.name);
+  EXPECT_THAT(sequences,
+              ::testing::UnorderedElementsAre("num-beams", "num-return-sequences", "early-stopping",
+                                              "length-penalty", "logprobs", "top-logprobs"));
+  for (const std::string& name : sequences) {
+    EXPECT_THAT(sampling, ::testing::Not(::testing::Contains(name)));
+  }
+  // Sampling flags alone (as chat parses them) build no sequence field.
+  absl::StatusOr<ParsedFlags> chat = ParseFlags({"--seed", "3"}, SamplingFlagSpecs());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  absl::StatusOr<std::optional<v1::SamplingParams>> params = BuildSamplingParams(*chat);
+  ASSERT_TRUE(params.ok() && params->has_value());
+  EXPECT_FALSE((*params)->has_num_beams());
+  EXPECT_FALSE((*params)->logprobs());
+}
+
+TEST(SharedFlagsTest, SequenceFlagsAloneMakeSamplingParams) {
+  absl::StatusOr<ParsedFlags> parsed =
+      ParseFlags({"--num-return-sequences", "3"}, GenerateFlagSpecs(), GenerateRepeatableFlags());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<std::optional<v1::SamplingParams>> params = BuildSamplingParams(*parsed);
+  ASSERT_TRUE(params.ok() && params->has_value());
+  EXPECT_EQ((*params)->num_return_sequences(), 3);
 }
 
 }  // namespace
