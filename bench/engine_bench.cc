@@ -31,9 +31,9 @@ using kvserve::server::GenerationSummary;
 class TimingSink final : public kvserve::server::RequestSink {
  public:
   TimingSink(absl::Mutex* mu, int* in_flight) : mu_(mu), in_flight_(in_flight) {}
-  void OnOutput(std::string_view, absl::Span<const int32_t> ids) override {
+  void OnOutput(const kvserve::server::SequenceOutput& output) override {
     const absl::Time now = absl::Now();
-    for (size_t i = 0; i < ids.size(); ++i) arrivals.push_back(now);
+    for (size_t i = 0; i < output.token_ids.size(); ++i) arrivals.push_back(now);
   }
   void OnFinish(const GenerationSummary&) override { Done(); }
   void OnError(const absl::Status& status) override {

@@ -316,12 +316,22 @@ absl::Status KvCache::CheckIndices(const at::Tensor& indices, bool same_size) co
   return absl::OkStatus();
 }
 
+int64_t KvCache::BatchSize() const {
+  int64_t rows = 0;
+  for (const auto& layer : layers_) rows = std::max(rows, layer->BatchSize());
+  for (const Staged& s : staged_) {
+    if (s.keys.defined()) rows = std::max(rows, s.keys.size(0));
+  }
+  return rows;
+}
+
 absl::Status KvCache::Reorder(const at::Tensor& beam_idx) {
   if (absl::Status s = CheckIndices(beam_idx, true); !s.ok()) return s;
   for (auto& layer : layers_) {
     if (absl::Status s = layer->Reorder(beam_idx); !s.ok()) return s;
   }
   ForEachStaged([&](at::Tensor& t) { t = t.index_select(0, beam_idx.to(t.device())); });
+  SyncBudget();
   return absl::OkStatus();
 }
 
@@ -331,6 +341,7 @@ absl::Status KvCache::SelectIndices(const at::Tensor& indices) {
     if (absl::Status s = layer->SelectIndices(indices); !s.ok()) return s;
   }
   ForEachStaged([&](at::Tensor& t) { t = t.index_select(0, indices.to(t.device())); });
+  SyncBudget();
   return absl::OkStatus();
 }
 
@@ -340,6 +351,7 @@ absl::Status KvCache::RepeatInterleave(int64_t repeats) {
     if (absl::Status s = layer->RepeatInterleave(repeats); !s.ok()) return s;
   }
   ForEachStaged([&](at::Tensor& t) { t = t.repeat_interleave(repeats, 0); });
+  SyncBudget();
   return absl::OkStatus();
 }
 

@@ -85,6 +85,11 @@ class KvCache {
   // RetainPast on every layer (see CacheLayer::RetainPast): crops may reach back to any length.
   void RetainPast();
 
+  // Batch rows held (the largest of the layers' and staged rows; 0 when empty).
+  int64_t BatchSize() const;
+
+  // Beam operations on every layer (see CacheLayer); all-or-nothing. The budget, if
+  // attached, is told of the bytes they add or free.
   absl::Status Reorder(const at::Tensor& beam_idx);
   absl::Status SelectIndices(const at::Tensor& indices);
   absl::Status RepeatInterleave(int64_t repeats);

@@ -31,6 +31,8 @@ struct KvCacheManager::Sequence {
   std::vector<int32_t> history_before;
 
   bool uses_cache() const { return request.cache.use_cache() || request.registration; }
+  // Batch rows the cache will hold (beams or samples).
+  int64_t rows() const { return std::max<int64_t>(1, request.rows); }
   int64_t max_cache_tokens() const {
     const int64_t tokens = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens - 1;
     // A static cache preallocates every slot it was built with, used or not.
@@ -136,7 +138,7 @@ KvCacheManager::~KvCacheManager() {
   sessions_.clear();
 }
 
-KvCacheManager::Estimate KvCacheManager::EstimateBytes(int64_t tokens) const {
+KvCacheManager::Estimate KvCacheManager::EstimateBytes(int64_t tokens, int64_t rows) const {
   // Dynamic storage grows in whole granules.
   tokens =
       (tokens + KvBuffer::kGranuleTokens - 1) / KvBuffer::kGranuleTokens * KvBuffer::kGranuleTokens;
@@ -144,7 +146,8 @@ KvCacheManager::Estimate KvCacheManager::EstimateBytes(int64_t tokens) const {
   Estimate estimate;
   int64_t largest_layer = 0;
   for (const LayerSpec& layer : shape_.layers) {
-    const int64_t held = (layer.is_sliding() ? std::min(tokens, layer.window) : tokens) * per_token;
+    const int64_t held =
+        rows * (layer.is_sliding() ? std::min(tokens, layer.window) : tokens) * per_token;
     estimate.total_bytes += held;
     largest_layer = std::max(largest_layer, held);
   }
@@ -311,7 +314,7 @@ Admission KvCacheManager::CanAdmit(SequenceId id, absl::Span<const SequenceId> a
   }
   const int64_t limit = budget_->limit();
   if (limit < 0) return admission;
-  const Estimate estimate = EstimateBytes(seq->max_cache_tokens());
+  const Estimate estimate = EstimateBytes(seq->max_cache_tokens(), seq->rows());
   if (estimate.offloaded_resident_bytes > limit) {
     admission.decision = Admission::Decision::kNever;
     admission.reason = absl::StrCat(
@@ -325,7 +328,7 @@ Admission KvCacheManager::CanAdmit(SequenceId id, absl::Span<const SequenceId> a
   for (SequenceId other : admitted_this_step) {
     const Sequence* s = Find(other);
     if (s != nullptr && s->uses_cache() && !s->allocated) {
-      planned += EstimateBytes(s->max_cache_tokens()).total_bytes;
+      planned += EstimateBytes(s->max_cache_tokens(), s->rows()).total_bytes;
     }
   }
   // Snapshots nobody uses can be dropped, and idle sessions' caches moved to the host, to make
@@ -413,7 +416,8 @@ absl::StatusOr<Allocation> KvCacheManager::Allocate(SequenceId id) {
   // Room for the cache: snapshots nobody uses, then idle sessions' device bytes, give way to
   // live caches.
   if (budget_->limit() >= 0) {
-    const int64_t needed = EstimateBytes(seq->max_cache_tokens()).offloaded_resident_bytes;
+    const int64_t needed =
+        EstimateBytes(seq->max_cache_tokens(), seq->rows()).offloaded_resident_bytes;
     if (budget_->available() < needed) ReclaimSnapshots(needed - budget_->available());
     if (budget_->available() < needed) OffloadIdleSessions(needed - budget_->available());
   }
@@ -539,7 +543,7 @@ OutOfMemoryAction KvCacheManager::OnOutOfMemory(absl::Span<const SequenceId> ids
   for (auto& [id, seq] : sequences_) {
     if (seq->cache == nullptr || seq->cache->fully_offloaded()) continue;
     const int64_t bytes = std::max(seq->cache->Memory().device_bytes,
-                                   EstimateBytes(seq->max_cache_tokens()).total_bytes);
+                                   EstimateBytes(seq->max_cache_tokens(), seq->rows()).total_bytes);
     // Ties go to the oldest sequence (lowest id), whatever the map's order.
     if (bytes > largest_bytes || (bytes == largest_bytes && id < largest_id)) {
       largest = seq.get();
@@ -598,6 +602,45 @@ void KvCacheManager::OnPrefilled(SequenceId id) {
       Snapshot::Capture(*seq->cache, r.prompt, shape_.fingerprint);
   if (snapshot.ok()) store_->PutAutomatic(*std::move(snapshot));
   SyncSnapshotBytes();
+}
+
+absl::Status KvCacheManager::ExpandRows(SequenceId id, int64_t repeats) {
+  Sequence* seq = Find(id);
+  if (seq == nullptr || seq->cache == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", id, " has no cache to expand"));
+  }
+  if (repeats < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("repeats must be >= 1, got ", repeats));
+  }
+  KvCache& cache = *seq->cache;
+  if (budget_->limit() >= 0 && !cache.fully_offloaded()) {
+    const int64_t growth = cache.Memory().device_bytes * (repeats - 1);
+    if (budget_->available() < growth) ReclaimSnapshots(growth - budget_->available());
+    if (budget_->available() < growth) OffloadIdleSessions(growth - budget_->available());
+    if (budget_->available() < growth) {
+      // As a step that runs out of memory: the request continues on the host.
+      cache.ConvertToOffloaded();
+      seq->offload_fallback = true;
+      ++num_offload_fallbacks_;
+    }
+  }
+  return cache.RepeatInterleave(repeats);
+}
+
+absl::Status KvCacheManager::SelectRows(SequenceId id, absl::Span<const int64_t> parents) {
+  Sequence* seq = Find(id);
+  if (seq == nullptr || seq->cache == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", id, " has no cache rows"));
+  }
+  std::vector<int64_t> indices(parents.begin(), parents.end());
+  const at::Tensor index =
+      at::from_blob(indices.data(), {static_cast<int64_t>(indices.size())}, at::kLong).clone();
+  KvCache& cache = *seq->cache;
+  // The same rows in another order (beams) keep the batch size; fewer rows (finished samples)
+  // select.
+  const bool same_size = static_cast<int64_t>(indices.size()) == cache.BatchSize();
+  KVSERVE_DCHECK(cache.BatchSize() > 0) << "sequence " << id << " has no rows to select";
+  return same_size ? cache.Reorder(index) : cache.SelectIndices(index);
 }
 
 absl::StatusOr<PrefixInfo> KvCacheManager::CompleteRegistration(SequenceId id) {

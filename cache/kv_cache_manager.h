@@ -114,6 +114,9 @@ struct SequenceRequest {
   std::vector<int32_t> prompt;
   // Tokens it may generate, >= 1 (a registration: 1, never sampled).
   int64_t max_new_tokens = 1;
+  // Batch rows its cache holds after the prompt (beams or samples of one request, made by
+  // ExpandRows from the prompt's one row), >= 1.
+  int64_t rows = 1;
   // Its cache (kNone: it keeps none). For a registration, the strategy it is registered for.
   CacheSpec cache;
   // The named prefix the sequence starts with (held so that a deletion while it waits
@@ -282,6 +285,19 @@ class KvCacheManager {
   // at least auto_prefix_min_tokens tokens). Sequences waiting on it may then be admitted.
   void OnPrefilled(SequenceId id);
 
+  // Batch rows (beams, samples) of one sequence, on the engine thread between steps.
+  //
+  // Repeats every row of the sequence's cache `repeats` times, adjacent (its prompt, computed
+  // once, becomes each beam's). When the copies do not fit the device budget, unused
+  // snapshots are dropped and idle sessions offloaded first; then the cache moves to its
+  // offloaded form and is repeated on the host (reported as an offload fallback), as a step
+  // that runs out of memory would. InvalidArgument for repeats < 1 or a sequence without a
+  // cache.
+  absl::Status ExpandRows(SequenceId id, int64_t repeats);
+  // Row i of the sequence's cache becomes its row parents[i] (beam search's reorder; the
+  // number of rows may shrink, as SelectIndices). InvalidArgument for an index out of range.
+  absl::Status SelectRows(SequenceId id, absl::Span<const int64_t> parents);
+
   // A registration's prompt is prefilled: stores its snapshot under its name. Returns the
   // store's answer (see PrefixStore::PutNamed). The sequence must still be released.
   absl::StatusOr<PrefixInfo> CompleteRegistration(SequenceId id);
@@ -341,7 +357,7 @@ class KvCacheManager {
     int64_t total_bytes = 0;
     int64_t offloaded_resident_bytes = 0;
   };
-  Estimate EstimateBytes(int64_t tokens) const;
+  Estimate EstimateBytes(int64_t tokens, int64_t rows = 1) const;
 
  private:
   struct Sequence;

@@ -87,6 +87,22 @@ absl::StatusOr<GenerationConfig> GenerationConfig::Parse(std::string_view json_t
   }
   if (c.top_k && *c.top_k < 0) return Error("top_k", "must be >= 0");
   if (c.max_new_tokens && *c.max_new_tokens < 1) return Error("max_new_tokens", "must be >= 1");
+  std::optional<int64_t> num_beams;
+  if (absl::Status s = ReadInt(json, "num_beams", &num_beams); !s.ok()) return s;
+  if (num_beams) {
+    if (*num_beams < 1 || *num_beams > 1024) return Error("num_beams", "must be in [1, 1024]");
+    c.num_beams = static_cast<int>(*num_beams);
+  }
+  if (absl::Status s = ReadNumber(json, "length_penalty", &c.length_penalty); !s.ok()) return s;
+  if (const Json* v = Find(json, "early_stopping")) {
+    if (v->is_boolean()) {
+      c.early_stopping = v->get<bool>() ? EarlyStopping::kTrue : EarlyStopping::kFalse;
+    } else if (v->is_string() && v->get<std::string>() == "never") {
+      c.early_stopping = EarlyStopping::kNever;
+    } else {
+      return Error("early_stopping", "must be true, false or \"never\"");
+    }
+  }
   if (const Json* v = Find(json, "eos_token_id")) {
     if (v->is_array()) {
       if (v->empty()) return Error("eos_token_id", "must not be an empty list");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/beam_search.h"
 
 namespace kvserve::model {
 
@@ -15,12 +16,15 @@ namespace kvserve::model {
 // accepted and ignored. Every field is optional: unset means the library's default.
 struct GenerationConfig {
   std::optional<bool> do_sample;
-  std::optional<double> temperature;         // >= 0 (0: greedy)
-  std::optional<int64_t> top_k;              // >= 0
-  std::optional<double> top_p;               // (0, 1]
-  std::optional<double> min_p;               // [0, 1]
-  std::optional<double> repetition_penalty;  // > 0
-  std::optional<int64_t> max_new_tokens;     // >= 1
+  std::optional<double> temperature;            // >= 0 (0: greedy)
+  std::optional<int64_t> top_k;                 // >= 0
+  std::optional<double> top_p;                  // (0, 1]
+  std::optional<double> min_p;                  // [0, 1]
+  std::optional<double> repetition_penalty;     // > 0
+  std::optional<int64_t> max_new_tokens;        // >= 1
+  std::optional<int> num_beams;                 // >= 1
+  std::optional<double> length_penalty;         // finite
+  std::optional<EarlyStopping> early_stopping;  // true, false or "never"
   // eos_token_id as an int or a list; empty when unset. When set it replaces config.json's.
   std::vector<int32_t> eos_token_ids;
 

@@ -26,6 +26,11 @@ struct SequenceInput {
   cache::KvCache* cache = nullptr;
   // Logits for every new position instead of only the last one.
   bool all_logits = false;
+  // Batch rows of the sequence (beams or samples of one request): token_ids holds `rows`
+  // runs of equally many tokens, row after row, every row at the same positions, and the
+  // cache holds `rows` batch rows. The logits are then [rows, vocab] (all_logits: [rows, n,
+  // vocab]).
+  int64_t rows = 1;
 };
 
 struct Batch {
@@ -33,7 +38,8 @@ struct Batch {
 };
 
 struct ForwardOutput {
-  // Per sequence, float32 on the host: [vocab] (last position) or [new_tokens, vocab].
+  // Per sequence, float32 on the host: [vocab] (last position) or [new_tokens, vocab]; with
+  // rows > 1, [rows, vocab] or [rows, new_tokens, vocab].
   std::vector<at::Tensor> logits;
 };
 

@@ -283,12 +283,23 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
   std::vector<int64_t> positions;
   std::vector<int64_t> offsets(num_seqs + 1, 0);
   std::vector<int64_t> starts(num_seqs, 0);
+  std::vector<int64_t> row_tokens(num_seqs, 0);  // new tokens per batch row
   int64_t longest = 0;
   for (size_t s = 0; s < num_seqs; ++s) {
     const SequenceInput& seq = batch.sequences[s];
     if (seq.token_ids.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " has no tokens to run"));
     }
+    const int64_t num_ids = static_cast<int64_t>(seq.token_ids.size());
+    if (seq.rows < 1 || num_ids % seq.rows != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s, " has ", num_ids, " tokens, not a multiple of its ", seq.rows, " rows"));
+    }
+    if (seq.rows > 1 && seq.cache == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, " has ", seq.rows, " rows but no cache to hold them"));
+    }
+    row_tokens[s] = num_ids / seq.rows;
     if (seq.cache != nullptr && seq.cache->num_layers() != c.num_hidden_layers) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", s, "'s cache has ",
                                                      seq.cache->num_layers(), " layers, the model ",
@@ -302,7 +313,7 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
             absl::StrCat("token id ", id, " is outside the vocabulary [0, ", c.vocab_size, ")"));
       }
       ids.push_back(id);
-      positions.push_back(starts[s] + static_cast<int64_t>(t));
+      positions.push_back(starts[s] + static_cast<int64_t>(t) % row_tokens[s]);
     }
     offsets[s + 1] = static_cast<int64_t>(ids.size());
     longest = std::max(longest, positions.back() + 1);
@@ -347,10 +358,13 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
     at::Tensor attn;  // [total, heads * head_dim]
     for (size_t s = 0; s < num_seqs; ++s) {
       const int64_t begin = offsets[s];
-      const int64_t n = offsets[s + 1] - begin;
-      // [n, kv_heads, d] -> [1, kv_heads, n, d], the cache's layout.
-      const at::Tensor ks = k.narrow(0, begin, n).permute({1, 0, 2}).unsqueeze(0);
-      const at::Tensor vs = v.narrow(0, begin, n).permute({1, 0, 2}).unsqueeze(0);
+      const int64_t rows = batch.sequences[s].rows;
+      const int64_t n = row_tokens[s];
+      // [rows * n, kv_heads, d] -> [rows, kv_heads, n, d], the cache's layout.
+      const at::Tensor ks =
+          k.narrow(0, begin, rows * n).view({rows, n, kv_heads, head_dim}).permute({0, 2, 1, 3});
+      const at::Tensor vs =
+          v.narrow(0, begin, rows * n).view({rows, n, kv_heads, head_dim}).permute({0, 2, 1, 3});
       cache::LayerView view{ks, vs, 0, n};
       if (cache::KvCache* kv = batch.sequences[s].cache; kv != nullptr) {
         absl::StatusOr<cache::LayerView> updated = kv->Update(static_cast<int>(li), ks, vs);
@@ -361,17 +375,26 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
         }
         view = *std::move(updated);
       }
-      // A few queries (decode) take the fused loop; a prefill's many take batched GEMMs.
-      at::Tensor out;
-      const at::Tensor queries = q.narrow(0, begin, n);
-      if (n > kMultiRowGemvMaxRows || !FusedAttend(queries, view, starts[s], spec, scale, &out)) {
-        out = Attend(queries, view, starts[s], spec, scale, &masks[s]);
-      }
-      if (num_seqs == 1) {
-        attn = std::move(out);
-      } else {
-        if (!attn.defined()) attn = at::empty({total, heads * head_dim}, x.options());
-        attn.narrow(0, begin, n).copy_(out);
+      // Each row attends to its own row of the cache, at the same positions.
+      for (int64_t r = 0; r < rows; ++r) {
+        cache::LayerView row_view = view;
+        if (rows > 1) {
+          row_view.keys = view.keys.narrow(0, r, 1);
+          row_view.values = view.values.narrow(0, r, 1);
+        }
+        // A few queries (decode) take the fused loop; a prefill's many take batched GEMMs.
+        at::Tensor out;
+        const at::Tensor queries = q.narrow(0, begin + r * n, n);
+        if (n > kMultiRowGemvMaxRows ||
+            !FusedAttend(queries, row_view, starts[s], spec, scale, &out)) {
+          out = Attend(queries, row_view, starts[s], spec, scale, &masks[s]);
+        }
+        if (num_seqs == 1 && rows == 1) {
+          attn = std::move(out);
+        } else {
+          if (!attn.defined()) attn = at::empty({total, heads * head_dim}, x.options());
+          attn.narrow(0, begin + r * n, n).copy_(out);
+        }
       }
     }
     x.add_(Linear(attn, l.o_weight, l.o_bias, &widen_scratch_));
@@ -390,7 +413,9 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
     if (batch.sequences[s].all_logits) {
       for (int64_t r = offsets[s]; r < offsets[s + 1]; ++r) rows.push_back(r);
     } else {
-      rows.push_back(offsets[s + 1] - 1);
+      for (int64_t r = 1; r <= batch.sequences[s].rows; ++r) {
+        rows.push_back(offsets[s] + r * row_tokens[s] - 1);
+      }
     }
   }
   at::Tensor selected;
@@ -410,13 +435,19 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
   output.logits.reserve(num_seqs);
   int64_t row = 0;
   for (size_t s = 0; s < num_seqs; ++s) {
+    const int64_t seq_rows = batch.sequences[s].rows;
     if (batch.sequences[s].all_logits) {
       const int64_t n = offsets[s + 1] - offsets[s];
-      output.logits.push_back(logits.narrow(0, row, n));
+      at::Tensor all = logits.narrow(0, row, n);
+      output.logits.push_back(seq_rows == 1 ? all
+                                            : all.view({seq_rows, row_tokens[s], all.size(-1)}));
       row += n;
-    } else {
+    } else if (seq_rows == 1) {
       output.logits.push_back(logits.select(0, row));
       ++row;
+    } else {
+      output.logits.push_back(logits.narrow(0, row, seq_rows));
+      row += seq_rows;
     }
   }
   return output;

@@ -49,6 +49,17 @@ std::string OutcomeLabel(const absl::Status& status) {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
+// The batch rows a request decodes in: its beams, or its samples.
+int64_t RowsOf(const GenerationRequest& r) {
+  return std::max<int64_t>(r.num_beams, r.num_return_sequences);
+}
+
+// A float32 CPU row of logits as a span (made contiguous first when it is not).
+absl::Span<const float> FloatRow(const at::Tensor& logits, at::Tensor* holder) {
+  *holder = logits.to(at::kFloat).contiguous();
+  return {holder->data_ptr<float>(), static_cast<size_t>(holder->numel())};
+}
+
 cache::KvModelShape ShapeOf(const model::ModelInfo& info, const std::string& fingerprint) {
   return {.layers = info.layer_specs,
           .num_kv_heads = info.num_kv_heads,
@@ -109,14 +120,32 @@ struct Engine::Live {
   std::unique_ptr<model::Sampler> sampler;
   std::unique_ptr<model::IncrementalDetokenizer> detokenizer;  // null without a tokenizer
   StopStringMatcher stop;
-  std::vector<int32_t> tokens;  // prompt, then every generated token
-  int64_t num_generated = 0;
+  std::vector<int32_t> tokens;  // prompt, then every generated token (one-sequence requests)
+  int64_t num_generated = 0;    // steps that sampled
+  // Requests with several rows (beams or samples): the cache holds `rows` batch rows once
+  // the prompt is done, row i running row_tokens[i] next.
+  struct Sample {  // one returned sequence drawn independently
+    std::unique_ptr<model::Sampler> sampler;
+    std::unique_ptr<model::IncrementalDetokenizer> detokenizer;  // null without a tokenizer
+    StopStringMatcher stop;
+    std::vector<int32_t> context;  // prompt + its tokens (the repetition penalty's)
+    int64_t num_generated = 0;
+    std::optional<FinishReason> finish;
+  };
+  std::vector<Sample> samples;               // num_return_sequences > 1 with sampling
+  std::vector<int> row_sample;               // per cache row: its sample
+  std::unique_ptr<model::BeamSearch> beams;  // num_beams > 1
+  std::vector<int32_t> row_tokens;
+  int64_t rows = 1;
+  int64_t completion_tokens = 0;  // several sequences: tokens over those returned
+  std::vector<float> log_probs;   // scratch for log-probabilities
   bool admitted = false;
   absl::Time admitted_at;
   absl::Time first_token_at;
   absl::Time last_token_at;
 
   bool is_registration() const { return sink == nullptr; }
+  bool multi_row() const { return beams != nullptr || !samples.empty(); }
 };
 
 struct Engine::ForwardResult {
@@ -170,7 +199,8 @@ absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request,
   const int64_t limit = options_.kv.budget.device_limit_bytes;
   if (limit >= 0 && request.cache_spec.use_cache()) {
     const cache::KvCacheManager::Estimate estimate = kv_->EstimateBytes(
-        static_cast<int64_t>(request.prompt_ids.size()) + request.max_new_tokens - 1);
+        static_cast<int64_t>(request.prompt_ids.size()) + request.max_new_tokens - 1,
+        RowsOf(request));
     if (estimate.offloaded_resident_bytes > limit) {
       metrics_->CountRequest("resource_exhausted");
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -435,6 +465,7 @@ void Engine::AddRequest(Incoming in) {
   cache::SequenceRequest sequence;
   sequence.prompt = r.prompt_ids;
   sequence.max_new_tokens = r.max_new_tokens;
+  sequence.rows = RowsOf(r);
   sequence.cache = r.cache_spec;
   sequence.named_prefix = r.prefix_snapshot;
   sequence.named_prefix_name = r.prefix;
@@ -455,7 +486,8 @@ void Engine::AddRequest(Incoming in) {
     }
     const int64_t num_prompt = static_cast<int64_t>(added_live.request.prompt_ids.size());
     added = scheduler_->Add(id, num_prompt, max_new, /*num_cached_tokens=*/0,
-                            kv_->prefill_whole(id) ? PrefillMode::kWhole : PrefillMode::kChunked);
+                            kv_->prefill_whole(id) ? PrefillMode::kWhole : PrefillMode::kChunked,
+                            RowsOf(added_live.request));
   }
   if (!added.ok()) Fail(id, added);
 }
@@ -503,10 +535,15 @@ void Engine::CancelAllLive() {
       Fail(id, absl::UnavailableError("the server is shutting down"));
       continue;
     }
+    if (live.multi_row()) {
+      EndRows(live, FinishReason::kCancelled);
+      Finish(id, FinishReason::kCancelled);
+      continue;
+    }
     std::string text;
     if (live.detokenizer) text = live.stop.Feed(live.detokenizer->Finish());
     text += live.stop.Flush();
-    if (!text.empty()) live.sink->OnOutput(text, {});
+    if (!text.empty()) live.sink->OnOutput({.text = text});
     Finish(id, FinishReason::kCancelled);
   }
 }
@@ -536,6 +573,47 @@ bool Engine::Allocate(RequestId id, Live& live, absl::Time now) {
     Fail(id, absl::InvalidArgumentError(absl::StrCat("sampling: ", sampling.message())));
     return false;
   }
+  const GenerationRequest& r = live.request;
+  if (r.num_beams > 1) {
+    model::BeamSearchOptions options{.num_beams = r.num_beams,
+                                     .num_return_sequences = r.num_return_sequences,
+                                     .early_stopping = r.early_stopping,
+                                     .length_penalty = r.length_penalty,
+                                     .max_new_tokens = r.max_new_tokens,
+                                     .end_token_ids = r.stop_token_ids,
+                                     .repetition_penalty = r.sampling.repetition_penalty,
+                                     .top_logprobs = r.top_logprobs};
+    if (!r.ignore_eos) {
+      for (int32_t eos : model_->info().eos_token_ids) {
+        if (std::find(options.end_token_ids.begin(), options.end_token_ids.end(), eos) ==
+            options.end_token_ids.end()) {
+          options.end_token_ids.push_back(eos);
+        }
+      }
+    }
+    if (absl::Status valid = options.Validate(); !valid.ok()) {
+      Fail(id, absl::InvalidArgumentError(absl::StrCat("sampling: ", valid.message())));
+      return false;
+    }
+    live.beams = std::make_unique<model::BeamSearch>(std::move(options), r.prompt_ids);
+    return true;
+  }
+  if (r.num_return_sequences > 1) {
+    live.samples.resize(r.num_return_sequences);
+    for (int i = 0; i < r.num_return_sequences; ++i) {
+      Live::Sample& sample = live.samples[i];
+      model::SamplingParams params = r.sampling;
+      params.seed = r.sampling.seed + static_cast<uint64_t>(i);
+      sample.sampler = std::make_unique<model::Sampler>(params);
+      sample.stop = StopStringMatcher(r.stop_strings);
+      sample.context = r.prompt_ids;
+      if (tokenizer_ != nullptr) {
+        sample.detokenizer = std::make_unique<model::IncrementalDetokenizer>(
+            tokenizer_, /*skip_special_tokens=*/true);
+      }
+    }
+    return true;
+  }
   live.sampler = std::make_unique<model::Sampler>(live.request.sampling);
   if (tokenizer_ != nullptr) {
     live.detokenizer =
@@ -563,6 +641,15 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
         // Without a cache a sequence is recomputed whole whenever it samples.
         if (!s.samples) continue;
         input.token_ids = live.tokens;
+      } else if (live.multi_row() && !s.is_prefill && live.num_generated > 0) {
+        // One token per row: beams or samples of one request, in one cache.
+        KVSERVE_DCHECK(static_cast<int64_t>(live.row_tokens.size()) == live.rows &&
+                       s.rows == live.rows)
+            << "request " << s.id << ": " << live.rows << " rows, scheduled " << s.rows;
+        input.token_ids = live.row_tokens;
+        input.rows = live.rows;
+        input.cache = cache;
+        with_cache.push_back(s.id);
       } else {
         input.token_ids =
             absl::Span<const int32_t>(live.tokens).subspan(s.start_position, s.num_tokens);
@@ -681,10 +768,23 @@ bool Engine::Step() {
       results.push_back({s.id, true});
       continue;
     }
+    const at::Tensor& logits = forward.output->logits[forward.batch_index[i]];
+    if (live.multi_row()) {
+      // Its prompt is kept before its one row becomes several.
+      if (s.is_prefill) kv_->OnPrefilled(s.id);
+      absl::StatusOr<std::optional<FinishReason>> reason = StepRows(s.id, live, logits, now);
+      if (!reason.ok()) {
+        Fail(s.id, reason.status());
+        results.push_back({s.id, true});
+        continue;
+      }
+      if (*reason) finished.emplace_back(s.id, **reason);
+      results.push_back({s.id, reason->has_value()});
+      continue;
+    }
     if (s.is_prefill) prefilled.push_back(s.id);
-    const int32_t token =
-        live.sampler->Sample(forward.output->logits[forward.batch_index[i]], live.tokens);
-    std::optional<FinishReason> reason = AcceptToken(live, token, now);
+    const int32_t token = live.sampler->Sample(logits, live.tokens);
+    std::optional<FinishReason> reason = AcceptToken(live, token, now, logits);
     if (reason) finished.emplace_back(s.id, *reason);
     results.push_back({s.id, reason.has_value()});
   }
@@ -709,8 +809,7 @@ void Engine::RecoverFromFailedUpdate(const StepPlan& plan, const absl::Status& s
   KVSERVE_CHECK(closed.ok()) << "scheduler: cannot close a failed plan: " << closed.message();
 }
 
-std::optional<FinishReason> Engine::AcceptToken(Live& live, int32_t token, absl::Time now) {
-  live.tokens.push_back(token);
+void Engine::NoteStep(Live& live, int64_t tokens, absl::Time now) {
   ++live.num_generated;
   if (live.num_generated == 1) {
     live.first_token_at = now;
@@ -719,31 +818,190 @@ std::optional<FinishReason> Engine::AcceptToken(Live& live, int32_t token, absl:
     metrics_->ObserveInterTokenLatency(absl::ToDoubleSeconds(now - live.last_token_at));
   }
   live.last_token_at = now;
-  metrics_->AddGeneratedTokens(1);
+  metrics_->AddGeneratedTokens(tokens);
+}
 
-  std::string text = live.stop.Feed(live.detokenizer ? live.detokenizer->Add(token) : "");
-  const GenerationRequest& r = live.request;
+std::optional<FinishReason> Engine::EndAfter(const GenerationRequest& r, int32_t token,
+                                             int64_t num_generated, bool stop_matched) const {
   const std::vector<int32_t>& eos = model_->info().eos_token_ids;
-  std::optional<FinishReason> reason;
-  if (live.stop.matched()) {
-    reason = FinishReason::kStop;
-  } else if (!r.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
-    reason = FinishReason::kEos;
-  } else if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
-             r.stop_token_ids.end()) {
-    reason = FinishReason::kStop;
-  } else if (live.num_generated >= r.max_new_tokens) {
-    reason = FinishReason::kLength;
+  if (stop_matched) return FinishReason::kStop;
+  if (!r.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+    return FinishReason::kEos;
   }
-  if (reason && !live.stop.matched()) {
+  if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
+      r.stop_token_ids.end()) {
+    return FinishReason::kStop;
+  }
+  if (num_generated >= r.max_new_tokens) return FinishReason::kLength;
+  return std::nullopt;
+}
+
+std::string Engine::TextOf(model::IncrementalDetokenizer* detokenizer, StopStringMatcher& stop,
+                           int32_t token, std::optional<FinishReason>* reason) const {
+  std::string text = stop.Feed(detokenizer != nullptr ? detokenizer->Add(token) : "");
+  if (stop.matched()) {
+    *reason = FinishReason::kStop;
+    return text;
+  }
+  if (*reason) {
     // The end of the stream: release what the detokenizer and the stop matcher held back.
-    if (live.detokenizer) text += live.stop.Feed(live.detokenizer->Finish());
-    if (live.stop.matched()) reason = FinishReason::kStop;
-    text += live.stop.Flush();
+    if (detokenizer != nullptr) text += stop.Feed(detokenizer->Finish());
+    if (stop.matched()) *reason = FinishReason::kStop;
+    text += stop.Flush();
+  }
+  return text;
+}
+
+std::vector<model::PositionLogprobs> Engine::LogprobsOf(Live& live, absl::Span<const float> row,
+                                                        int32_t token) const {
+  std::vector<model::PositionLogprobs> out;
+  if (live.request.top_logprobs < 0) return out;
+  model::LogSoftmax(row, &live.log_probs);
+  out.push_back(model::LogprobsAt(live.log_probs, token, live.request.top_logprobs));
+  return out;
+}
+
+std::optional<FinishReason> Engine::AcceptToken(Live& live, int32_t token, absl::Time now,
+                                                const at::Tensor& logits) {
+  live.tokens.push_back(token);
+  NoteStep(live, 1, now);
+  const GenerationRequest& r = live.request;
+  std::optional<FinishReason> reason =
+      EndAfter(r, token, live.num_generated, /*stop_matched=*/false);
+  std::string text = TextOf(live.detokenizer.get(), live.stop, token, &reason);
+  std::vector<model::PositionLogprobs> logprobs;
+  if (r.top_logprobs >= 0) {
+    at::Tensor holder;
+    logprobs = LogprobsOf(live, FloatRow(logits, &holder), token);
   }
   const int32_t ids[1] = {token};
-  live.sink->OnOutput(text, ids);
+  live.sink->OnOutput({.text = text, .token_ids = ids, .logprobs = logprobs});
   return reason;
+}
+
+absl::StatusOr<std::optional<FinishReason>> Engine::StepRows(RequestId id, Live& live,
+                                                             const at::Tensor& logits,
+                                                             absl::Time now) {
+  const int64_t vocab = model_->info().vocab_size;
+  at::Tensor holder;
+  const absl::Span<const float> all = FloatRow(logits, &holder);
+  const int64_t rows = static_cast<int64_t>(all.size()) / vocab;
+  if (rows != live.rows || rows * vocab != static_cast<int64_t>(all.size())) {
+    return absl::InternalError(absl::StrCat("the step returned ", all.size(), " logits for ",
+                                            live.rows, " rows of ", vocab));
+  }
+  const bool first = live.num_generated == 0;
+  if (live.beams != nullptr) {
+    model::BeamSearch::Step step;
+    if (absl::Status s = live.beams->Advance(all, vocab, &step); !s.ok()) {
+      return absl::InternalError(absl::StrCat("beam search: ", s.message()));
+    }
+    NoteStep(live, rows, now);
+    if (step.done) {
+      return EndRows(live, FinishReason::kLength);
+    }
+    // The first step's beams all continue the prompt: its row, repeated.
+    absl::Status moved =
+        first ? kv_->ExpandRows(id, live.request.num_beams) : kv_->SelectRows(id, step.parents);
+    if (!moved.ok()) return absl::InternalError(absl::StrCat("beam rows: ", moved.message()));
+    live.rows = live.request.num_beams;
+    live.row_tokens = std::move(step.tokens);
+    return std::optional<FinishReason>();
+  }
+
+  // Independent samples: the first step draws every sample from the prompt's one row.
+  const int64_t drawn = first ? static_cast<int64_t>(live.samples.size()) : rows;
+  if (first) {
+    live.row_sample.resize(live.samples.size());
+    for (size_t i = 0; i < live.samples.size(); ++i) live.row_sample[i] = static_cast<int>(i);
+  }
+  NoteStep(live, drawn, now);
+  std::vector<int64_t> keep;  // rows (after the first step's expansion) still running
+  for (int64_t r = 0; r < drawn; ++r) {
+    const absl::Span<const float> row = first ? all : all.subspan(r * vocab, vocab);
+    const int index = live.row_sample[r];
+    Live::Sample& sample = live.samples[index];
+    const int32_t token = sample.sampler->Sample(row, sample.context);
+    sample.context.push_back(token);
+    ++sample.num_generated;
+    ++live.completion_tokens;
+    std::optional<FinishReason> reason =
+        EndAfter(live.request, token, sample.num_generated, /*stop_matched=*/false);
+    std::string text = TextOf(sample.detokenizer.get(), sample.stop, token, &reason);
+    const std::vector<model::PositionLogprobs> logprobs = LogprobsOf(live, row, token);
+    sample.finish = reason;
+    const int32_t ids[1] = {token};
+    live.sink->OnOutput(
+        {.index = index, .text = text, .token_ids = ids, .logprobs = logprobs, .finish = reason});
+    if (!reason) keep.push_back(r);
+  }
+  if (keep.empty()) return live.samples.front().finish;
+  if (first) {
+    if (absl::Status s = kv_->ExpandRows(id, drawn); !s.ok()) {
+      return absl::InternalError(absl::StrCat("sample rows: ", s.message()));
+    }
+    live.rows = drawn;
+  }
+  if (static_cast<int64_t>(keep.size()) < live.rows) {
+    // Finished samples leave the batch.
+    if (absl::Status s = kv_->SelectRows(id, keep); !s.ok()) {
+      return absl::InternalError(absl::StrCat("sample rows: ", s.message()));
+    }
+    std::vector<int> row_sample;
+    for (int64_t r : keep) row_sample.push_back(live.row_sample[r]);
+    live.row_sample = std::move(row_sample);
+    live.rows = static_cast<int64_t>(keep.size());
+    if (absl::Status s = scheduler_->SetRows(id, live.rows); !s.ok()) {
+      return absl::InternalError(absl::StrCat("sample rows: ", s.message()));
+    }
+  }
+  live.row_tokens.clear();
+  for (int index : live.row_sample) live.row_tokens.push_back(live.samples[index].context.back());
+  return std::optional<FinishReason>();
+}
+
+std::optional<FinishReason> Engine::EndRows(Live& live, FinishReason cut) {
+  if (live.beams != nullptr) {
+    // The best hypotheses, each sent whole with its score.
+    std::vector<model::BeamHypothesis> best = live.beams->Finalize();
+    const std::vector<int32_t>& eos = model_->info().eos_token_ids;
+    std::optional<FinishReason> first;
+    for (size_t j = 0; j < best.size(); ++j) {
+      const model::BeamHypothesis& h = best[j];
+      FinishReason reason = cut;
+      if (h.ended) {
+        const bool is_eos = !live.request.ignore_eos && !h.tokens.empty() &&
+                            std::find(eos.begin(), eos.end(), h.tokens.back()) != eos.end();
+        reason = is_eos ? FinishReason::kEos : FinishReason::kStop;
+      }
+      std::string text;
+      if (tokenizer_ != nullptr) {
+        model::IncrementalDetokenizer detokenizer(tokenizer_, /*skip_special_tokens=*/true);
+        for (int32_t token : h.tokens) text += detokenizer.Add(token);
+        text += detokenizer.Finish();
+      }
+      live.completion_tokens += static_cast<int64_t>(h.tokens.size());
+      live.sink->OnOutput({.index = static_cast<int>(j),
+                           .text = text,
+                           .token_ids = h.tokens,
+                           .logprobs = h.logprobs,
+                           .finish = reason,
+                           .score = h.score});
+      if (!first) first = reason;
+    }
+    return first.value_or(cut);
+  }
+  // Samples still running end here with what they have.
+  for (size_t i = 0; i < live.samples.size(); ++i) {
+    Live::Sample& sample = live.samples[i];
+    if (sample.finish) continue;
+    std::string text;
+    if (sample.detokenizer) text = sample.stop.Feed(sample.detokenizer->Finish());
+    text += sample.stop.Flush();
+    sample.finish = cut;
+    live.sink->OnOutput({.index = static_cast<int>(i), .text = text, .finish = cut});
+  }
+  return live.samples.empty() ? cut : *live.samples.front().finish;
 }
 
 void Engine::Finish(RequestId id, FinishReason reason) {
@@ -752,7 +1010,8 @@ void Engine::Finish(RequestId id, FinishReason reason) {
   summary.finish_reason = reason;
   summary.prompt_tokens = static_cast<int64_t>(live.request.prompt_ids.size());
   summary.cached_tokens = live.num_cached_tokens;
-  summary.completion_tokens = live.num_generated;
+  summary.completion_tokens = live.multi_row() ? live.completion_tokens : live.num_generated;
+  summary.num_sequences = live.request.num_return_sequences;
   const absl::Time arrival = live.request.arrival_time;
   summary.queue_ms = live.admitted ? Ms(live.admitted_at - arrival) : 0;
   if (live.num_generated > 0) {

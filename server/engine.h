@@ -23,8 +23,14 @@
 #include "cache/kv_cache_manager.h"
 #include "server/generation_request.h"
 #include "server/scheduler.h"
+#include "server/stop_string_matcher.h"
+
+namespace at {
+class Tensor;
+}  // namespace at
 
 namespace kvserve::model {
+class IncrementalDetokenizer;
 class Model;
 class Tokenizer;
 }  // namespace kvserve::model
@@ -41,9 +47,10 @@ class ServerMetrics;
 class RequestSink {
  public:
   virtual ~RequestSink() = default;
-  // Text that became final (UTF-8-complete, never part of a stop string) and the token ids
-  // generated since the previous call; either may be empty, not both.
-  virtual void OnOutput(std::string_view text, absl::Span<const int32_t> token_ids) = 0;
+  // A piece of one sequence: text and token ids generated since that sequence's previous
+  // call; either may be empty, not both (a multi-sequence request's last piece of a sequence
+  // may be empty, carrying only its finish reason).
+  virtual void OnOutput(const SequenceOutput& output) = 0;
   // The request ended normally (including finish reason kCancelled at shutdown).
   virtual void OnFinish(const GenerationSummary& summary) = 0;
   // The request failed: CANCELLED (client cancel), DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
@@ -195,8 +202,31 @@ class Engine {
   // index of the plan, or the forward's error.
   struct ForwardResult;
   ForwardResult RunForward(const StepPlan& plan, std::vector<bool>& ended);
-  // Appends a sampled token and reports output; returns why the request finished, if it did.
-  std::optional<FinishReason> AcceptToken(Live& live, int32_t token, absl::Time now);
+  // Appends a sampled token and reports output (with its log-probabilities from `logits`
+  // when asked); returns why the request finished, if it did.
+  std::optional<FinishReason> AcceptToken(Live& live, int32_t token, absl::Time now,
+                                          const at::Tensor& logits);
+  // A multi-row request's step (beams or samples) on its [rows, vocab] logits: picks tokens,
+  // reports output, moves the cache's rows. Why the request finished, if it did; an error
+  // when its rows could not be moved.
+  absl::StatusOr<std::optional<FinishReason>> StepRows(RequestId id, Live& live,
+                                                       const at::Tensor& logits, absl::Time now);
+  // Ends a multi-row request's sequences: beam search sends its best hypotheses (running
+  // beams ending with `cut`), samples still running end with `cut`. The request's finish
+  // reason (its first sequence's).
+  std::optional<FinishReason> EndRows(Live& live, FinishReason cut);
+  // Counts a sampling step of `tokens` tokens (TTFT, inter-token latency, generated tokens).
+  void NoteStep(Live& live, int64_t tokens, absl::Time now);
+  // Why a sequence that just generated `token` (its num_generated-th) ends, if it does.
+  std::optional<FinishReason> EndAfter(const GenerationRequest& r, int32_t token,
+                                       int64_t num_generated, bool stop_matched) const;
+  // The text `token` makes final through the detokenizer and stop matcher; at the end of
+  // the sequence (`reason` set) what they held back too. A matched stop string sets reason.
+  std::string TextOf(model::IncrementalDetokenizer* detokenizer, StopStringMatcher& stop,
+                     int32_t token, std::optional<FinishReason>* reason) const;
+  // The log-probabilities of `token` under the logits `row` when the request asks for them.
+  std::vector<model::PositionLogprobs> LogprobsOf(Live& live, absl::Span<const float> row,
+                                                  int32_t token) const;
   // Ends a request: reports to its sink, counts it, frees its cache. Scheduler state is the
   // caller's business.
   void Finish(RequestId id, FinishReason reason);

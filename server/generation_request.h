@@ -4,11 +4,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "cache/cache_spec.h"
+#include "model/beam_search.h"
 #include "model/sampler.h"
 
 namespace kvserve::cache {
@@ -35,6 +39,15 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   // Generate past end-of-sequence tokens.
   bool ignore_eos = false;
+  // Beam search when num_beams > 1 (never with do_sample; no stop strings).
+  int num_beams = 1;
+  // Sequences returned: the best beams, or independent samples (do_sample; sample i seeded
+  // with sampling.seed + i). 1 for greedy decoding.
+  int num_return_sequences = 1;
+  model::EarlyStopping early_stopping = model::EarlyStopping::kFalse;
+  double length_penalty = 1.0;
+  // Log-probabilities of the generated tokens with this many alternatives; -1: none.
+  int top_logprobs = -1;
   // The request's own cache; a static one has its max_cache_len resolved.
   cache::CacheSpec cache_spec;
   // Compute the whole prompt even when a cached prefix matches.
@@ -68,6 +81,23 @@ struct GenerationSummary {
   bool offload_fallback = false;
   std::string session;                   // the session it was a turn of; empty: none
   std::string session_recompute_reason;  // why the session's cache was not reused
+  int num_sequences = 1;                 // sequences the request returned
+};
+
+// A piece of one returned sequence (RequestSink::OnOutput).
+struct SequenceOutput {
+  // Which sequence, in [0, num_return_sequences).
+  int index = 0;
+  // Text that became final (UTF-8-complete, never part of a stop string).
+  std::string_view text;
+  // Token ids generated since the sequence's previous output.
+  absl::Span<const int32_t> token_ids;
+  // Their log-probabilities, one per token id (empty unless asked for).
+  absl::Span<const model::PositionLogprobs> logprobs;
+  // Requests with several sequences: set on each sequence's last output.
+  std::optional<FinishReason> finish;
+  // Beam search: the sequence's score (its one output comes when the search ends).
+  std::optional<double> score;
 };
 
 }  // namespace kvserve::server

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -55,6 +56,21 @@ void SetSummary(const GenerationSummary& s, Message* m) {
   m->mutable_cache_report()->set_session_recompute_reason(s.session_recompute_reason);
 }
 
+// Appends log-probabilities to a repeated PositionLogprobs field.
+void AddLogprobs(absl::Span<const model::PositionLogprobs> logprobs,
+                 google::protobuf::RepeatedPtrField<v1::PositionLogprobs>* out) {
+  for (const model::PositionLogprobs& p : logprobs) {
+    v1::PositionLogprobs* position = out->Add();
+    position->mutable_chosen()->set_token_id(p.chosen.token_id);
+    position->mutable_chosen()->set_logprob(p.chosen.logprob);
+    for (const model::TokenLogprob& t : p.top) {
+      v1::TokenLogprob* top = position->add_top();
+      top->set_token_id(t.token_id);
+      top->set_logprob(t.logprob);
+    }
+  }
+}
+
 // The client's deadline (wall-clock time), InfiniteFuture when it set none.
 absl::Time ClientDeadline(const grpc::CallbackServerContext& context) {
   const auto deadline = context.deadline();
@@ -97,9 +113,7 @@ class CallSink final : public RequestSink {
   CallSink(const CallSink&) = delete;
   CallSink& operator=(const CallSink&) = delete;
 
-  void OnOutput(std::string_view text, absl::Span<const int32_t> token_ids) override {
-    call_->OnEngineOutput(text, token_ids);
-  }
+  void OnOutput(const SequenceOutput& output) override { call_->OnEngineOutput(output); }
   void OnFinish(const GenerationSummary& summary) override { call_->OnEngineFinish(summary); }
   void OnError(const absl::Status& status) override { call_->OnEngineError(status); }
 
@@ -177,12 +191,26 @@ class UnaryGenerateCall final : public EngineCall<UnaryGenerateCall, grpc::Serve
   UnaryGenerateCall(Engine* engine, std::string request_id, grpc::ByteBuffer* raw_response)
       : EngineCall(engine, std::move(request_id)), raw_response_(raw_response) {}
 
-  void OnEngineOutput(std::string_view text, absl::Span<const int32_t> token_ids) {
-    response_.mutable_text()->append(text);
-    for (int32_t id : token_ids) response_.add_token_ids(id);
+  void OnEngineOutput(const SequenceOutput& output) {
+    while (response_.sequences_size() <= output.index) {
+      response_.add_sequences()->set_index(response_.sequences_size() - 1);
+    }
+    v1::Sequence* sequence = response_.mutable_sequences(output.index);
+    sequence->mutable_text()->append(output.text);
+    for (int32_t id : output.token_ids) sequence->add_token_ids(id);
+    AddLogprobs(output.logprobs, sequence->mutable_logprobs());
+    if (output.finish) sequence->set_finish_reason(ToProto(*output.finish));
+    if (output.score) sequence->set_score(*output.score);
   }
   void OnEngineFinish(const GenerationSummary& summary) {
     SetSummary(summary, &response_);
+    if (response_.sequences_size() == 0) response_.add_sequences();
+    // The first sequence is also the response's own text, tokens and finish reason.
+    v1::Sequence* first = response_.mutable_sequences(0);
+    if (summary.num_sequences == 1) first->set_finish_reason(ToProto(summary.finish_reason));
+    response_.set_text(first->text());
+    *response_.mutable_token_ids() = first->token_ids();
+    response_.set_finish_reason(first->finish_reason());
     Finish(ToGrpcStatus(SerializeWireMessage(response_, raw_response_)));
   }
   void OnEngineError(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
@@ -212,18 +240,38 @@ class StreamGenerateCall final
     Pump();
   }
 
-  void OnEngineOutput(std::string_view text, absl::Span<const int32_t> token_ids) {
+  void OnEngineOutput(const SequenceOutput& output) {
     {
       absl::MutexLock lock(&mu_);
-      pending_.mutable_text()->append(text);
-      for (int32_t id : token_ids) pending_.add_token_ids(id);
+      // Output of one sequence merges into its unwritten message; another sequence, or a
+      // sequence's end, starts a new one.
+      if (pending_.empty() || pending_.back().index() != output.index ||
+          pending_.back().finish_reason() != v1::FINISH_REASON_UNSPECIFIED ||
+          pending_.back().has_score()) {
+        pending_.emplace_back();
+        pending_.back().set_index(output.index);
+      }
+      v1::GenerateStreamResponse& message = pending_.back();
+      message.mutable_text()->append(output.text);
+      for (int32_t id : output.token_ids) message.add_token_ids(id);
+      AddLogprobs(output.logprobs, message.mutable_logprobs());
+      if (output.finish) message.set_finish_reason(ToProto(*output.finish));
+      if (output.score) message.set_score(*output.score);
     }
     Pump();
   }
   void OnEngineFinish(const GenerationSummary& summary) {
     {
       absl::MutexLock lock(&mu_);
-      SetSummary(summary, &pending_);
+      if (pending_.empty()) {
+        pending_.emplace_back();
+        pending_.back().set_index(last_index_);
+      }
+      v1::GenerateStreamResponse& last = pending_.back();
+      const v1::FinishReason own = last.finish_reason();
+      SetSummary(summary, &last);
+      // With several sequences the message keeps its own sequence's finish reason.
+      if (summary.num_sequences > 1) last.set_finish_reason(own);
       ended_ = true;
     }
     Pump();
@@ -249,19 +297,19 @@ class StreamGenerateCall final
     {
       absl::MutexLock lock(&mu_);
       if (finish_called_ || writing_) return;
-      const bool has_output = !pending_.text().empty() || pending_.token_ids_size() > 0;
       if (error_) {
         action = Action::kFinish;
         finish_status = *error_;
-      } else if (!write_failed_ && (has_output || (ended_ && !final_sent_))) {
-        absl::Status serialized = SerializeWireMessage(pending_, &in_flight_);
-        pending_.Clear();
+      } else if (!write_failed_ && !pending_.empty()) {
+        absl::Status serialized = SerializeWireMessage(pending_.front(), &in_flight_);
+        last_index_ = pending_.front().index();
+        pending_.pop_front();
         if (!serialized.ok()) {
           action = Action::kFinish;
           finish_status = ToGrpcStatus(serialized);
         } else {
           writing_ = true;
-          if (ended_) final_sent_ = true;
+          if (ended_ && pending_.empty()) final_sent_ = true;
           action = Action::kWrite;
         }
       } else if (ended_) {
@@ -278,8 +326,10 @@ class StreamGenerateCall final
   }
 
   absl::Mutex mu_;
-  v1::GenerateStreamResponse pending_ ABSL_GUARDED_BY(mu_);  // output not yet written
-  grpc::ByteBuffer in_flight_;                               // the write in flight
+  // Output not yet written, in order (one message per sequence run).
+  std::deque<v1::GenerateStreamResponse> pending_ ABSL_GUARDED_BY(mu_);
+  int last_index_ ABSL_GUARDED_BY(mu_) = 0;  // the sequence of the last message
+  grpc::ByteBuffer in_flight_;               // the write in flight
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;       // the engine sent its terminal event

@@ -296,6 +296,107 @@ absl::Status RequestParser::ParseSampling(const v1::SamplingParams& s,
       CheckIdsInVocab(out->stop_token_ids, model_info_.vocab_size, "sampling.stop_token_ids");
   if (!ids_ok.ok()) return ids_ok;
   out->ignore_eos = s.ignore_eos();
+  return ParseSequences(s, out);
+}
+
+absl::Status RequestParser::ParseSequences(const v1::SamplingParams& s,
+                                           GenerationRequest* out) const {
+  const model::GenerationConfig& defaults = model_info_.generation;
+  if (s.has_num_beam_groups() && s.num_beam_groups() != 1) {
+    return FieldError("sampling.num_beam_groups",
+                      Cat("diverse (group) beam search is not offered; only 1 is accepted (got ",
+                          s.num_beam_groups(), ")"));
+  }
+  const int max_sequences = limits_.max_sequences_per_request;
+  const bool sampling = out->sampling.do_sample;
+  // generation_config.json's num_beams applies where it can: not to sampling (beam sampling
+  // is not offered), stop strings or more sequences than it has beams.
+  int num_beams = std::min(defaults.num_beams.value_or(1), max_sequences);
+  if (sampling || !out->stop_strings.empty() ||
+      (s.has_num_return_sequences() && s.num_return_sequences() > num_beams)) {
+    num_beams = 1;
+  }
+  if (s.has_num_beams()) {
+    if (s.num_beams() < 1 || s.num_beams() > max_sequences) {
+      return FieldError("sampling.num_beams",
+                        Cat("must be in [1, ", max_sequences, "] (got ", s.num_beams(), ")"));
+    }
+    num_beams = s.num_beams();
+  }
+  int num_sequences = 1;
+  if (s.has_num_return_sequences()) {
+    if (s.num_return_sequences() < 1 || s.num_return_sequences() > max_sequences) {
+      return FieldError(
+          "sampling.num_return_sequences",
+          Cat("must be in [1, ", max_sequences, "] (got ", s.num_return_sequences(), ")"));
+    }
+    num_sequences = s.num_return_sequences();
+  }
+  if (num_beams > 1) {
+    if (sampling) {
+      return FieldError("sampling.do_sample",
+                        Cat("beam sampling (do_sample with num_beams ", num_beams,
+                            ") is not offered; use num_beams 1 to sample or do_sample false "
+                            "for beam search"));
+    }
+    if (!out->stop_strings.empty()) {
+      return FieldError("sampling.stop",
+                        "stop strings are not offered with beam search (num_beams > 1); "
+                        "stop_token_ids end a beam as an end-of-sequence token does");
+    }
+    if (num_sequences > num_beams) {
+      return FieldError("sampling.num_return_sequences",
+                        Cat(num_sequences, " is above num_beams (", num_beams,
+                            "): beam search returns at most its beams"));
+    }
+    // Each step keeps max(2, 1 + end tokens) * num_beams candidates.
+    const int64_t ends =
+        static_cast<int64_t>(model_info_.eos_token_ids.size() + out->stop_token_ids.size());
+    const int64_t candidates = std::max<int64_t>(2, 1 + ends) * num_beams;
+    if (candidates > model_info_.vocab_size) {
+      return FieldError("sampling.num_beams",
+                        Cat(num_beams, " beams need ", candidates,
+                            " candidates per step; the vocabulary has ", model_info_.vocab_size));
+    }
+  } else if (num_sequences > 1 && !sampling) {
+    return FieldError("sampling.num_return_sequences",
+                      Cat("greedy decoding returns one sequence (got ", num_sequences,
+                          "); set do_sample for independent samples or num_beams for beams"));
+  }
+  out->num_beams = num_beams;
+  out->num_return_sequences = num_sequences;
+  switch (s.early_stopping()) {
+    case v1::EARLY_STOPPING_TRUE:
+      out->early_stopping = model::EarlyStopping::kTrue;
+      break;
+    case v1::EARLY_STOPPING_NEVER:
+      out->early_stopping = model::EarlyStopping::kNever;
+      break;
+    case v1::EARLY_STOPPING_FALSE:
+      out->early_stopping = model::EarlyStopping::kFalse;
+      break;
+    case v1::EARLY_STOPPING_UNSPECIFIED:
+      out->early_stopping = defaults.early_stopping.value_or(model::EarlyStopping::kFalse);
+      break;
+    default:
+      return FieldError("sampling.early_stopping",
+                        Cat("unknown value ", static_cast<int>(s.early_stopping())));
+  }
+  out->length_penalty = defaults.length_penalty.value_or(1.0);
+  if (s.has_length_penalty()) {
+    if (!std::isfinite(s.length_penalty())) {
+      return FieldError("sampling.length_penalty", "must be a finite number");
+    }
+    out->length_penalty = s.length_penalty();
+  }
+  if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxTopLogprobs) {
+    return FieldError("sampling.top_logprobs",
+                      Cat("must be in [0, ", kMaxTopLogprobs, "] (got ", s.top_logprobs(), ")"));
+  }
+  if (s.top_logprobs() > 0 && !s.logprobs()) {
+    return FieldError("sampling.top_logprobs", "needs logprobs set");
+  }
+  out->top_logprobs = s.logprobs() ? s.top_logprobs() : -1;
   return absl::OkStatus();
 }
 
@@ -486,6 +587,14 @@ absl::StatusOr<GenerationRequest> RequestParser::ParseSessionTurn(
   }
   absl::Status sampling = ParseSampling(request.sampling(), &out);
   if (!sampling.ok()) return sampling;
+  if (out.num_beams > 1) {
+    return FieldError("sampling.num_beams",
+                      "a session turn continues one history; beam search is not offered on it");
+  }
+  if (out.num_return_sequences > 1) {
+    return FieldError("sampling.num_return_sequences",
+                      "a session turn continues one history; it returns one sequence");
+  }
   const int64_t context_tokens = model_info_.max_position_embeddings;
   const int64_t prompt = static_cast<int64_t>(out.prompt_ids.size());
   // An appended turn's history is the engine's to count.
@@ -540,6 +649,10 @@ absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest
   }
   absl::Status cache = ParseCache(request.cache(), &out);
   if (!cache.ok()) return cache;
+  if (!out.cache_spec.use_cache() && (out.num_beams > 1 || out.num_return_sequences > 1)) {
+    return FieldError("cache.use_cache",
+                      "beams and several sequences are rows of one cache; use_cache must be true");
+  }
   return out;
 }
 

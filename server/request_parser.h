@@ -43,7 +43,12 @@ struct RequestLimits {
   // Stop strings per request at most, and bytes per stop string at most.
   int max_stop_strings = 16;
   int64_t max_stop_string_bytes = 1024;
+  // Beams (num_beams) and returned sequences (num_return_sequences) per request at most.
+  int max_sequences_per_request = 64;
 };
+
+// The most alternatives SamplingParams.top_logprobs may ask for.
+inline constexpr int kMaxTopLogprobs = 20;
 
 // What parsing knows of the call it serves: long work (rendering a chat template) stops when
 // the deadline passes or the client cancels.
@@ -109,6 +114,8 @@ class RequestParser {
   absl::StatusOr<std::vector<int32_t>> TextIds(const std::string& text, const std::string& field,
                                                bool add_special_tokens) const;
   absl::Status ParseSampling(const v1::SamplingParams& sampling, GenerationRequest* out) const;
+  // Beams, returned sequences and log-probabilities (after the sampling fields).
+  absl::Status ParseSequences(const v1::SamplingParams& sampling, GenerationRequest* out) const;
   absl::Status ParseCache(const v1::CacheOptions& cache, GenerationRequest* out) const;
   // The named prefix's snapshot in the published catalog; null when absent.
   std::shared_ptr<const cache::Snapshot> FindPrefix(const std::string& name) const;

@@ -12,7 +12,7 @@ namespace kvserve::server {
 
 int64_t StepPlan::num_tokens() const {
   int64_t total = 0;
-  for (const ScheduledSequence& s : sequences) total += s.num_tokens;
+  for (const ScheduledSequence& s : sequences) total += s.num_tokens * s.rows;
   return total;
 }
 
@@ -39,7 +39,12 @@ Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<AdmissionP
     : options_(options), policy_(std::move(policy)) {}
 
 absl::Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max_new_tokens,
-                            int64_t num_cached_tokens, PrefillMode prefill) {
+                            int64_t num_cached_tokens, PrefillMode prefill, int64_t rows) {
+  if (rows < 1 || rows > options_.max_batch_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", id, ": its ", rows, " rows (beams or sequences) must be in [1, ",
+                     options_.max_batch_tokens, "] (--max-batch-tokens)"));
+  }
   if (num_prompt_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("request ", id, ": num_prompt_tokens must be >= 1, got ", num_prompt_tokens));
@@ -66,8 +71,22 @@ absl::Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max
   request.num_cached_tokens = num_cached_tokens;
   request.num_computed = num_cached_tokens;
   request.prefill = prefill;
+  request.rows = rows;
   requests_.emplace(id, request);
   waiting_.push_back(id);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::SetRows(RequestId id, int64_t rows) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return absl::NotFoundError(absl::StrCat("request ", id, " is not held"));
+  }
+  if (rows < 1 || rows > it->second.rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", id, ": rows must be in [1, ", it->second.rows, "], got ", rows));
+  }
+  it->second.rows = rows;
   return absl::OkStatus();
 }
 
@@ -109,17 +128,23 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
   StepPlan plan;
   int64_t budget = options_.max_batch_tokens;
 
-  // Decodes first: one token each, and max_batch_tokens >= max_batch_size means they all fit.
+  // Decodes first: one token per row each; admission keeps the rows of the running requests
+  // within max_batch_tokens, so they all fit.
+  int64_t reserved_rows = 0;
   for (RequestId id : running_) {
     const Request& r = requests_.at(id);
+    reserved_rows += r.rows;
     if (r.num_computed < r.num_prompt_tokens) continue;
+    // The prompt's step samples from one row; the rows exist from the first token on.
+    const int64_t rows = r.num_generated > 0 ? r.rows : 1;
     plan.sequences.push_back({.id = id,
                               .num_tokens = 1,
                               .start_position = r.num_computed,
                               .is_prefill = false,
                               .samples = true,
-                              .newly_admitted = false});
-    --budget;
+                              .newly_admitted = false,
+                              .rows = rows});
+    budget -= rows;
   }
   KVSERVE_DCHECK(budget >= 0) << "the running decodes exceed max_batch_tokens";
   // Schedules the next prompt chunk of `r` that fits in the remaining budget (all of the
@@ -149,6 +174,8 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
          static_cast<int>(running_.size()) < options_.max_batch_size) {
     const RequestId id = waiting_.front();
     Request& r = requests_.at(id);
+    // Its decode rows must fit beside the running ones' (alone, they always do).
+    if (!running_.empty() && reserved_rows + r.rows > options_.max_batch_tokens) break;
     const AdmissionPolicy::Answer answer = policy_->Admit({.id = id,
                                                            .num_prompt_tokens = r.num_prompt_tokens,
                                                            .num_cached_tokens = r.num_cached_tokens,
@@ -177,6 +204,7 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
     r.num_cached_tokens = num_cached;
     r.num_computed = num_cached;
     r.running = true;
+    reserved_rows += r.rows;
     running_.push_back(id);
     admitted.push_back(id);
     add_prefill_chunk(id, r, /*newly_admitted=*/true);

@@ -100,6 +100,9 @@ struct ScheduledSequence {
   // First step since admission: the engine builds the request's cache (and copies its
   // prefix snapshot) before running it.
   bool newly_admitted = false;
+  // Batch rows the tokens run in (beams or samples of one request: a decode runs one token
+  // per row); a prefill always runs one row.
+  int64_t rows = 1;
 };
 
 // What one step runs. Sequences come in this order: running decodes, running prefills, newly
@@ -111,6 +114,7 @@ struct StepPlan {
   std::vector<RequestId> rejected;
 
   bool empty() const { return sequences.empty(); }
+  // Tokens over every row.
   int64_t num_tokens() const;
 };
 
@@ -144,8 +148,19 @@ class Scheduler {
   // range (the prompt needs >= 1 token, max_new_tokens >= 1, 0 <= cached < prompt so that the last
   // prompt token is computed and gives logits), AlreadyExists for an id the scheduler holds,
   // ResourceExhausted when max_queue requests already wait. Nothing changes on failure.
+  //
+  // `rows` (>= 1, <= max_batch_tokens: InvalidArgument otherwise) is how many batch rows
+  // the request decodes in once its prompt is done (beams, samples); each costs a token of
+  // every step's budget. A request is admitted only when the rows of the running ones and
+  // its own fit in max_batch_tokens (or nothing else runs).
   absl::Status Add(RequestId id, int64_t num_prompt_tokens, int64_t max_new_tokens,
-                   int64_t num_cached_tokens = 0, PrefillMode prefill = PrefillMode::kChunked);
+                   int64_t num_cached_tokens = 0, PrefillMode prefill = PrefillMode::kChunked,
+                   int64_t rows = 1);
+
+  // A running request now decodes in `rows` rows (fewer, when some of its samples ended).
+  // InvalidArgument when rows is not in [1, the rows it was added with]; NotFound for an
+  // id not held.
+  absl::Status SetRows(RequestId id, int64_t rows);
 
   // Forgets a waiting or running request (client cancel, deadline), freeing its place at
   // once. If it is in the plan in flight, its result is ignored. Returns false when the id
@@ -185,6 +200,7 @@ class Scheduler {
     int64_t num_generated = 0;
     bool running = false;
     PrefillMode prefill = PrefillMode::kChunked;
+    int64_t rows = 1;  // decode rows (reserved from admission on)
   };
 
   Scheduler(const SchedulerOptions& options, std::unique_ptr<AdmissionPolicy> policy);

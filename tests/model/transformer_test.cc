@@ -132,6 +132,84 @@ TEST(TransformerTest, RaggedBatchEqualsSoloRuns) {
   }
 }
 
+// Beams as batch rows of one cache: a prompt prefilled once and repeated to 3 rows, then
+// steps of one token per row (with a reorder between them, and a multi-token step), give
+// each row the logits of its own single-row cache; beside another sequence in the batch.
+TEST(TransformerTest, RowsOfOneCacheEqualSeparateCaches) {
+  for (const char* arch : {"llama", "mistral", "phi3"}) {
+    SCOPED_TRACE(arch);
+    auto model = LoadTinyModel(arch);
+    ASSERT_NE(model, nullptr);
+    const auto& specs = model->info().layer_specs;
+    const std::vector<int32_t> prompt = Prompt(21, 5);
+    auto rows_cache = *cache::KvCache::CreateDynamic(specs);
+    auto other_cache = *cache::KvCache::CreateDynamic(specs);
+    Batch prefill;
+    prefill.sequences.push_back({prompt, rows_cache.get(), false});
+    ASSERT_TRUE(model->Forward(prefill).ok());
+    // Three single-row copies of the prefilled prompt.
+    std::vector<std::unique_ptr<cache::KvCache>> solo;
+    for (int r = 0; r < 3; ++r) solo.push_back(rows_cache->Clone());
+    ASSERT_TRUE(rows_cache->RepeatInterleave(3).ok());
+    ASSERT_EQ(rows_cache->BatchSize(), 3);
+
+    auto check_step = [&](const std::vector<std::vector<int32_t>>& per_row) {
+      std::vector<int32_t> flat;
+      for (const auto& row : per_row) flat.insert(flat.end(), row.begin(), row.end());
+      const std::vector<int32_t> other = Prompt(4, 9);
+      Batch batch;
+      batch.sequences.push_back({other, other_cache.get(), false});
+      model::SequenceInput rows;
+      rows.token_ids = flat;
+      rows.cache = rows_cache.get();
+      rows.rows = 3;
+      batch.sequences.push_back(rows);
+      auto together = model->Forward(batch);
+      ASSERT_TRUE(together.ok()) << together.status();
+      ASSERT_EQ(together->logits[1].dim(), 2);
+      ASSERT_EQ(together->logits[1].size(0), 3);
+      for (int r = 0; r < 3; ++r) {
+        Batch one;
+        one.sequences.push_back({per_row[r], solo[r].get(), false});
+        auto alone = model->Forward(one);
+        ASSERT_TRUE(alone.ok());
+        EXPECT_LE(MaxAbsDiff(together->logits[1][r], alone->logits[0]), 1e-4) << "row " << r;
+      }
+      EXPECT_EQ(rows_cache->SeqLength(), solo[0]->SeqLength());
+    };
+    check_step({{7}, {99}, {180}});
+    // Beam reorder: rows become old rows 2, 0, 0.
+    const std::vector<int64_t> parents = {2, 0, 0};
+    ASSERT_TRUE(
+        rows_cache->Reorder(at::from_blob(const_cast<int64_t*>(parents.data()), {3}, at::kLong))
+            .ok());
+    std::vector<std::unique_ptr<cache::KvCache>> reordered;
+    for (int64_t p : parents) reordered.push_back(solo[p]->Clone());
+    solo = std::move(reordered);
+    check_step({{11, 12}, {13, 14}, {15, 16}});
+  }
+}
+
+TEST(TransformerTest, RowsMustDivideTheTokens) {
+  auto model = LoadTinyModel("llama");
+  ASSERT_NE(model, nullptr);
+  auto kv = *cache::KvCache::CreateDynamic(model->info().layer_specs);
+  const std::vector<int32_t> ids = {1, 2, 3};
+  Batch batch;
+  model::SequenceInput input;
+  input.token_ids = ids;
+  input.cache = kv.get();
+  input.rows = 2;
+  batch.sequences.push_back(input);
+  auto r = model->Forward(batch);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("2 rows"));
+  batch.sequences[0].cache = nullptr;
+  batch.sequences[0].token_ids = absl::Span<const int32_t>(ids).subspan(0, 2);
+  EXPECT_THAT(std::string(model->Forward(batch).status().message()),
+              ::testing::HasSubstr("no cache"));
+}
+
 TEST(TransformerTest, RejectsBadInputs) {
   auto model = LoadTinyModel("llama");
   ASSERT_NE(model, nullptr);

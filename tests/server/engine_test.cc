@@ -27,10 +27,10 @@ using ::testing::HasSubstr;
 // Records everything the engine reports for one request.
 class RecordingSink final : public RequestSink {
  public:
-  void OnOutput(std::string_view text, absl::Span<const int32_t> token_ids) override {
+  void OnOutput(const SequenceOutput& output) override {
     absl::MutexLock lock(&mu_);
-    text_.append(text);
-    tokens_.insert(tokens_.end(), token_ids.begin(), token_ids.end());
+    text_.append(output.text);
+    tokens_.insert(tokens_.end(), output.token_ids.begin(), output.token_ids.end());
   }
   void OnFinish(const GenerationSummary& summary) override {
     {

@@ -34,8 +34,8 @@ using ::testing::HasSubstr;
 
 class Sink final : public RequestSink {
  public:
-  void OnOutput(std::string_view, absl::Span<const int32_t> ids) override {
-    tokens.insert(tokens.end(), ids.begin(), ids.end());
+  void OnOutput(const SequenceOutput& output) override {
+    tokens.insert(tokens.end(), output.token_ids.begin(), output.token_ids.end());
   }
   void OnFinish(const GenerationSummary& s) override {
     summary = s;

@@ -96,6 +96,10 @@ absl::StatusOr<model::ForwardOutput> FakeModel::Forward(const model::Batch& batc
     if (seq.token_ids.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " has no tokens to run"));
     }
+    if (seq.rows != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s, " has ", seq.rows,
+                                                     " rows; FakeModel runs one per sequence"));
+    }
     if (seq.cache != nullptr && seq.cache->num_layers() != info_.num_layers) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", s, "'s cache has ",
                                                      seq.cache->num_layers(), " layers, the model ",
