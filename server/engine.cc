@@ -543,7 +543,11 @@ void Engine::CancelAllLive() {
     std::string text;
     if (live.detokenizer) text = live.stop.Feed(live.detokenizer->Finish());
     text += live.stop.Flush();
-    if (!text.empty()) live.sink->OnOutput({.text = text});
+    if (!text.empty()) {
+      SequenceOutput output;
+      output.text = text;
+      live.sink->OnOutput(output);
+    }
     Finish(id, FinishReason::kCancelled);
   }
 }
@@ -875,7 +879,11 @@ std::optional<FinishReason> Engine::AcceptToken(Live& live, int32_t token, absl:
     logprobs = LogprobsOf(live, FloatRow(logits, &holder), token);
   }
   const int32_t ids[1] = {token};
-  live.sink->OnOutput({.text = text, .token_ids = ids, .logprobs = logprobs});
+  SequenceOutput output;
+  output.text = text;
+  output.token_ids = ids;
+  output.logprobs = logprobs;
+  live.sink->OnOutput(output);
   return reason;
 }
 
@@ -931,8 +939,13 @@ absl::StatusOr<std::optional<FinishReason>> Engine::StepRows(RequestId id, Live&
     const std::vector<model::PositionLogprobs> logprobs = LogprobsOf(live, row, token);
     sample.finish = reason;
     const int32_t ids[1] = {token};
-    live.sink->OnOutput(
-        {.index = index, .text = text, .token_ids = ids, .logprobs = logprobs, .finish = reason});
+    SequenceOutput output;
+    output.index = index;
+    output.text = text;
+    output.token_ids = ids;
+    output.logprobs = logprobs;
+    output.finish = reason;
+    live.sink->OnOutput(output);
     if (!reason) keep.push_back(r);
   }
   if (keep.empty()) return live.samples.front().finish;
@@ -981,12 +994,14 @@ std::optional<FinishReason> Engine::EndRows(Live& live, FinishReason cut) {
         text += detokenizer.Finish();
       }
       live.completion_tokens += static_cast<int64_t>(h.tokens.size());
-      live.sink->OnOutput({.index = static_cast<int>(j),
-                           .text = text,
-                           .token_ids = h.tokens,
-                           .logprobs = h.logprobs,
-                           .finish = reason,
-                           .score = h.score});
+      SequenceOutput output;
+      output.index = static_cast<int>(j);
+      output.text = text;
+      output.token_ids = h.tokens;
+      output.logprobs = h.logprobs;
+      output.finish = reason;
+      output.score = h.score;
+      live.sink->OnOutput(output);
       if (!first) first = reason;
     }
     return first.value_or(cut);
@@ -999,7 +1014,11 @@ std::optional<FinishReason> Engine::EndRows(Live& live, FinishReason cut) {
     if (sample.detokenizer) text = sample.stop.Feed(sample.detokenizer->Finish());
     text += sample.stop.Flush();
     sample.finish = cut;
-    live.sink->OnOutput({.index = static_cast<int>(i), .text = text, .finish = cut});
+    SequenceOutput output;
+    output.index = static_cast<int>(i);
+    output.text = text;
+    output.finish = cut;
+    live.sink->OnOutput(output);
   }
   return live.samples.empty() ? cut : *live.samples.front().finish;
 }
