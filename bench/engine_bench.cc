@@ -2,11 +2,13 @@
 // measure the server's gRPC overhead and the batching gain: N requests of P synthetic prompt
 // tokens and M new tokens each, C at a time, on a seeded bench preset.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -74,6 +76,20 @@ int Run(const kvserve::cli::CommandLine& cl) {
   }
   const std::string cache_name = cl.GetString("cache-implementation", "dynamic");
   const int64_t kv_device_bytes = cl.GetInt("kv-device-bytes", -1).value_or(-1);
+  const int num_beams = static_cast<int>(cl.GetInt("num-beams", 1).value_or(1));
+  const int num_sequences = static_cast<int>(cl.GetInt("num-return-sequences", 1).value_or(1));
+  const std::string early = cl.GetString("early-stopping", "false");
+  const bool ignore_eos = cl.GetString("ignore-eos", "true") != "false";
+  const bool sample = cl.GetString("do-sample", "false") == "true";
+  kvserve::model::EarlyStopping early_stopping = kvserve::model::EarlyStopping::kFalse;
+  if (early == "true") {
+    early_stopping = kvserve::model::EarlyStopping::kTrue;
+  } else if (early == "never") {
+    early_stopping = kvserve::model::EarlyStopping::kNever;
+  } else if (early != "false") {
+    std::cerr << "--early-stopping must be true, false or never\n";
+    return 2;
+  }
   absl::StatusOr<kvserve::cache::CacheSpec> spec = kvserve::cache::CacheSpec::Parse(cache_name);
   if (!spec.ok()) {
     std::cerr << spec.status() << "\n";
@@ -100,6 +116,12 @@ int Run(const kvserve::cli::CommandLine& cl) {
   kvserve::server::EngineOptions options;
   options.scheduler.max_batch_size = std::max(32, concurrency);
   options.kv.budget.device_limit_bytes = kv_device_bytes;
+  // Only the requests' own caches count in the peak.
+  options.kv.auto_prefix_cache = false;
+  // The beams' or samples' rows decode in one step.
+  options.scheduler.max_batch_tokens =
+      std::max<int64_t>(options.scheduler.max_batch_tokens,
+                        static_cast<int64_t>(std::max(num_beams, num_sequences)) * concurrency);
   auto engine = Engine::Create(options, model->get(), nullptr, &metrics);
   if (!engine.ok()) {
     std::cerr << engine.status() << "\n";
@@ -115,7 +137,12 @@ int Run(const kvserve::cli::CommandLine& cl) {
       r.prompt_ids.push_back(static_cast<int32_t>((7919 * index + 104729 * t + 13) % vocab));
     }
     r.max_new_tokens = max_new;
-    r.ignore_eos = true;
+    r.ignore_eos = ignore_eos;
+    r.num_beams = num_beams;
+    r.num_return_sequences = num_sequences;
+    r.early_stopping = early_stopping;
+    r.sampling.do_sample = sample;
+    r.sampling.seed = static_cast<uint64_t>(index);
     r.cache_spec = *spec;
     if (r.cache_spec.is_static()) r.cache_spec.max_cache_len = prompt_tokens + max_new - 1;
     r.arrival_time = absl::Now();
@@ -136,6 +163,16 @@ int Run(const kvserve::cli::CommandLine& cl) {
     mu.Await(absl::Condition(&idle));
     sinks.clear();
   }
+  const int64_t warmup_tokens = metrics.generated_tokens();
+  // The most host KV bytes at once (offloaded caches), sampled while the requests run.
+  int64_t host_peak = 0;
+  std::atomic<bool> running{true};
+  std::thread sampler([&] {
+    while (running.load()) {
+      host_peak = std::max(host_peak, (*engine)->Stats().kv_host_bytes);
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
   const absl::Time start = absl::Now();
   for (int i = 0; i < requests; ++i) {
     {
@@ -156,6 +193,8 @@ int Run(const kvserve::cli::CommandLine& cl) {
     mu.Await(absl::Condition(&idle));
   }
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - start);
+  running = false;
+  sampler.join();
   std::vector<double> ttft, itl;
   int64_t tokens = 0;
   int errors = 0;
@@ -169,8 +208,16 @@ int Run(const kvserve::cli::CommandLine& cl) {
     }
   }
   const kvserve::server::EngineStats stats = (*engine)->Stats();
+  // Tokens sampled over every row (each beam, each sample), the warm-up's excluded.
+  const int64_t row_tokens = metrics.generated_tokens() - warmup_tokens;
   std::printf(
-      "{\"engine\": true, \"cache\": \"%s\", \"kv_device_bytes\": %lld, \"oom_events\": %lld, "
+      "{\"num_beams\": %d, \"num_return_sequences\": %d, \"early_stopping\": \"%s\", "
+      "\"kv_device_peak_bytes\": %lld, \"kv_host_peak_bytes\": %lld, "
+      "\"row_tokens\": %lld, \"row_tokens_per_s\": %.1f, ",
+      num_beams, num_sequences, early.c_str(), static_cast<long long>(stats.kv_device_peak_bytes),
+      static_cast<long long>(host_peak), static_cast<long long>(row_tokens), row_tokens / wall_s);
+  std::printf(
+      "\"engine\": true, \"cache\": \"%s\", \"kv_device_bytes\": %lld, \"oom_events\": %lld, "
       "\"offload_fallbacks\": %lld, \"preset\": \"%s\", \"weights\": \"%s\", \"threads\": %d, "
       "\"concurrency\": %d, "
       "\"requests\": "
@@ -199,7 +246,12 @@ int main(int argc, char** argv) {
        {"weights-dtype", "f32 | bf16: the checkpoint's dtype (bf16 stays bf16 in memory)", "f32"},
        {"cache-implementation", "dynamic | static | offloaded | offloaded_static | quantized",
         "dynamic"},
-       {"kv-device-bytes", "KV device budget (out-of-memory fallback beyond it)", "unlimited"}});
+       {"kv-device-bytes", "KV device budget (out-of-memory fallback beyond it)", "unlimited"},
+       {"num-beams", "beam search with this many beams", "1"},
+       {"num-return-sequences", "sequences per request (beams or samples)", "1"},
+       {"early-stopping", "false | true | never (beam search)", "false"},
+       {"do-sample", "true: sample (seed = request index)", "false"},
+       {"ignore-eos", "false: end-of-sequence tokens end sequences (and beams)", "true"}});
   if (!cl.ok()) {
     std::cerr << cl.status().message() << "\n";
     return 2;

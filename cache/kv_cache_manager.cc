@@ -636,6 +636,10 @@ absl::Status KvCacheManager::SelectRows(SequenceId id, absl::Span<const int64_t>
   const at::Tensor index =
       at::from_blob(indices.data(), {static_cast<int64_t>(indices.size())}, at::kLong).clone();
   KvCache& cache = *seq->cache;
+  bool identity = static_cast<int64_t>(indices.size()) == cache.BatchSize();
+  for (size_t i = 0; identity && i < indices.size(); ++i)
+    identity = indices[i] == static_cast<int64_t>(i);
+  if (identity) return absl::OkStatus();  // every row stays where it is
   // The same rows in another order (beams) keep the batch size; fewer rows (finished samples)
   // select.
   const bool same_size = static_cast<int64_t>(indices.size()) == cache.BatchSize();
@@ -1038,6 +1042,7 @@ KvCacheManagerStats KvCacheManager::Stats() const {
   stats.prefix_bytes = stats.prefixes.bytes_used;
   stats.budget_used = budget_->used();
   stats.budget_limit = budget_->limit();
+  stats.budget_peak = budget_->peak_used();
   stats.num_offload_fallbacks = num_offload_fallbacks_;
   stats.sessions = session_counts_;
   for (const auto& [id, s] : sessions_) {

@@ -189,6 +189,7 @@ struct KvCacheManagerStats {
   int64_t prefix_bytes = 0;   // snapshots held by the store
   int64_t budget_used = 0;    // device bytes counted against the limit (live + snapshots)
   int64_t budget_limit = -1;  // < 0: unlimited
+  int64_t budget_peak = 0;    // the most budget_used since the start
   int64_t num_offload_fallbacks = 0;
   PrefixStoreStats prefixes;
   // Per strategy name ("dynamic", "offloaded", ...): device and host bytes of live caches.

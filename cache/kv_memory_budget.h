@@ -34,8 +34,14 @@ class KvMemoryBudget {
   // Bytes left under the limit (may be negative); a very large number when unlimited.
   int64_t available() const;
 
+  // The most device bytes used at once since the start.
+  int64_t peak_used() const { return peak_used_; }
+
   // Records a change of device bytes (negative: freed).
-  void Add(int64_t delta_bytes) { used_ += delta_bytes; }
+  void Add(int64_t delta_bytes) {
+    used_ += delta_bytes;
+    if (used_ > peak_used_) peak_used_ = used_;
+  }
   // After a cache grew by `grew_bytes` (> 0): throws compat::OutOfMemoryError when the total
   // is over the limit or a fault is injected, with a message giving the bytes.
   void CheckGrowth(int64_t grew_bytes);
@@ -48,6 +54,7 @@ class KvMemoryBudget {
 
   KvMemoryBudgetOptions options_;
   int64_t used_ = 0;
+  int64_t peak_used_ = 0;
   uint64_t rng_state_;
   int64_t injected_faults_ = 0;
 };

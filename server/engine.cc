@@ -1116,6 +1116,7 @@ void Engine::PublishStats() {
   stats_.num_running = num_live_ - num_queued_;
   stats_.kv_device_bytes = kv.live.device_bytes;
   stats_.kv_host_bytes = kv.live.host_bytes;
+  stats_.kv_device_peak_bytes = kv.budget_peak;
   stats_.prefix_bytes = kv.prefix_bytes;
   stats_.num_steps = num_steps_;
   stats_.num_oom_events = num_oom_events_;

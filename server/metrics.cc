@@ -201,6 +201,10 @@ void ServerMetrics::AddGeneratedTokens(int64_t num_tokens) {
   generated_tokens_->Increment(static_cast<double>(num_tokens));
 }
 
+int64_t ServerMetrics::generated_tokens() const {
+  return static_cast<int64_t>(generated_tokens_->Value());
+}
+
 void ServerMetrics::ObserveTimeToFirstToken(double seconds) { ttft_->Observe(seconds); }
 void ServerMetrics::ObserveInterTokenLatency(double seconds) { itl_->Observe(seconds); }
 void ServerMetrics::ObserveQueueTime(double seconds) { queue_time_->Observe(seconds); }

@@ -40,8 +40,11 @@ class ServerMetrics {
   // kvserve_prompt_tokens_total and kvserve_prompt_tokens_cached_total (of those, copied
   // from a cached prefix).
   void AddPromptTokens(int64_t num_prompt_tokens, int64_t num_cached_tokens);
-  // kvserve_generation_tokens_total.
+  // kvserve_generation_tokens_total: tokens sampled, over every row of a request (each beam
+  // and each sample counts).
   void AddGeneratedTokens(int64_t num_tokens);
+  // Its value so far (benchmarks).
+  int64_t generated_tokens() const;
   // kvserve_time_to_first_token_seconds, kvserve_inter_token_latency_seconds,
   // kvserve_request_queue_time_seconds.
   void ObserveTimeToFirstToken(double seconds);
