@@ -157,9 +157,9 @@ class Scheduler {
                    int64_t num_cached_tokens = 0, PrefillMode prefill = PrefillMode::kChunked,
                    int64_t rows = 1);
 
-  // A running request now decodes in `rows` rows (fewer, when some of its samples ended).
-  // InvalidArgument when rows is not in [1, the rows it was added with]; NotFound for an
-  // id not held.
+  // A running request now decodes in `rows` rows (fewer, when some of its samples ended;
+  // rows only shrink). InvalidArgument when rows is not in [1, its rows now]; NotFound for
+  // an id not held.
   absl::Status SetRows(RequestId id, int64_t rows);
 
   // Forgets a waiting or running request (client cancel, deadline), freeing its place at

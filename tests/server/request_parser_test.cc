@@ -111,6 +111,42 @@ TEST_F(RequestParserTest, SetFieldsAreKept) {
   EXPECT_TRUE(r->skip_prefix_reuse);
 }
 
+// Beams, several samples and log-probabilities map to the request; early_stopping's enum
+// to Transformers' three values; a vocabulary too small for the beams' candidates is refused
+// by num_beams.
+TEST_F(RequestParserTest, BeamsSequencesAndLogprobsMapFieldByField) {
+  absl::StatusOr<GenerationRequest> r = Parse(
+      "token_ids { ids: 1 } sampling { num_beams: 8 num_return_sequences: 3 "
+      "early_stopping: EARLY_STOPPING_NEVER length_penalty: 0.5 logprobs: true "
+      "top_logprobs: 4 num_beam_groups: 1 }");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->num_beams, 8);
+  EXPECT_EQ(r->num_return_sequences, 3);
+  EXPECT_EQ(r->early_stopping, model::EarlyStopping::kNever);
+  EXPECT_DOUBLE_EQ(r->length_penalty, 0.5);
+  EXPECT_EQ(r->top_logprobs, 4);
+  r = Parse("token_ids { ids: 1 } sampling { num_beams: 2 early_stopping: EARLY_STOPPING_TRUE }");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->early_stopping, model::EarlyStopping::kTrue);
+  EXPECT_EQ(r->num_return_sequences, 1);
+  EXPECT_DOUBLE_EQ(r->length_penalty, 1.0);
+  EXPECT_EQ(r->top_logprobs, -1);
+  r = Parse(
+      "token_ids { ids: 1 } sampling { do_sample: true num_return_sequences: 5 logprobs: "
+      "true }");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->num_beams, 1);
+  EXPECT_EQ(r->num_return_sequences, 5);
+  EXPECT_EQ(r->top_logprobs, 0);
+  // 512 ids: 2 candidates per beam for 256 beams at most; the limit of 64 comes first.
+  limits_.max_sequences_per_request = 300;
+  parser_ = std::make_unique<RequestParser>(info_, tokenizer_.get(), limits_);
+  r = Parse("token_ids { ids: 1 } sampling { num_beams: 257 }");
+  EXPECT_THAT(std::string(r.status().message()),
+              StartsWith("sampling.num_beams: 257 beams need 514"));
+  EXPECT_TRUE(Parse("token_ids { ids: 1 } sampling { num_beams: 256 }").ok());
+}
+
 TEST_F(RequestParserTest, StaticCacheIsSizedLikeTheReference) {
   // max(prompt + max_new_tokens - 1, max_cache_len)
   absl::StatusOr<GenerationRequest> r =
@@ -195,6 +231,25 @@ TEST_F(RequestParserTest, EveryMalformedFieldIsInvalidArgumentNamingIt) {
       {"token_ids { ids: 1 } sampling { stop: \"\" }", "sampling.stop[0]"},
       {"token_ids { ids: 1 } sampling { stop: \"a\" stop: \"\" }", "sampling.stop[1]"},
       {"token_ids { ids: 1 } sampling { stop_token_ids: 9999 }", "sampling.stop_token_ids[0]"},
+      {"token_ids { ids: 1 } sampling { num_beams: 0 }", "sampling.num_beams"},
+      {"token_ids { ids: 1 } sampling { num_beams: 65 }", "sampling.num_beams"},
+      {"token_ids { ids: 1 } sampling { num_beams: 2 num_return_sequences: 3 }",
+       "sampling.num_return_sequences"},
+      {"token_ids { ids: 1 } sampling { num_return_sequences: 0 }",
+       "sampling.num_return_sequences"},
+      {"token_ids { ids: 1 } sampling { num_return_sequences: 2 }",
+       "sampling.num_return_sequences"},
+      {"token_ids { ids: 1 } sampling { num_beams: 2 do_sample: true }", "sampling.do_sample"},
+      {"token_ids { ids: 1 } sampling { num_beams: 2 stop: \"x\" }", "sampling.stop"},
+      {"token_ids { ids: 1 } sampling { num_beam_groups: 2 }", "sampling.num_beam_groups"},
+      {"token_ids { ids: 1 } sampling { length_penalty: inf }", "sampling.length_penalty"},
+      {"token_ids { ids: 1 } sampling { logprobs: true top_logprobs: 21 }",
+       "sampling.top_logprobs"},
+      {"token_ids { ids: 1 } sampling { logprobs: true top_logprobs: -1 }",
+       "sampling.top_logprobs"},
+      {"token_ids { ids: 1 } sampling { top_logprobs: 2 }", "sampling.top_logprobs"},
+      {"token_ids { ids: 1 } sampling { num_beams: 4 } cache { use_cache: false }",
+       "cache.use_cache"},
       {"token_ids { ids: 1 } cache { cache_implementation: \"paged\" }",
        "cache.cache_implementation"},
       {"token_ids { ids: 1 } cache { cache_implementation: \"Dynamic\" }",

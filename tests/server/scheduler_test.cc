@@ -30,7 +30,8 @@ std::string Describe(const StepPlan& plan) {
   for (const ScheduledSequence& s : plan.sequences) {
     parts.push_back(absl::StrCat(s.id, ":", s.is_prefill ? "P" : "D", s.num_tokens, "@",
                                  s.start_position, s.samples ? "s" : "",
-                                 s.newly_admitted ? "+" : ""));
+                                 s.newly_admitted ? "+" : "",
+                                 s.rows > 1 ? absl::StrCat("x", s.rows) : ""));
   }
   for (RequestId id : plan.rejected) parts.push_back(absl::StrCat("!", id));
   return absl::StrJoin(parts, " ");
@@ -194,6 +195,40 @@ TEST(SchedulerTest, DecodesGoFirstAndPrefillsTakeTheRestOfTheBudget) {
   EXPECT_EQ(Step(*s), "1:D1@5s 2:D1@20s 3:P4@1s");
   ASSERT_TRUE(Finish(*s, {1, 2, 3}).ok());
   EXPECT_EQ(Step(*s), "1:D1@6s 2:D1@21s 3:D1@5s");
+}
+
+// Beams or samples of one request decode as rows: one token per row from the step after the
+// prompt's; their rows are reserved in the token budget from admission on, so a request whose
+// rows would not fit beside the running ones waits; rows only shrink.
+TEST(SchedulerTest, RowsDecodeTogetherAndAreReservedAtAdmission) {
+  auto s = MakeScheduler({.max_batch_size = 4, .max_batch_tokens = 8});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->Add(9, 3, 5, 0, PrefillMode::kChunked, 9).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->Add(9, 3, 5, 0, PrefillMode::kChunked, 0).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s->Add(1, 3, 5, 0, PrefillMode::kChunked, 4).ok());
+  EXPECT_EQ(Step(*s), "1:P3@0s+");
+  ASSERT_TRUE(Finish(*s, {1}).ok());
+  EXPECT_EQ(Step(*s), "1:D1@3sx4");
+  ASSERT_TRUE(Finish(*s, {1}).ok());
+  // 4 + 4 rows fit the 8 tokens: admitted, its chunk takes what the decode rows leave.
+  ASSERT_TRUE(s->Add(2, 6, 5, 0, PrefillMode::kChunked, 4).ok());
+  EXPECT_EQ(Step(*s), "1:D1@4sx4 2:P4@0+");
+  ASSERT_TRUE(Finish(*s, {1, 2}).ok());
+  // A one-row request would be a ninth row: it waits although the step has budget left.
+  ASSERT_TRUE(s->Add(3, 2, 5).ok());
+  EXPECT_EQ(Step(*s), "1:D1@5sx4 2:P2@4s");
+  EXPECT_EQ(s->num_waiting(), 1);
+  ASSERT_TRUE(Finish(*s, {1, 2}).ok());
+  // Two of 1's samples ended: its rows shrink and 3 fits.
+  EXPECT_EQ(s->SetRows(1, 3).code(), absl::StatusCode::kOk);
+  EXPECT_EQ(s->SetRows(1, 2).code(), absl::StatusCode::kOk);
+  EXPECT_EQ(s->SetRows(1, 3).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->SetRows(77, 1).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Step(*s), "1:D1@6sx2 2:D1@6sx4 3:P2@0s+");
+  absl::StatusOr<StepPlan> plan = s->Schedule();
+  EXPECT_FALSE(plan.ok());  // the previous plan is still in flight
 }
 
 TEST(SchedulerTest, WholePromptRequestWaitsForRoomThenPrefillsInOneStep) {
