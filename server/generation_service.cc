@@ -300,7 +300,7 @@ class StreamGenerateCall final
       if (error_) {
         action = Action::kFinish;
         finish_status = *error_;
-      } else if (!write_failed_ && !pending_.empty()) {
+      } else if (!write_failed_ && !pending_.empty() && !HoldBack()) {
         absl::Status serialized = SerializeWireMessage(pending_.front(), &in_flight_);
         last_index_ = pending_.front().index();
         pending_.pop_front();
@@ -323,6 +323,14 @@ class StreamGenerateCall final
     }
     if (action == Action::kWrite) StartWrite(&in_flight_);
     if (action == Action::kFinish) Finish(finish_status);
+  }
+
+  // A multi-sequence request's message that ends a sequence is held while it is the last one
+  // pending and the engine has not ended: it may be the stream's last message, which must
+  // carry the summary too.
+  bool HoldBack() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !ended_ && pending_.size() == 1 &&
+           pending_.front().finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
   }
 
   absl::Mutex mu_;
