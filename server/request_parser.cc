@@ -124,6 +124,10 @@ absl::StatusOr<std::vector<int32_t>> RequestParser::ChatIds(
   if (messages.messages().empty()) {
     return FieldError(Cat(field, ".messages"), "at least one message is required");
   }
+  if (messages.messages_size() > limits_.max_messages) {
+    return FieldError(Cat(field, ".messages"), Cat(messages.messages_size(), " messages; at most ",
+                                                   limits_.max_messages, " are allowed"));
+  }
   std::vector<model::ChatMessage> chat;
   chat.reserve(messages.messages_size());
   // The kwargs count with the contents: they are rendered too.
@@ -192,6 +196,11 @@ absl::StatusOr<std::vector<int32_t>> RequestParser::InputIds(const v1::GenerateR
     case v1::GenerateRequest::kPrompt:
       return TextIds(request.prompt(), "prompt", add_special_tokens);
     case v1::GenerateRequest::kTokenIds: {
+      if (request.token_ids().ids_size() > model_info_.max_position_embeddings) {
+        return FieldError("token_ids.ids",
+                          Cat(request.token_ids().ids_size(), " ids; the model's context holds ",
+                              model_info_.max_position_embeddings));
+      }
       std::vector<int32_t> ids(request.token_ids().ids().begin(), request.token_ids().ids().end());
       absl::Status in_vocab = CheckIdsInVocab(ids, model_info_.vocab_size, "token_ids.ids");
       if (!in_vocab.ok()) return in_vocab;
@@ -290,6 +299,11 @@ absl::Status RequestParser::ParseSampling(const v1::SamplingParams& s,
                         Cat("is ", stop.size(), " bytes; at most ", limits_.max_stop_string_bytes));
     }
     out->stop_strings.push_back(stop);
+  }
+  if (s.stop_token_ids_size() > limits_.max_stop_token_ids) {
+    return FieldError("sampling.stop_token_ids",
+                      Cat(s.stop_token_ids_size(), " ids given; at most ",
+                          limits_.max_stop_token_ids, " are allowed"));
   }
   out->stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
   absl::Status ids_ok =

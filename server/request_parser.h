@@ -45,6 +45,11 @@ struct RequestLimits {
   int64_t max_stop_string_bytes = 1024;
   // Beams (num_beams) and returned sequences (num_return_sequences) per request at most.
   int max_sequences_per_request = 64;
+  // Chat messages per request (messages.messages) at most.
+  int max_messages = 4096;
+  // Stop token ids per request (sampling.stop_token_ids) at most. Input token ids
+  // (token_ids.ids) are bounded by the model's context.
+  int max_stop_token_ids = 1024;
 };
 
 // The most alternatives SamplingParams.top_logprobs may ask for.
