@@ -1091,6 +1091,7 @@ void Engine::PublishStats() {
     by_strategy[{strategy, "host"}] += usage.host_bytes;
   }
   metrics_->SetKvBytes(by_strategy);
+  metrics_->SetKvDeviceBudget(kv.budget_used, kv.budget_limit);
   const cache::SessionStats& sessions = kv.sessions;
   metrics_->SetSessionCounts({.live = sessions.live,
                               .offloaded = sessions.offloaded,

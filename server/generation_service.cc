@@ -39,6 +39,21 @@ v1::FinishReason ToProto(FinishReason reason) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
+// The finish reason as the access log and kvserve_requests_total name it.
+const char* FinishReasonLabel(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
 // Writes the final fields shared by GenerateResponse and the last GenerateStreamResponse.
 template <typename Message>
 void SetSummary(const GenerationSummary& s, Message* m) {
@@ -128,8 +143,10 @@ class CallSink final : public RequestSink {
 template <typename Derived, typename Reactor>
 class EngineCall : public Reactor {
  public:
-  EngineCall(Engine* engine, std::string request_id)
-      : engine_(engine), request_id_(std::move(request_id)) {}
+  // `record` (null without a CallTracker) hears the request's usage and whether the engine
+  // counted it.
+  EngineCall(Engine* engine, std::string request_id, std::shared_ptr<CallRecord> record)
+      : engine_(engine), request_id_(std::move(request_id)), record_(std::move(record)) {}
 
   void OnCancel() final {
     absl::MutexLock lock(&id_mu_);
@@ -161,6 +178,9 @@ class EngineCall : public Reactor {
     if (!request.ok()) {
       self->FinishWithError(ToGrpcStatus(request.status()));
     } else {
+      // Submit counts the request in the metrics, refused or at its end (which may come
+      // before Submit returns).
+      if (record_ != nullptr) record_->MarkCountedByEngine();
       absl::StatusOr<RequestId> id =
           engine_->Submit(*std::move(request), std::make_shared<CallSink<Derived>>(self));
       if (!id.ok()) {
@@ -175,9 +195,22 @@ class EngineCall : public Reactor {
     Unref();
   }
 
+ protected:
+  // Tells the call's record what the engine's summary says. Before the call's Finish.
+  void RecordUsage(const GenerationSummary& s) {
+    if (record_ == nullptr) return;
+    record_->SetGeneration({.finish_reason = FinishReasonLabel(s.finish_reason),
+                            .prompt_tokens = s.prompt_tokens,
+                            .cached_tokens = s.cached_tokens,
+                            .completion_tokens = s.completion_tokens,
+                            .queue_ms = s.queue_ms,
+                            .ttft_ms = s.ttft_ms});
+  }
+
  private:
   Engine* const engine_;  // null while the model loads (every call then fails at parsing)
   const std::string request_id_;
+  const std::shared_ptr<CallRecord> record_;
   std::atomic<int> refs_{1};  // gRPC's, released in OnDone
   absl::Mutex id_mu_;
   std::optional<RequestId> id_ ABSL_GUARDED_BY(id_mu_);
@@ -188,8 +221,9 @@ class EngineCall : public Reactor {
 // finishes the call. Only the engine thread touches the response, so it needs no lock.
 class UnaryGenerateCall final : public EngineCall<UnaryGenerateCall, grpc::ServerUnaryReactor> {
  public:
-  UnaryGenerateCall(Engine* engine, std::string request_id, grpc::ByteBuffer* raw_response)
-      : EngineCall(engine, std::move(request_id)), raw_response_(raw_response) {}
+  UnaryGenerateCall(Engine* engine, std::string request_id, std::shared_ptr<CallRecord> record,
+                    grpc::ByteBuffer* raw_response)
+      : EngineCall(engine, std::move(request_id), std::move(record)), raw_response_(raw_response) {}
 
   void OnEngineOutput(const SequenceOutput& output) {
     while (response_.sequences_size() <= output.index) {
@@ -203,6 +237,7 @@ class UnaryGenerateCall final : public EngineCall<UnaryGenerateCall, grpc::Serve
     if (output.score) sequence->set_score(*output.score);
   }
   void OnEngineFinish(const GenerationSummary& summary) {
+    RecordUsage(summary);
     SetSummary(summary, &response_);
     if (response_.sequences_size() == 0) response_.add_sequences();
     // The first sequence is also the response's own text, tokens and finish reason.
@@ -228,8 +263,8 @@ class UnaryGenerateCall final : public EngineCall<UnaryGenerateCall, grpc::Serve
 class StreamGenerateCall final
     : public EngineCall<StreamGenerateCall, grpc::ServerWriteReactor<grpc::ByteBuffer>> {
  public:
-  StreamGenerateCall(Engine* engine, std::string request_id)
-      : EngineCall(engine, std::move(request_id)) {}
+  StreamGenerateCall(Engine* engine, std::string request_id, std::shared_ptr<CallRecord> record)
+      : EngineCall(engine, std::move(request_id), std::move(record)) {}
 
   void OnWriteDone(bool ok) override {
     {
@@ -261,6 +296,7 @@ class StreamGenerateCall final
     Pump();
   }
   void OnEngineFinish(const GenerationSummary& summary) {
+    RecordUsage(summary);
     {
       absl::MutexLock lock(&mu_);
       if (pending_.empty()) {
@@ -353,7 +389,8 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
                                                       grpc::ByteBuffer* response) {
   const ServedModel* served = served_.get();
   auto* call = new UnaryGenerateCall(served ? served->engine : nullptr,
-                                     BeginCall(context, *replica_, "Generate"), response);
+                                     BeginCall(context, *replica_, "Generate"),
+                                     FindCallRecord(context), response);
   call->Start(context, *request, served, "Generate");
   return call;
 }
@@ -362,7 +399,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   const ServedModel* served = served_.get();
   auto* call = new StreamGenerateCall(served ? served->engine : nullptr,
-                                      BeginCall(context, *replica_, "GenerateStream"));
+                                      BeginCall(context, *replica_, "GenerateStream"),
+                                      FindCallRecord(context));
   call->Start(context, *request, served, "GenerateStream");
   return call;
 }

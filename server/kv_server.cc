@@ -1,16 +1,23 @@
 // KvServer: building, starting and stopping the whole server.
 #include "server/kv_server.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
+#include <netdb.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -22,6 +29,7 @@
 #include "model/embedded_model.h"
 #include "model/generator.h"
 #include "model/transformer.h"
+#include "server/call_context.h"
 #include "server/engine.h"
 #include "server/generation_service.h"
 #include "server/metrics.h"
@@ -34,6 +42,11 @@
 #include "server/request_parser.h"
 #include "server/session_service.h"
 #include "tokenizer/tokenizer.h"
+
+// The project's version (CMake's PROJECT_VERSION).
+#ifndef KVSERVE_VERSION
+#define KVSERVE_VERSION "unknown"
+#endif
 
 namespace kvserve::server {
 namespace {
@@ -122,6 +135,66 @@ int64_t DefaultPrefixCacheBytes(const model::ModelInfo& info, int64_t kv_device_
                             static_cast<int64_t>(c10::elementSize(info.dtype));
   return std::clamp<int64_t>(4 * per_token * info.max_position_embeddings, int64_t{64} << 20,
                              int64_t{1} << 30);
+}
+
+// Why gRPC could not listen on `address` (HOST:PORT or [IPV6]:PORT, checked by
+// ServerOptions): what a plain bind() of it answers, such as "Address already in use" (gRPC
+// itself says only that it failed).
+std::string BindFailureReason(const std::string& address) {
+  std::string_view host = address;
+  std::string_view port;
+  const size_t colon = host.rfind(':');
+  if (colon == std::string_view::npos || address.rfind("unix:", 0) == 0) {
+    return "the address cannot be bound";
+  }
+  port = host.substr(colon + 1);
+  host = host.substr(0, colon);
+  if (host.starts_with('[') && host.ends_with(']')) host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* resolved = nullptr;
+  const std::string host_text(host);
+  const std::string port_text(port);
+  if (::getaddrinfo(host_text.c_str(), port_text.c_str(), &hints, &resolved) != 0 ||
+      resolved == nullptr) {
+    return "the host does not resolve to an address of this machine";
+  }
+  std::string reason = "gRPC could not bind it";
+  for (const addrinfo* ai = resolved; ai != nullptr; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    const bool bound = ::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    const int bind_errno = errno;
+    ::close(fd);
+    if (!bound) {
+      reason = std::strerror(bind_errno);
+      if (bind_errno == EADDRINUSE) reason += " (another process listens on this port)";
+      break;
+    }
+  }
+  ::freeaddrinfo(resolved);
+  return reason;
+}
+
+// The LibTorch and CUDA versions of this build, from compat::BuildDescription() ("LibTorch
+// 2.6.0, CUDA 12.4" or "LibTorch 1.13.0, CPU only"); CUDA is "none" without it.
+std::pair<std::string, std::string> TorchAndCudaVersions() {
+  const std::string description = compat::BuildDescription();
+  constexpr std::string_view kTorch = "LibTorch ";
+  constexpr std::string_view kCuda = ", CUDA ";
+  std::string torch = "unknown";
+  std::string cuda = "none";
+  if (description.rfind(kTorch, 0) == 0) {
+    torch = description.substr(kTorch.size(), description.find(',') - kTorch.size());
+  }
+  if (const size_t at = description.find(kCuda); at != std::string::npos) {
+    cuda = description.substr(at + kCuda.size());
+  }
+  return {torch, cuda};
 }
 
 // Runs one short generation straight on the model, before the engine exists, so that the
@@ -216,7 +289,11 @@ KvServer::KvServer(const ServerOptions& options)
       replica_(std::make_unique<ReplicaIdentity>()),
       generation_(std::make_unique<GenerationService>(replica_.get())),
       prefixes_(std::make_unique<PrefixService>(replica_.get())),
-      sessions_(std::make_unique<SessionService>(replica_.get())) {}
+      sessions_(std::make_unique<SessionService>(replica_.get())) {
+  const auto [torch, cuda] = TorchAndCudaVersions();
+  metrics_->SetBuildInfo(KVSERVE_VERSION, torch, cuda);
+  metrics_->SetKvDeviceBudget(0, options.kv_device_bytes);
+}
 
 absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& options) {
   absl::Status valid = options.Validate();
@@ -234,15 +311,22 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  // Without SO_REUSEPORT a second server on a taken port fails to start instead of silently
+  // sharing its connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(server->generation_.get());
   builder.RegisterService(server->prefixes_.get());
   builder.RegisterService(server->sessions_.get());
-  // Prompts may be long token-id lists or long chat transcripts.
-  builder.SetMaxReceiveMessageSize(64 << 20);
+  // Prompts may be long token-id lists or long chat transcripts; gRPC refuses a bigger
+  // message with RESOURCE_EXHAUSTED before it is parsed.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> trackers;
+  trackers.push_back(std::make_unique<CallTracker>(server->metrics_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(trackers));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--listen ", options.listen, ": cannot bind the address"));
+    return absl::UnavailableError(absl::StrCat(
+        "--listen '", options.listen, "': cannot listen: ", BindFailureReason(options.listen)));
   }
   server->server_->GetHealthCheckService()->SetServingStatus(false);
   server->replica_->Set(
@@ -299,6 +383,7 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
     if (free_bytes > 0) kv.budget.device_limit_bytes = free_bytes / 10 * 9;
   }
   kv.budget.fault_inject_oom_rate = options_.fault_inject_oom_rate;
+  metrics_->SetKvDeviceBudget(0, kv.budget.device_limit_bytes);
   kv.prefix_cache_bytes = options_.prefix_cache_bytes > 0
                               ? options_.prefix_cache_bytes
                               : DefaultPrefixCacheBytes(info, kv.budget.device_limit_bytes);

@@ -56,7 +56,9 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options);
 class KvServer {
  public:
   // Binds --listen (and --metrics-listen) and starts answering: health NOT_SERVING and
-  // Generation calls UNAVAILABLE until Serve. Unavailable when an address cannot be bound.
+  // Generation calls UNAVAILABLE until Serve. InvalidArgument naming the flag for options
+  // Validate refuses; Unavailable naming the flag, the address and why (such as "Address
+  // already in use": ports are not shared with other processes) when one cannot be bound.
   static absl::StatusOr<std::unique_ptr<KvServer>> Start(const ServerOptions& options);
   ~KvServer();
 

@@ -1,22 +1,79 @@
-// ConfigureLogging: text and JSON log formats for spdlog.
+// ConfigureLogging: text and JSON log formats for spdlog, and the access log.
 #include "server/logging.h"
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
+#include "absl/strings/str_format.h"
+
 namespace kvserve::server {
 namespace {
+
+// The access logger (null until ConfigureLogging: the default logger is used then) and
+// whether the format is JSON. Set once at start-up, read by every call's end.
+std::atomic<spdlog::logger*> g_access_logger{nullptr};
+std::atomic<bool> g_json{false};
+
+// The length of the valid UTF-8 character starting at text[i], or 0 when the bytes there are
+// not one (a stray continuation byte, an overlong form, a surrogate, beyond U+10FFFF, cut).
+size_t Utf8Length(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) return 1;
+  size_t length = 0;
+  unsigned char low = 0x80;
+  unsigned char high = 0xBF;  // the range of the second byte
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;   // no overlong forms
+    if (lead == 0xED) high = 0x9F;  // no surrogates
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;  // nothing beyond U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + length > text.size()) return 0;
+  if (byte(i + 1) < low || byte(i + 1) > high) return 0;
+  for (size_t k = 2; k < length; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+  }
+  return length;
+}
+
+// Whether `value` can stand unquoted after "key=" in a text line.
+bool IsPlainTextValue(std::string_view value) {
+  if (value.empty()) return false;
+  for (char c : value) {
+    if (c <= ' ' || c > '~' || c == '"' || c == '\\') return false;
+  }
+  return true;
+}
+
+std::string TextValue(std::string_view value) {
+  if (IsPlainTextValue(value)) return std::string(value);
+  return "\"" + TextEscape(value, /*quoted=*/true) + "\"";
+}
+
+// A duration in milliseconds as a JSON number (finite, three decimals).
+std::string Ms(double ms) { return absl::StrFormat("%.3f", std::isfinite(ms) ? ms : 0.0); }
 
 // %j: the log message as an escaped JSON string body.
 class JsonMessageFlag final : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&,
               spdlog::memory_buf_t& dest) override {
-    const std::string escaped = JsonEscape(std::string(msg.payload.data(), msg.payload.size()));
+    const std::string escaped =
+        JsonEscape(std::string_view(msg.payload.data(), msg.payload.size()));
     dest.append(escaped.data(), escaped.data() + escaped.size());
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {
@@ -24,12 +81,42 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
   }
 };
 
+// %q: the log message on one line of valid UTF-8 (see TextEscape).
+class TextMessageFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    const std::string escaped =
+        TextEscape(std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(escaped.data(), escaped.data() + escaped.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<TextMessageFlag>();
+  }
+};
+
+constexpr char kJsonTime[] = R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l",)";
+constexpr char kTextTime[] = "%Y-%m-%d %H:%M:%S.%e %-5l ";
+
 }  // namespace
 
-std::string JsonEscape(const std::string& text) {
+std::string JsonEscape(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 8);
-  for (unsigned char c : text) {
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const size_t length = Utf8Length(text, i);
+    if (length == 0) {
+      out += "\\ufffd";
+      ++i;
+      continue;
+    }
+    if (length > 1) {
+      out.append(text.substr(i, length));
+      i += length;
+      continue;
+    }
+    ++i;
     switch (c) {
       case '"':
         out += "\\\"";
@@ -48,9 +135,7 @@ std::string JsonEscape(const std::string& text) {
         break;
       default:
         if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
+          out += absl::StrFormat("\\u%04x", c);
         } else {
           out += static_cast<char>(c);
         }
@@ -59,17 +144,100 @@ std::string JsonEscape(const std::string& text) {
   return out;
 }
 
-void ConfigureLogging(const std::string& format) {
+std::string TextEscape(std::string_view text, bool quoted) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const size_t length = Utf8Length(text, i);
+    if (length > 1) {
+      out.append(text.substr(i, length));
+      i += length;
+      continue;
+    }
+    ++i;
+    if (length == 0 || c < 0x20 || c == 0x7f) {
+      if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\r') {
+        out += "\\r";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else {
+        out += absl::StrFormat("\\x%02x", c);
+      }
+    } else if (quoted && (c == '"' || c == '\\')) {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string AccessLogText(const AccessRecord& r) {
+  std::string line = absl::StrFormat(
+      "access request_id=%s tenant=%s method=%s peer=%s outcome=%s code=%s prompt_tokens=%d "
+      "cached_tokens=%d completion_tokens=%d queue_ms=%s ttft_ms=%s total_ms=%s",
+      TextValue(r.request_id), TextValue(r.tenant), TextValue(r.method), TextValue(r.peer),
+      TextValue(r.outcome), TextValue(r.code), r.prompt_tokens, r.cached_tokens,
+      r.completion_tokens, Ms(r.queue_ms), Ms(r.ttft_ms), Ms(r.total_ms));
+  if (!r.error.empty()) line += " error=" + TextValue(r.error);
+  return line;
+}
+
+std::string AccessLogJsonMembers(const AccessRecord& r) {
+  std::string members = absl::StrFormat(
+      R"("msg":"access","request_id":"%s","tenant":"%s","method":"%s","peer":"%s",)"
+      R"("outcome":"%s","code":"%s","prompt_tokens":%d,"cached_tokens":%d,)"
+      R"("completion_tokens":%d,"queue_ms":%s,"ttft_ms":%s,"total_ms":%s)",
+      JsonEscape(r.request_id), JsonEscape(r.tenant), JsonEscape(r.method), JsonEscape(r.peer),
+      JsonEscape(r.outcome), JsonEscape(r.code), r.prompt_tokens, r.cached_tokens,
+      r.completion_tokens, Ms(r.queue_ms), Ms(r.ttft_ms), Ms(r.total_ms));
+  if (!r.error.empty()) members += R"(,"error":")" + JsonEscape(r.error) + "\"";
+  return members;
+}
+
+void LogAccess(const AccessRecord& record) {
+  spdlog::logger* logger = g_access_logger.load(std::memory_order_acquire);
+  if (logger == nullptr) {
+    spdlog::info("{}", AccessLogText(record));
+    return;
+  }
+  if (!logger->should_log(spdlog::level::info)) return;
+  const std::string line =
+      g_json.load(std::memory_order_relaxed) ? AccessLogJsonMembers(record) : AccessLogText(record);
+  logger->info("{}", line);
+}
+
+void ConfigureLogging(const std::string& format, const std::string& level) {
   // Logs go to stderr: stdout carries the one line scripts read (the bound address).
-  spdlog::set_default_logger(spdlog::stderr_color_mt("kvserve"));
+  std::shared_ptr<spdlog::logger> main_logger = spdlog::stderr_color_mt("kvserve");
+  spdlog::set_default_logger(main_logger);
+  // The access log shares the sink; its message is already escaped (JSON members or text).
+  auto access = std::make_shared<spdlog::logger>("access", main_logger->sinks().begin(),
+                                                 main_logger->sinks().end());
   if (format == "json") {
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
-    formatter->add_flag<JsonMessageFlag>('j').set_pattern(
-        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%j"})");
-    spdlog::set_formatter(std::move(formatter));
+    formatter->add_flag<JsonMessageFlag>('j').set_pattern(std::string(kJsonTime) +
+                                                          R"("msg":"%j"})");
+    main_logger->set_formatter(std::move(formatter));
+    access->set_formatter(std::make_unique<spdlog::pattern_formatter>(
+        std::string(kJsonTime) + "%v}", spdlog::pattern_time_type::utc));
+    g_json.store(true, std::memory_order_relaxed);
   } else if (format == "text") {
-    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %-5l %v");
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<TextMessageFlag>('q').set_pattern(std::string(kTextTime) + "%q");
+    main_logger->set_formatter(std::move(formatter));
+    access->set_formatter(
+        std::make_unique<spdlog::pattern_formatter>(std::string(kTextTime) + "%v"));
   }
+  spdlog::register_logger(access);
+  spdlog::level::level_enum parsed = spdlog::level::from_str(level);
+  if (parsed == spdlog::level::off && level != "off") parsed = spdlog::level::info;
+  spdlog::set_level(parsed);
+  g_access_logger.store(access.get(), std::memory_order_release);
 }
 
 }  // namespace kvserve::server

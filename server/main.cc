@@ -50,8 +50,9 @@ using kvserve::server::ServerOptions;
 int Run(const ServerOptions& options) {
   absl::StatusOr<std::unique_ptr<KvServer>> server = KvServer::Start(options);
   if (!server.ok()) {
+    // An address that cannot be listened on is a configuration error, as a bad flag is.
     spdlog::error("{}", std::string(server.status().message()));
-    return 1;
+    return 2;
   }
   // The first line on stdout: scripts and tests read the port from it.
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
     std::cerr << "kvserve: " << device.message() << "\n";
     return 2;
   }
-  kvserve::server::ConfigureLogging(options->log_format);
+  kvserve::server::ConfigureLogging(options->log_format, options->log_level);
   if (!InstallSignalHandlers()) {
     std::cerr << "kvserve: cannot install the SIGTERM/SIGINT handlers\n";
     return 1;

@@ -8,6 +8,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <limits>
 #include <vector>
 
 namespace kvserve::server {
@@ -25,8 +26,41 @@ const std::vector<double>& LatencyBuckets() {
 ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   requests_ = &prometheus::BuildCounter()
                    .Name("kvserve_requests_total")
-                   .Help("Generation requests that ended, by outcome (finish reason or error code)")
+                   .Help(
+                       "Generation requests that ended, refused ones included, by outcome "
+                       "(finish reason or error code)")
                    .Register(*registry_);
+  rpcs_ = &prometheus::BuildCounter()
+               .Name("kvserve_rpcs_total")
+               .Help("Calls of kvserve's services, by method and gRPC status code")
+               .Register(*registry_);
+  e2e_latency_ = &prometheus::BuildHistogram()
+                      .Name("kvserve_e2e_request_latency_seconds")
+                      .Help("Finished generation requests, from the call's start to its status")
+                      .Register(*registry_)
+                      .Add({}, LatencyBuckets());
+  prefill_time_ = &prometheus::BuildHistogram()
+                       .Name("kvserve_request_prefill_time_seconds")
+                       .Help("From admission into the running batch to the first token")
+                       .Register(*registry_)
+                       .Add({}, LatencyBuckets());
+  kv_device_used_ = &prometheus::BuildGauge()
+                         .Name("kvserve_kv_device_bytes_used")
+                         .Help(
+                             "Device bytes counted against the KV budget (live caches, prefix "
+                             "snapshots, idle sessions)")
+                         .Register(*registry_)
+                         .Add({});
+  kv_device_limit_ = &prometheus::BuildGauge()
+                          .Name("kvserve_kv_device_bytes_limit")
+                          .Help("The KV device budget in bytes (+Inf: unlimited)")
+                          .Register(*registry_)
+                          .Add({});
+  kv_device_limit_->Set(std::numeric_limits<double>::infinity());
+  build_info_ = &prometheus::BuildGauge()
+                     .Name("kvserve_build_info")
+                     .Help("1, labelled with the kvserve, LibTorch and CUDA versions")
+                     .Register(*registry_);
   waiting_ = &prometheus::BuildGauge()
                   .Name("kvserve_num_requests_waiting")
                   .Help("Requests queued for admission")
@@ -182,6 +216,24 @@ void ServerMetrics::SetPrefixCounts(const PrefixCounts& c) {
 
 void ServerMetrics::CountRequest(const std::string& outcome) {
   requests_->Add({{"outcome", outcome}}).Increment();
+}
+
+void ServerMetrics::CountRpc(const std::string& method, const std::string& code) {
+  rpcs_->Add({{"method", method}, {"code", code}}).Increment();
+}
+
+void ServerMetrics::ObserveEndToEndLatency(double seconds) { e2e_latency_->Observe(seconds); }
+void ServerMetrics::ObservePrefillTime(double seconds) { prefill_time_->Observe(seconds); }
+
+void ServerMetrics::SetKvDeviceBudget(int64_t used_bytes, int64_t limit_bytes) {
+  kv_device_used_->Set(static_cast<double>(used_bytes));
+  kv_device_limit_->Set(limit_bytes < 0 ? std::numeric_limits<double>::infinity()
+                                        : static_cast<double>(limit_bytes));
+}
+
+void ServerMetrics::SetBuildInfo(const std::string& version, const std::string& torch,
+                                 const std::string& cuda) {
+  build_info_->Add({{"version", version}, {"torch", torch}, {"cuda", cuda}}).Set(1);
 }
 
 void ServerMetrics::CountOutOfMemory() { oom_events_->Increment(); }

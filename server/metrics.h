@@ -31,10 +31,25 @@ class ServerMetrics {
   // The registry (to add collectables of other modules).
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
-  // kvserve_requests_total{outcome}: one per request that ended. Outcomes: "length", "stop",
-  // "eos", "cancelled" (finish reasons), and for failures the lower-case gRPC code name
-  // ("invalid_argument", "resource_exhausted", "deadline_exceeded", ...).
+  // kvserve_requests_total{outcome}: one per generation request (Generate, GenerateStream)
+  // that ended, refused ones included. Outcomes: "length", "stop", "eos", "cancelled" (finish
+  // reasons), and for failures the lower-case gRPC code name ("invalid_argument",
+  // "not_found", "resource_exhausted", "deadline_exceeded", ...).
   void CountRequest(const std::string& outcome);
+  // kvserve_rpcs_total{method,code}: one per call of a kvserve service, by method
+  // ("Generate", "RegisterPrefix", ...) and gRPC status code name ("OK", "NOT_FOUND", ...).
+  void CountRpc(const std::string& method, const std::string& code);
+  // kvserve_e2e_request_latency_seconds: a finished generation request, from the call's
+  // start to its status; kvserve_request_prefill_time_seconds: from its admission to its
+  // first token.
+  void ObserveEndToEndLatency(double seconds);
+  void ObservePrefillTime(double seconds);
+  // kvserve_kv_device_bytes_used and kvserve_kv_device_bytes_limit: the device bytes counted
+  // against the KV budget (live caches, prefix snapshots, idle sessions) and the budget
+  // (--kv-device-bytes; +Inf when `limit_bytes` < 0, unlimited).
+  void SetKvDeviceBudget(int64_t used_bytes, int64_t limit_bytes);
+  // kvserve_build_info{version,torch,cuda} = 1 ("none" for cuda without CUDA). Call once.
+  void SetBuildInfo(const std::string& version, const std::string& torch, const std::string& cuda);
   // kvserve_num_requests_waiting / kvserve_num_requests_running.
   void SetQueue(int64_t num_waiting, int64_t num_running);
   // kvserve_prompt_tokens_total and kvserve_prompt_tokens_cached_total (of those, copied
@@ -86,6 +101,12 @@ class ServerMetrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Counter>* rpcs_;
+  prometheus::Histogram* e2e_latency_;
+  prometheus::Histogram* prefill_time_;
+  prometheus::Gauge* kv_device_used_;
+  prometheus::Gauge* kv_device_limit_;
+  prometheus::Family<prometheus::Gauge>* build_info_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* running_;
   prometheus::Counter* prompt_tokens_;

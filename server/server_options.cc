@@ -2,15 +2,21 @@
 #include "server/server_options.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/command_line.h"
 #include "model/transformer.h"
+#include "server/metrics_http_server.h"
 
 namespace kvserve::server {
 namespace {
+
+constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
+                                           "error", "critical", "off"};
 
 std::vector<cli::FlagSpec> Flags() {
   return {
@@ -47,24 +53,64 @@ std::vector<cli::FlagSpec> Flags() {
       {"fault-inject-oom-rate", "fraction of KV allocations that fail as out of memory (tests)",
        "0"},
       {"log-format", "text | json", "text"},
+      {"log-level", "trace | debug | info | warn | error | critical | off", "info"},
+      {"max-request-bytes",
+       "largest request message accepted (beyond: RESOURCE_EXHAUSTED); at least 4096", "67108864"},
       {"shutdown-grace-seconds", "time in-flight requests get to finish after SIGTERM", "30"},
       {"replica-id", "this replica's name in x-kvserve-replica trailers and GetModelInfo",
        "HOST:PORT it listens on"},
   };
 }
 
-// Whether `address` is HOST:PORT with a port in [0, 65535] (or a unix: socket path).
+// Whether `c` may appear in a host name or an IPv4 address.
+bool IsHostChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '-' || c == '_';
+}
+
+// Whether `address` is HOST:PORT or [IPV6]:PORT with a port in [0, 65535], or unix:PATH.
+// InvalidArgument naming `flag` and saying what is wrong otherwise.
 absl::Status CheckListenAddress(const std::string& flag, const std::string& address) {
-  if (address.rfind("unix:", 0) == 0) return absl::OkStatus();
-  const size_t colon = address.rfind(':');
-  const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+  const auto refuse = [&](std::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", address.substr(0, 128), "' ", std::string(why)));
+  };
+  constexpr std::string_view kNotHostPort = "is not HOST:PORT with a port in [0, 65535]";
+  if (address.rfind("unix:", 0) == 0) {
+    return address.size() > 5 ? absl::OkStatus() : refuse("names no socket path");
+  }
+  std::string_view host;
+  std::string_view port;
+  const std::string_view text = address;
+  if (text.starts_with('[')) {
+    const size_t bracket = text.find(']');
+    if (bracket == std::string_view::npos || text.substr(bracket + 1, 1) != ":") {
+      return refuse(kNotHostPort);
+    }
+    host = text.substr(1, bracket - 1);
+    port = text.substr(bracket + 2);
+    const bool ipv6 = std::all_of(host.begin(), host.end(),
+                                  [](char c) { return IsHostChar(c) || c == ':' || c == '%'; });
+    if (host.find(':') == std::string_view::npos || !ipv6) {
+      return refuse("is not [IPV6]:PORT: the host is not an IPv6 address");
+    }
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return refuse(kNotHostPort);
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) {
+      return refuse("has an IPv6 host without brackets ([::1]:PORT)");
+    }
+    if (!std::all_of(host.begin(), host.end(), IsHostChar)) {
+      return refuse("is not HOST:PORT: the host is not a host name or an IPv4 address");
+    }
+  }
   const bool digits =
       !port.empty() && port.size() <= 5 &&
       std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits || std::stoi(port) > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " '", address.substr(0, 128),
-                                                   "' is not HOST:PORT with a port in [0, 65535]"));
-  }
+  if (!digits || std::stoi(std::string(port)) > 65535) return refuse(kNotHostPort);
+  if (host.empty()) return refuse("has no host (0.0.0.0:PORT listens on every interface)");
   return absl::OkStatus();
 }
 
@@ -85,6 +131,10 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.dtype = cl->GetString("dtype", o.dtype);
   o.weight_dtype = cl->GetString("weight-dtype", o.weight_dtype);
   o.log_format = cl->GetString("log-format", o.log_format);
+  o.log_level = cl->GetString("log-level", o.log_level);
+  absl::StatusOr<int64_t> request_bytes = cl->GetInt("max-request-bytes", o.max_request_bytes);
+  if (!request_bytes.ok()) return request_bytes.status();
+  o.max_request_bytes = *request_bytes;
   o.replica_id = cl->GetString("replica-id", "");
   absl::StatusOr<int64_t> threads = cl->GetInt("threads", 0);
   absl::StatusOr<int64_t> batch = cl->GetInt("max-batch-size", o.scheduler.max_batch_size);
@@ -146,6 +196,12 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
 absl::Status ServerOptions::Validate() const {
   if (listen.empty()) return absl::InvalidArgumentError("--listen must not be empty");
   if (absl::Status s = CheckListenAddress("--listen", listen); !s.ok()) return s;
+  if (!metrics_listen.empty()) {
+    if (absl::StatusOr<MetricsListenAddress> metrics = ParseMetricsListenAddress(metrics_listen);
+        !metrics.ok()) {
+      return metrics.status();
+    }
+  }
   // Metadata values must be printable ASCII.
   if (replica_id.size() > 128 || !std::all_of(replica_id.begin(), replica_id.end(),
                                               [](char c) { return c >= 0x20 && c < 0x7f; })) {
@@ -163,6 +219,16 @@ absl::Status ServerOptions::Validate() const {
   if (log_format != "text" && log_format != "json") {
     return absl::InvalidArgumentError(
         absl::StrCat("--log-format '", log_format, "' is not one of text, json"));
+  }
+  if (std::find(std::begin(kLogLevels), std::end(kLogLevels), log_level) == std::end(kLogLevels)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log-level '", log_level,
+                     "' is not one of trace, debug, info, warn, error, critical, off"));
+  }
+  if (max_request_bytes < 4096 || max_request_bytes > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-request-bytes must be in [4096, ",
+                                                   std::numeric_limits<int32_t>::max(), "] (got ",
+                                                   max_request_bytes, ")"));
   }
   if (threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
   if (scheduler.max_batch_size < 1) {

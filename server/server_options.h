@@ -62,6 +62,12 @@ struct ServerOptions {
   double fault_inject_oom_rate = 0;
   // --log-format: "text" or "json".
   std::string log_format = "text";
+  // --log-level: "trace", "debug", "info", "warn", "error", "critical" or "off". Access-log
+  // lines are info.
+  std::string log_level = "info";
+  // --max-request-bytes: the largest request message gRPC accepts; bigger ones end with
+  // RESOURCE_EXHAUSTED before they are parsed.
+  int64_t max_request_bytes = int64_t{64} << 20;
   // --shutdown-grace-seconds: how long in-flight requests may run after SIGTERM.
   absl::Duration shutdown_grace = absl::Seconds(30);
   // Not a flag: the time of arrivals, deadlines, TTFT and prefix TTLs (tests inject a

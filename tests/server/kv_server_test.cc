@@ -1,6 +1,7 @@
 // In-process kvserve on 127.0.0.1:0 driven through the real gRPC stubs: unary and streamed
 // results against the plain generation loop, concurrency across cache strategies, cancel,
-// deadline, queue limit, malformed requests, health, metrics and graceful shutdown.
+// deadline, queue limit, malformed requests, health, metrics and graceful shutdown; request
+// ids, access-log lines and the count of every outcome; a taken port; request size limits.
 #include "server/kv_server.h"
 
 #include <gmock/gmock.h>
@@ -19,15 +20,21 @@
 #include <vector>
 
 #include <google/protobuf/text_format.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "kvserve/v1/generation.grpc.pb.h"
+#include "kvserve/v1/prefix.grpc.pb.h"
 #include "model/generator.h"
 #include "model/model.h"
 #include "server/engine.h"
+#include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
@@ -35,6 +42,7 @@ namespace {
 
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // What a stream delivered.
@@ -422,6 +430,289 @@ TEST_F(KvServerTest, ShutdownEndsAStreamWithCancelledAndItsPartialOutput) {
   EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_CANCELLED);
   EXPECT_EQ(last.usage().completion_tokens(), tokens);
   EXPECT_LT(tokens, 4000);
+}
+
+// The value of `key` in gRPC metadata (empty when absent).
+std::string MetadataValue(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                          const std::string& key) {
+  auto it = metadata.find(key);
+  return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
+// A whole line of the Prometheus text format.
+std::string Line(const std::string& line) { return "\n" + line + "\n"; }
+
+TEST_F(KvServerTest, ASecondServerOnATakenPortFailsNamingTheAddress) {
+  ServerOptions options;
+  options.metrics_listen = "127.0.0.1:0";
+  StartServer(options);
+  ServerOptions second;
+  second.threads = 1;
+  second.listen = absl::StrCat("127.0.0.1:", server_->port());
+  absl::StatusOr<std::unique_ptr<KvServer>> refused = KvServer::Start(second);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.status().message()),
+              StartsWith(absl::StrCat("--listen '127.0.0.1:", server_->port(),
+                                      "': cannot listen: Address already in use")));
+  second.listen = "127.0.0.1:0";
+  second.metrics_listen = absl::StrCat("127.0.0.1:", server_->metrics_port());
+  refused = KvServer::Start(second);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            absl::StrCat("--metrics-listen '127.0.0.1:", server_->metrics_port(),
+                         "': cannot bind (Address already in use)"));
+  // The first server still serves.
+  ServeEmbeddedModel();
+  v1::GenerateResponse response;
+  EXPECT_TRUE(
+      Generate(Request("token_ids { ids: [1] } sampling { max_new_tokens: 1 }"), &response).ok());
+}
+
+TEST_F(KvServerTest, RequestIdsComeBackInInitialAndTrailingMetadata) {
+  StartServer();
+  ServeEmbeddedModel();
+  const v1::GenerateRequest request =
+      Request("token_ids { ids: [1, 2] } sampling { max_new_tokens: 2 ignore_eos: true }");
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("x-request-id", "trace-42.a:b_c");
+    v1::GenerateResponse response;
+    ASSERT_TRUE(stub_->Generate(&context, request, &response).ok());
+    EXPECT_EQ(MetadataValue(context.GetServerInitialMetadata(), "x-request-id"), "trace-42.a:b_c");
+    EXPECT_EQ(MetadataValue(context.GetServerTrailingMetadata(), "x-request-id"), "trace-42.a:b_c");
+  }
+  {
+    // Generated for a stream that sent none, the same in both.
+    grpc::ClientContext context;
+    auto reader = stub_->GenerateStream(&context, request);
+    v1::GenerateStreamResponse message;
+    while (reader->Read(&message)) {
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    const std::string id = MetadataValue(context.GetServerInitialMetadata(), "x-request-id");
+    EXPECT_EQ(id.size(), 16u);
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << id;
+    EXPECT_EQ(MetadataValue(context.GetServerTrailingMetadata(), "x-request-id"), id);
+  }
+  {
+    // An error too, with an id too long to keep replaced.
+    grpc::ClientContext context;
+    context.AddMetadata("x-request-id", std::string(65, 'x'));
+    v1::GenerateResponse response;
+    ASSERT_EQ(stub_->Generate(&context, Request(""), &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    const std::string id = MetadataValue(context.GetServerTrailingMetadata(), "x-request-id");
+    EXPECT_EQ(id.size(), 16u);
+    EXPECT_EQ(MetadataValue(context.GetServerInitialMetadata(), "x-request-id"), id);
+  }
+}
+
+// Sends spdlog's default logger to a string while alive (the access log writes there when
+// ConfigureLogging was not called).
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto logger = std::make_shared<spdlog::logger>(
+        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_));
+    logger->set_pattern("%v");
+    logger->set_level(spdlog::level::info);
+    spdlog::set_default_logger(std::move(logger));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  // The captured lines that start with `prefix`.
+  std::vector<std::string> Lines(const std::string& prefix) {
+    std::vector<std::string> lines;
+    std::istringstream in(stream_.str());
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(prefix, 0) == 0) lines.push_back(line);
+    }
+    return lines;
+  }
+
+ private:
+  std::ostringstream stream_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+TEST_F(KvServerTest, EveryCallHasOneAccessLogLine) {
+  StartServer();
+  ServeEmbeddedModel();
+  LogCapture capture;
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("x-request-id", "access-1");
+    v1::GenerateResponse response;
+    ASSERT_TRUE(stub_
+                    ->Generate(&context,
+                               Request("token_ids { ids: [1, 2, 3] } "
+                                       "sampling { max_new_tokens: 4 ignore_eos: true }"),
+                               &response)
+                    .ok());
+  }
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("x-request-id", "access-2");
+    v1::GenerateResponse response;
+    ASSERT_FALSE(
+        stub_->Generate(&context, Request("prefix: \"nope\" prompt: \"x\""), &response).ok());
+  }
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("x-request-id", "access-3");
+    v1::TokenizeRequest request;
+    request.set_text("hello");
+    v1::TokenizeResponse response;
+    ASSERT_TRUE(stub_->Tokenize(&context, request, &response).ok());
+  }
+  Health();  // not a kvserve call: no line
+  const std::vector<std::string> lines = capture.Lines("access ");
+  ASSERT_EQ(lines.size(), 3u) << ::testing::PrintToString(lines);
+  EXPECT_THAT(lines[0], StartsWith("access request_id=access-1 tenant=default method=Generate "
+                                   "peer=ipv"));
+  EXPECT_THAT(lines[0], HasSubstr(" outcome=length code=OK prompt_tokens=3 cached_tokens=0 "
+                                  "completion_tokens=4 queue_ms="));
+  EXPECT_THAT(lines[0], Not(HasSubstr("ttft_ms=0.000")));
+  EXPECT_THAT(lines[0], Not(HasSubstr("error=")));
+  EXPECT_THAT(lines[1], StartsWith("access request_id=access-2 tenant=default method=Generate "));
+  EXPECT_THAT(lines[1], HasSubstr(" outcome=not_found code=NOT_FOUND prompt_tokens=0 "));
+  EXPECT_THAT(lines[1], HasSubstr(R"(error="prefix: no prefix named 'nope' is registered")"));
+  EXPECT_THAT(lines[2], StartsWith("access request_id=access-3 tenant=default method=Tokenize "));
+  EXPECT_THAT(lines[2], HasSubstr(" outcome=ok code=OK "));
+}
+
+TEST_F(KvServerTest, EveryOutcomeIsCountedOnceAndTheWarmUpIsNot) {
+  StartServer();
+  ServeEmbeddedModel();
+  const std::string fresh = server_->metrics().TextFormat();
+  // Nothing but the start-up ran: the warm-up generation is not a request.
+  EXPECT_THAT(fresh, Not(HasSubstr("kvserve_requests_total{")));
+  EXPECT_THAT(fresh, Not(HasSubstr("kvserve_rpcs_total{")));
+  EXPECT_THAT(fresh, HasSubstr(Line("kvserve_e2e_request_latency_seconds_count 0")));
+  EXPECT_THAT(fresh, HasSubstr("kvserve_build_info{cuda=\""));
+  EXPECT_THAT(fresh, HasSubstr(",version=\"0.1.0\"} 1"));
+
+  v1::GenerateResponse response;
+  EXPECT_TRUE(Generate(Request("token_ids { ids: [1, 2] } "
+                               "sampling { max_new_tokens: 3 ignore_eos: true }"),
+                       &response)
+                  .ok());
+  EXPECT_EQ(
+      Generate(Request("prompt: \"x\" sampling { do_sample: true temperature: -1 }"), &response)
+          .error_code(),
+      grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Stream(Request("token_ids { ids: -1 }")).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Generate(Request("prefix: \"missing\" prompt: \"x\""), &response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // A prefix call that finds nothing is an RPC, not a generation request.
+  std::unique_ptr<v1::PrefixCache::Stub> prefixes = v1::PrefixCache::NewStub(channel_);
+  grpc::ClientContext context;
+  v1::GetPrefixRequest get;
+  get.set_name("missing");
+  v1::Prefix prefix;
+  EXPECT_EQ(prefixes->GetPrefix(&context, get, &prefix).error_code(), grpc::StatusCode::NOT_FOUND);
+  Health();
+
+  const std::string text = server_->metrics().TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_requests_total{outcome=\"length\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_requests_total{outcome=\"invalid_argument\"} 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_requests_total{outcome=\"not_found\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_rpcs_total{code=\"OK\",method=\"Generate\"} 1")));
+  EXPECT_THAT(
+      text, HasSubstr(Line("kvserve_rpcs_total{code=\"INVALID_ARGUMENT\",method=\"Generate\"} 1")));
+  EXPECT_THAT(
+      text,
+      HasSubstr(Line("kvserve_rpcs_total{code=\"INVALID_ARGUMENT\",method=\"GenerateStream\"} 1")));
+  EXPECT_THAT(text,
+              HasSubstr(Line("kvserve_rpcs_total{code=\"NOT_FOUND\",method=\"Generate\"} 1")));
+  EXPECT_THAT(text,
+              HasSubstr(Line("kvserve_rpcs_total{code=\"NOT_FOUND\",method=\"GetPrefix\"} 1")));
+  EXPECT_THAT(text, Not(HasSubstr("Check")));  // health calls are not counted
+  // Only the request that finished has a latency and a prefill time.
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_e2e_request_latency_seconds_count 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_request_prefill_time_seconds_count 1")));
+  // The CPU's KV budget is unlimited; the caches were freed at the end.
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_device_bytes_limit +Inf")));
+}
+
+// The value of the unlabelled sample `name` in Prometheus text (-1 when absent).
+double Sample(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+TEST_F(KvServerTest, KvDeviceBudgetIsExported) {
+  ServerOptions options;
+  options.kv_device_bytes = 64 << 20;
+  StartServer(options);
+  EXPECT_EQ(Sample(server_->metrics().TextFormat(), "kvserve_kv_device_bytes_limit"), 64 << 20);
+  ServeEmbeddedModel();
+  // A registered prefix's snapshot stays in the budget once the engine is idle.
+  std::unique_ptr<v1::PrefixCache::Stub> prefixes = v1::PrefixCache::NewStub(channel_);
+  grpc::ClientContext context;
+  v1::RegisterPrefixRequest request;
+  request.set_name("sys");
+  for (int i = 1; i <= 40; ++i) request.mutable_token_ids()->add_ids(i);
+  v1::Prefix prefix;
+  ASSERT_TRUE(prefixes->RegisterPrefix(&context, request, &prefix).ok());
+  // A request's steps publish the stats again; once idle, the last publication came after it.
+  v1::GenerateResponse response;
+  ASSERT_TRUE(
+      Generate(Request("token_ids { ids: [1] } sampling { max_new_tokens: 3 ignore_eos: true }"),
+               &response)
+          .ok());
+  ASSERT_TRUE(server_->engine()->WaitIdle(absl::Seconds(30)));
+  const std::string text = server_->metrics().TextFormat();
+  EXPECT_EQ(Sample(text, "kvserve_kv_device_bytes_limit"), 64 << 20);
+  const double used = Sample(text, "kvserve_kv_device_bytes_used");
+  EXPECT_GT(used, 0);
+  EXPECT_EQ(used, server_->engine()->Stats().prefix_bytes);
+}
+
+TEST_F(KvServerTest, AnOversizeRequestIsResourceExhaustedAndServingGoesOn) {
+  ServerOptions options;
+  options.max_request_bytes = 4096;
+  StartServer(options);
+  ServeEmbeddedModel();
+  v1::GenerateRequest big;
+  big.set_prompt(std::string(5000, 'a'));
+  v1::GenerateResponse response;
+  const grpc::Status status = Generate(big, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_TRUE(
+      Generate(Request("token_ids { ids: [1] } sampling { max_new_tokens: 1 }"), &response).ok());
+}
+
+TEST_F(KvServerTest, CountsOfMessagesAndTokenIdsAreBoundedByField) {
+  StartServer();
+  ServeEmbeddedModel();
+  v1::GenerateRequest messages;
+  for (int i = 0; i < 4097; ++i) {
+    v1::ChatMessage* m = messages.mutable_messages()->add_messages();
+    m->set_role("user");
+    m->set_content("x");
+  }
+  v1::GenerateResponse response;
+  grpc::Status status = Generate(messages, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "messages.messages: 4097 messages; at most 4096 are allowed");
+
+  v1::GenerateRequest stops = Request("token_ids { ids: [1] }");
+  for (int i = 0; i < 1025; ++i) stops.mutable_sampling()->add_stop_token_ids(1);
+  status = Generate(stops, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(),
+            "sampling.stop_token_ids: 1025 ids given; at most 1024 are allowed");
+
+  const int64_t context = model_->info().max_position_embeddings;
+  v1::GenerateRequest ids;
+  for (int64_t i = 0; i <= context; ++i) ids.mutable_token_ids()->add_ids(1);
+  status = Generate(ids, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), absl::StrCat("token_ids.ids: ", context + 1,
+                                                 " ids; the model's context holds ", context));
 }
 
 }  // namespace

@@ -41,6 +41,51 @@ TEST(MetricsTest, RequestsAreCountedByOutcome) {
   EXPECT_THAT(text, Not(HasSubstr("outcome=\"stop\"")));
 }
 
+TEST(MetricsTest, RpcsAreCountedByMethodAndCode) {
+  ServerMetrics metrics;
+  metrics.CountRpc("GetPrefix", "NOT_FOUND");
+  metrics.CountRpc("GetPrefix", "NOT_FOUND");
+  metrics.CountRpc("Tokenize", "OK");
+  const std::string text = metrics.TextFormat();
+  EXPECT_THAT(text,
+              HasSubstr(Line("kvserve_rpcs_total{code=\"NOT_FOUND\",method=\"GetPrefix\"} 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_rpcs_total{code=\"OK\",method=\"Tokenize\"} 1")));
+}
+
+TEST(MetricsTest, EndToEndAndPrefillHistograms) {
+  ServerMetrics metrics;
+  EXPECT_THAT(metrics.TextFormat(), HasSubstr(Line("kvserve_e2e_request_latency_seconds_count 0")));
+  metrics.ObserveEndToEndLatency(0.25);
+  metrics.ObserveEndToEndLatency(2);
+  metrics.ObservePrefillTime(0.004);
+  const std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_e2e_request_latency_seconds_count 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_e2e_request_latency_seconds_sum 2.25")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_e2e_request_latency_seconds_bucket{le=\"0.5\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_request_prefill_time_seconds_count 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_request_prefill_time_seconds_bucket{le=\"0.005\"} 1")));
+}
+
+TEST(MetricsTest, KvDeviceBudgetIsUnlimitedUntilSet) {
+  ServerMetrics metrics;
+  EXPECT_THAT(metrics.TextFormat(), HasSubstr(Line("kvserve_kv_device_bytes_used 0")));
+  EXPECT_THAT(metrics.TextFormat(), HasSubstr(Line("kvserve_kv_device_bytes_limit +Inf")));
+  metrics.SetKvDeviceBudget(4096, 1 << 20);
+  EXPECT_THAT(metrics.TextFormat(), HasSubstr(Line("kvserve_kv_device_bytes_used 4096")));
+  EXPECT_THAT(metrics.TextFormat(), HasSubstr(Line("kvserve_kv_device_bytes_limit 1048576")));
+  metrics.SetKvDeviceBudget(0, -1);
+  EXPECT_THAT(metrics.TextFormat(), HasSubstr(Line("kvserve_kv_device_bytes_limit +Inf")));
+}
+
+TEST(MetricsTest, BuildInfoIsOneWithItsVersions) {
+  ServerMetrics metrics;
+  EXPECT_THAT(metrics.TextFormat(), Not(HasSubstr("kvserve_build_info{")));
+  metrics.SetBuildInfo("0.1.0", "1.13.0", "none");
+  EXPECT_THAT(
+      metrics.TextFormat(),
+      HasSubstr(Line("kvserve_build_info{cuda=\"none\",torch=\"1.13.0\",version=\"0.1.0\"} 1")));
+}
+
 TEST(MetricsTest, QueueGaugesTakeTheLatestValues) {
   ServerMetrics metrics;
   metrics.SetQueue(7, 2);

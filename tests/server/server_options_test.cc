@@ -63,6 +63,11 @@ TEST(ServerOptionsTest, NoFlagsGiveTheDocumentedDefaults) {
   EXPECT_EQ(o.kv_device_bytes, -1);
   EXPECT_EQ(o.fault_inject_oom_rate, 0.0);
   EXPECT_EQ(o.log_format, "text");
+  EXPECT_EQ(o.log_level, "info");
+  EXPECT_EQ(o.max_request_bytes, 64 << 20);
+  EXPECT_EQ(o.limits.max_stop_strings, 16);
+  EXPECT_EQ(o.limits.max_messages, 4096);
+  EXPECT_EQ(o.limits.max_stop_token_ids, 1024);
   EXPECT_EQ(o.shutdown_grace, absl::Seconds(30));
   EXPECT_TRUE(o.Validate().ok());
   EXPECT_TRUE(ServerOptions().Validate().ok());
@@ -103,6 +108,10 @@ TEST(ServerOptionsTest, EveryFlagIsParsed) {
                                "0.25",
                                "--log-format",
                                "json",
+                               "--log-level",
+                               "warn",
+                               "--max-request-bytes",
+                               "1048576",
                                "--shutdown-grace-seconds",
                                "1.5"});
   ASSERT_TRUE(parsed.options.ok()) << parsed.options.status();
@@ -125,6 +134,8 @@ TEST(ServerOptionsTest, EveryFlagIsParsed) {
   EXPECT_EQ(o.kv_device_bytes, 123456);
   EXPECT_EQ(o.fault_inject_oom_rate, 0.25);
   EXPECT_EQ(o.log_format, "json");
+  EXPECT_EQ(o.log_level, "warn");
+  EXPECT_EQ(o.max_request_bytes, 1 << 20);
   EXPECT_EQ(o.shutdown_grace, absl::Milliseconds(1500));
 }
 
@@ -186,6 +197,52 @@ TEST(ServerOptionsTest, ListenPortOutOfRangeIsRefusedNotRemapped) {
   EXPECT_THAT(Error({"--listen", "127.0.0.1:http"}), HasSubstr("--listen"));
   EXPECT_TRUE(Parse({"--listen", "[::1]:0"}).options.ok());
   EXPECT_TRUE(Parse({"--listen", "unix:/tmp/kvserve.sock"}).options.ok());
+}
+
+TEST(ServerOptionsTest, UnparsableListenAddressesNameTheFlagAndSayWhy) {
+  EXPECT_EQ(Error({"--listen", ":50051"}),
+            "--listen ':50051' has no host (0.0.0.0:PORT listens on every interface)");
+  EXPECT_EQ(Error({"--listen", "::1:50051"}),
+            "--listen '::1:50051' has an IPv6 host without brackets ([::1]:PORT)");
+  EXPECT_EQ(Error({"--listen", "local host:1"}),
+            "--listen 'local host:1' is not HOST:PORT: the host is not a host name or an IPv4 "
+            "address");
+  EXPECT_EQ(Error({"--listen", "[127.0.0.1]:1"}),
+            "--listen '[127.0.0.1]:1' is not [IPV6]:PORT: the host is not an IPv6 address");
+  EXPECT_THAT(Error({"--listen", "[::1:1"}), HasSubstr("is not HOST:PORT with a port"));
+  EXPECT_THAT(Error({"--listen", "[::1]:65536"}), HasSubstr("is not HOST:PORT with a port"));
+  EXPECT_THAT(Error({"--listen", "127.0.0.1:-1"}), HasSubstr("is not HOST:PORT with a port"));
+  EXPECT_THAT(Error({"--listen", "127.0.0.1:"}), HasSubstr("is not HOST:PORT with a port"));
+  EXPECT_EQ(Error({"--listen", "unix:"}), "--listen 'unix:' names no socket path");
+  EXPECT_TRUE(Parse({"--listen", "localhost:65535"}).options.ok());
+  EXPECT_TRUE(Parse({"--listen", "0.0.0.0:0"}).options.ok());
+  EXPECT_TRUE(Parse({"--listen", "[::]:50051"}).options.ok());
+}
+
+TEST(ServerOptionsTest, MetricsListenIsCheckedWithTheOtherFlags) {
+  EXPECT_EQ(Error({"--metrics-listen", "127.0.0.1:99999"}),
+            "--metrics-listen '127.0.0.1:99999': the port must be a number in [0, 65535]");
+  EXPECT_THAT(Error({"--metrics-listen", "nowhere"}), StartsWith("--metrics-listen 'nowhere'"));
+  EXPECT_TRUE(Parse({"--metrics-listen", ":9100"}).options.ok());
+}
+
+TEST(ServerOptionsTest, LogLevelIsOneOfTheNamedLevels) {
+  for (const char* level : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    const Parsed parsed = Parse({"--log-level", level});
+    ASSERT_TRUE(parsed.options.ok()) << level << ": " << parsed.options.status();
+    EXPECT_EQ(parsed.options->log_level, level);
+  }
+  EXPECT_EQ(Error({"--log-level", "verbose"}),
+            "--log-level 'verbose' is not one of trace, debug, info, warn, error, critical, off");
+  EXPECT_THAT(Error({"--log-level", "INFO"}), HasSubstr("--log-level"));
+}
+
+TEST(ServerOptionsTest, MaxRequestBytesIsBounded) {
+  EXPECT_EQ(Parse({"--max-request-bytes", "4096"}).options->max_request_bytes, 4096);
+  EXPECT_EQ(Error({"--max-request-bytes", "4095"}),
+            "--max-request-bytes must be in [4096, 2147483647] (got 4095)");
+  EXPECT_THAT(Error({"--max-request-bytes", "2147483648"}), HasSubstr("--max-request-bytes"));
+  EXPECT_THAT(Error({"--max-request-bytes", "64MB"}), HasSubstr("--max-request-bytes"));
 }
 
 TEST(ServerOptionsTest, ReplicaIdIsPrintableAndBounded) {
