@@ -215,9 +215,10 @@ void ConfigureLogging(const std::string& format, const std::string& level) {
   // Logs go to stderr: stdout carries the one line scripts read (the bound address).
   std::shared_ptr<spdlog::logger> main_logger = spdlog::stderr_color_mt("kvserve");
   spdlog::set_default_logger(main_logger);
-  // The access log shares the sink; its message is already escaped (JSON members or text).
-  auto access = std::make_shared<spdlog::logger>("access", main_logger->sinks().begin(),
-                                                 main_logger->sinks().end());
+  // The access log writes to stderr through a sink of its own (a sink has one formatter; the
+  // console sinks share one lock); its message is already escaped (JSON members or text).
+  auto access = std::make_shared<spdlog::logger>(
+      "access", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   if (format == "json") {
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
     formatter->add_flag<JsonMessageFlag>('j').set_pattern(std::string(kJsonTime) +
