@@ -172,7 +172,9 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
       Close(grpc::Status(grpc::StatusCode::CANCELLED, "the call ended without a status"));
     CallRegistry& calls = Calls();
     absl::MutexLock lock(&calls.mu);
-    calls.records.erase(context_);
+    // A later call may have a context at the same address by now: remove only our own.
+    auto it = calls.records.find(context_);
+    if (it != calls.records.end() && it->second == record_) calls.records.erase(it);
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
