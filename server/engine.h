@@ -78,7 +78,7 @@ struct EngineStats {
   int64_t num_running = 0;  // admitted, not finished
   int64_t kv_device_bytes = 0;
   int64_t kv_host_bytes = 0;
-  int64_t kv_device_peak_bytes = 0;  // the most device KV (caches + snapshots) at once
+  int64_t kv_device_peak_bytes = 0;    // the most device KV (caches + snapshots) at once
   int64_t prefix_bytes = 0;            // prefix snapshots held
   int64_t num_steps = 0;               // forwards run so far
   int64_t num_oom_events = 0;          // out-of-memory errors caught during steps
