@@ -137,6 +137,22 @@ int64_t DefaultPrefixCacheBytes(const model::ModelInfo& info, int64_t kv_device_
                              int64_t{1} << 30);
 }
 
+// What BindFailureReason says when a plain bind() of the address works.
+constexpr std::string_view kGrpcCouldNotBind = "gRPC could not bind it";
+
+// The gRPC port's credentials: TLS with the files' certificate and key (and client
+// certificates required and verified against the client CA, when given); else plaintext.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerOptions& options,
+                                                           const TlsFiles& files) {
+  if (!options.tls()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(
+      files.client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                  : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = files.client_ca_pem;
+  ssl.pem_key_cert_pairs.push_back({files.private_key_pem, files.cert_chain_pem});
+  return grpc::SslServerCredentials(ssl);
+}
+
 // Why gRPC could not listen on `address` (HOST:PORT or [IPV6]:PORT, checked by
 // ServerOptions): what a plain bind() of it answers, such as "Address already in use" (gRPC
 // itself says only that it failed).
@@ -161,7 +177,7 @@ std::string BindFailureReason(const std::string& address) {
       resolved == nullptr) {
     return "the host does not resolve to an address of this machine";
   }
-  std::string reason = "gRPC could not bind it";
+  std::string reason(kGrpcCouldNotBind);
   for (const addrinfo* ai = resolved; ai != nullptr; ai = ai->ai_next) {
     const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) continue;
@@ -298,6 +314,9 @@ KvServer::KvServer(const ServerOptions& options)
 absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& options) {
   absl::Status valid = options.Validate();
   if (!valid.ok()) return valid;
+  // The TLS files are read before anything listens, so that a bad one fails the start alone.
+  absl::StatusOr<TlsFiles> tls_files = ReadTlsFiles(options);
+  if (!tls_files.ok()) return tls_files.status();
   std::unique_ptr<KvServer> server(new KvServer(options));
   if (!options.metrics_listen.empty()) {
     ServerMetrics* metrics = server->metrics_.get();
@@ -310,7 +329,7 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(options.listen, ServerCredentials(options, *tls_files), &server->port_);
   // Without SO_REUSEPORT a second server on a taken port fails to start instead of silently
   // sharing its connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -325,8 +344,17 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   builder.experimental().SetInterceptorCreators(std::move(trackers));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "--listen '", options.listen, "': cannot listen: ", BindFailureReason(options.listen)));
+    std::string reason = BindFailureReason(options.listen);
+    // gRPC also refuses the port when its TLS credentials cannot be made (a key that does not
+    // match the certificate, a certificate it cannot parse) and says so only in its own log.
+    if (options.tls() && reason == kGrpcCouldNotBind) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls-cert-file '", options.tls_cert_file, "' and --tls-key-file '",
+                       options.tls_key_file, "': gRPC cannot serve TLS with them on --listen '",
+                       options.listen, "' (does the key match the certificate? are they valid?)"));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("--listen '", options.listen, "': cannot listen: ", reason));
   }
   server->server_->GetHealthCheckService()->SetServingStatus(false);
   server->replica_->Set(

@@ -1,7 +1,14 @@
 // ServerOptions: the kvserve command line.
 #include "server/server_options.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <limits>
 #include <string_view>
@@ -23,7 +30,15 @@ std::vector<cli::FlagSpec> Flags() {
       {"model", "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)",
        "the embedded tiny model"},
       {"listen", "gRPC listen address (port 0: any free port)", "127.0.0.1:50051"},
-      {"metrics-listen", "Prometheus /metrics listen address", "off"},
+      {"tls-cert-file", "server certificate chain (PEM); with --tls-key-file, gRPC serves TLS",
+       "none: plaintext"},
+      {"tls-key-file", "private key (PEM) of --tls-cert-file", "none"},
+      {"tls-client-ca-file",
+       "CA certificates (PEM): clients must present a certificate they sign (mutual TLS)", "none"},
+      {"insecure",
+       "allow plaintext gRPC on an address that is not loopback (TLS terminated elsewhere)", "",
+       true},
+      {"metrics-listen", "Prometheus /metrics listen address (plaintext)", "off"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
       {"weight-dtype", model::kWeightDtypeFlagHelp, "auto"},
@@ -114,7 +129,80 @@ absl::Status CheckListenAddress(const std::string& flag, const std::string& addr
   return absl::OkStatus();
 }
 
+// The contents of `path`, the file of `flag`, checked to be PEM holding a block whose label
+// ends with `label_suffix` ("CERTIFICATE", "PRIVATE KEY"). InvalidArgument naming both.
+absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path,
+                                        std::string_view label_suffix) {
+  constexpr std::streamsize kMaxBytes = std::streamsize{1} << 20;
+  const auto refuse = [&](std::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", path.substr(0, 256), "': ", std::string(why)));
+  };
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return refuse("no such file");
+  if (std::filesystem::is_directory(path, error)) return refuse("is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return refuse(absl::StrCat("cannot read it: ", std::strerror(errno)));
+  std::string text(static_cast<size_t>(kMaxBytes) + 1, '\0');
+  in.read(text.data(), kMaxBytes + 1);
+  if (in.bad()) return refuse(absl::StrCat("cannot read it: ", std::strerror(errno)));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (std::ssize(text) > kMaxBytes) return refuse("is over 1 MiB: not a PEM file");
+  // A PEM block: "-----BEGIN <label>-----" ... "-----END <label>-----".
+  bool found = false;
+  for (size_t at = text.find("-----BEGIN "); at != std::string::npos && !found;
+       at = text.find("-----BEGIN ", at + 1)) {
+    const size_t label_at = at + 11;
+    const size_t close = text.find("-----", label_at);
+    if (close == std::string::npos) break;
+    const std::string_view label(text.data() + label_at, close - label_at);
+    found = label.ends_with(label_suffix) &&
+            text.find(absl::StrCat("-----END ", std::string(label), "-----"), close) !=
+                std::string::npos;
+  }
+  if (!found) {
+    return refuse(absl::StrCat("is not PEM holding a ", std::string(label_suffix),
+                               " (-----BEGIN ...", std::string(label_suffix), "----- block)"));
+  }
+  return text;
+}
+
 }  // namespace
+
+bool IsLoopbackAddress(const std::string& address) {
+  if (address.rfind("unix:", 0) == 0) return true;
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+absl::StatusOr<TlsFiles> ReadTlsFiles(const ServerOptions& options) {
+  TlsFiles files;
+  if (!options.tls()) return files;
+  absl::StatusOr<std::string> cert =
+      ReadPemFile("--tls-cert-file", options.tls_cert_file, "CERTIFICATE");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key =
+      ReadPemFile("--tls-key-file", options.tls_key_file, "PRIVATE KEY");
+  if (!key.ok()) return key.status();
+  files.cert_chain_pem = *std::move(cert);
+  files.private_key_pem = *std::move(key);
+  if (!options.tls_client_ca_file.empty()) {
+    absl::StatusOr<std::string> ca =
+        ReadPemFile("--tls-client-ca-file", options.tls_client_ca_file, "CERTIFICATE");
+    if (!ca.ok()) return ca.status();
+    files.client_ca_pem = *std::move(ca);
+  }
+  return files;
+}
 
 absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** argv, bool* help,
                                                              std::string* usage) {
@@ -127,6 +215,10 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.model_dir = cl->GetString("model", "");
   o.listen = cl->GetString("listen", o.listen);
   o.metrics_listen = cl->GetString("metrics-listen", "");
+  o.tls_cert_file = cl->GetString("tls-cert-file", "");
+  o.tls_key_file = cl->GetString("tls-key-file", "");
+  o.tls_client_ca_file = cl->GetString("tls-client-ca-file", "");
+  o.insecure = cl->GetBool("insecure");
   o.device = cl->GetString("device", o.device);
   o.dtype = cl->GetString("dtype", o.dtype);
   o.weight_dtype = cl->GetString("weight-dtype", o.weight_dtype);
@@ -196,6 +288,21 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
 absl::Status ServerOptions::Validate() const {
   if (listen.empty()) return absl::InvalidArgumentError("--listen must not be empty");
   if (absl::Status s = CheckListenAddress("--listen", listen); !s.ok()) return s;
+  if (tls_cert_file.empty() != tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        tls_cert_file.empty() ? "--tls-key-file needs --tls-cert-file (both or neither)"
+                              : "--tls-cert-file needs --tls-key-file (both or neither)");
+  }
+  if (!tls_client_ca_file.empty() && tls_cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-client-ca-file needs --tls-cert-file and --tls-key-file (mutual TLS is TLS)");
+  }
+  if (!tls() && !insecure && !IsLoopbackAddress(listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen '", listen.substr(0, 128),
+        "' is not a loopback address: serve TLS on it (--tls-cert-file and --tls-key-file) "
+        "or pass --insecure to serve plaintext (TLS terminated by a mesh or a gateway)"));
+  }
   if (!metrics_listen.empty()) {
     if (absl::StatusOr<MetricsListenAddress> metrics = ParseMetricsListenAddress(metrics_listen);
         !metrics.ok()) {

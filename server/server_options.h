@@ -17,6 +17,17 @@ struct ServerOptions {
   std::string model_dir;
   // --listen: gRPC address; port 0 picks a free port (printed at start-up).
   std::string listen = "127.0.0.1:50051";
+  // --tls-cert-file, --tls-key-file: the server's certificate chain and private key (PEM);
+  // both or neither. With them the gRPC port serves TLS only (the metrics endpoint stays
+  // plaintext on its own address).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // --tls-client-ca-file: CA certificates (PEM) that client certificates must chain to; with
+  // it every client must present one (mutual TLS). Needs the certificate and key.
+  std::string tls_client_ca_file;
+  // --insecure: allow plaintext gRPC on an address that is not loopback (TLS is then
+  // terminated elsewhere, by a mesh or a gateway). Without TLS such an address is refused.
+  bool insecure = false;
   // --metrics-listen: address of the Prometheus /metrics endpoint; empty: off.
   std::string metrics_listen;
   // --device: "cpu", "cuda" or "cuda:N".
@@ -82,8 +93,28 @@ struct ServerOptions {
   // `*usage`.
   static absl::StatusOr<ServerOptions> FromCommandLine(int argc, char** argv, bool* help,
                                                        std::string* usage);
-  // Checks every field (ranges, known names). InvalidArgument naming the flag.
+  // Checks every field (ranges, known names, the TLS flags' combinations and the plaintext
+  // non-loopback refusal). InvalidArgument naming the flag. Reads no file.
   absl::Status Validate() const;
+  // Whether the gRPC port serves TLS (--tls-cert-file and --tls-key-file given).
+  bool tls() const { return !tls_cert_file.empty(); }
 };
+
+// The contents of the TLS flags' files.
+struct TlsFiles {
+  std::string cert_chain_pem;
+  std::string private_key_pem;
+  std::string client_ca_pem;  // empty without --tls-client-ca-file
+};
+
+// Reads the files of --tls-cert-file, --tls-key-file and --tls-client-ca-file and checks that
+// each holds PEM of the right kind (certificates, a private key). InvalidArgument naming the
+// flag and the file for a file that is missing, unreadable, too big (over 1 MiB) or not PEM.
+// Whether the key matches the certificate is for gRPC to find when it listens.
+absl::StatusOr<TlsFiles> ReadTlsFiles(const ServerOptions& options);
+
+// Whether `address` (a valid --listen value) can only be reached from this machine:
+// 127.0.0.0/8, [::1], localhost or a unix: socket.
+bool IsLoopbackAddress(const std::string& address);
 
 }  // namespace kvserve::server

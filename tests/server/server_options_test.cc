@@ -5,6 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -69,6 +73,11 @@ TEST(ServerOptionsTest, NoFlagsGiveTheDocumentedDefaults) {
   EXPECT_EQ(o.limits.max_messages, 4096);
   EXPECT_EQ(o.limits.max_stop_token_ids, 1024);
   EXPECT_EQ(o.shutdown_grace, absl::Seconds(30));
+  EXPECT_EQ(o.tls_cert_file, "");
+  EXPECT_EQ(o.tls_key_file, "");
+  EXPECT_EQ(o.tls_client_ca_file, "");
+  EXPECT_FALSE(o.insecure);
+  EXPECT_FALSE(o.tls());
   EXPECT_TRUE(o.Validate().ok());
   EXPECT_TRUE(ServerOptions().Validate().ok());
 }
@@ -78,6 +87,7 @@ TEST(ServerOptionsTest, EveryFlagIsParsed) {
                                "/models/tiny",
                                "--listen",
                                "0.0.0.0:7000",
+                               "--insecure",
                                "--metrics-listen=127.0.0.1:9100",
                                "--device",
                                "cuda:1",
@@ -118,6 +128,7 @@ TEST(ServerOptionsTest, EveryFlagIsParsed) {
   const ServerOptions& o = *parsed.options;
   EXPECT_EQ(o.model_dir, "/models/tiny");
   EXPECT_EQ(o.listen, "0.0.0.0:7000");
+  EXPECT_TRUE(o.insecure);
   EXPECT_EQ(o.metrics_listen, "127.0.0.1:9100");
   EXPECT_EQ(o.device, "cuda:1");
   EXPECT_EQ(o.dtype, "bfloat16");
@@ -215,8 +226,8 @@ TEST(ServerOptionsTest, UnparsableListenAddressesNameTheFlagAndSayWhy) {
   EXPECT_THAT(Error({"--listen", "127.0.0.1:"}), HasSubstr("is not HOST:PORT with a port"));
   EXPECT_EQ(Error({"--listen", "unix:"}), "--listen 'unix:' names no socket path");
   EXPECT_TRUE(Parse({"--listen", "localhost:65535"}).options.ok());
-  EXPECT_TRUE(Parse({"--listen", "0.0.0.0:0"}).options.ok());
-  EXPECT_TRUE(Parse({"--listen", "[::]:50051"}).options.ok());
+  EXPECT_TRUE(Parse({"--listen", "0.0.0.0:0", "--insecure"}).options.ok());
+  EXPECT_TRUE(Parse({"--listen", "[::]:50051", "--insecure"}).options.ok());
 }
 
 TEST(ServerOptionsTest, MetricsListenIsCheckedWithTheOtherFlags) {
@@ -341,6 +352,166 @@ TEST(ServerOptionsTest, SessionFlagsOutOfRangeAreRefusedNamingTheFlag) {
   o.session_cache_bytes = 1;
   o.max_sessions = 0;
   EXPECT_EQ(o.Validate().message(), "--max-sessions must be >= 1");
+}
+
+TEST(ServerOptionsTest, TlsFlagsAreParsed) {
+  const Parsed parsed =
+      Parse({"--tls-cert-file", "/etc/kvserve/tls.crt", "--tls-key-file=/etc/kvserve/tls.key",
+             "--tls-client-ca-file", "/etc/kvserve/clients.crt", "--listen", "0.0.0.0:50051"});
+  ASSERT_TRUE(parsed.options.ok()) << parsed.options.status();
+  EXPECT_EQ(parsed.options->tls_cert_file, "/etc/kvserve/tls.crt");
+  EXPECT_EQ(parsed.options->tls_key_file, "/etc/kvserve/tls.key");
+  EXPECT_EQ(parsed.options->tls_client_ca_file, "/etc/kvserve/clients.crt");
+  EXPECT_TRUE(parsed.options->tls());
+  EXPECT_FALSE(parsed.options->insecure);
+  EXPECT_THAT(parsed.usage, HasSubstr("--tls-cert-file"));
+  EXPECT_THAT(Parse({"--help"}).usage, HasSubstr("--tls-client-ca-file"));
+  EXPECT_THAT(Parse({"--help"}).usage, HasSubstr("--insecure"));
+}
+
+TEST(ServerOptionsTest, CertificateAndKeyGoTogether) {
+  EXPECT_EQ(Error({"--tls-cert-file", "/c.pem"}),
+            "--tls-cert-file needs --tls-key-file (both or neither)");
+  EXPECT_EQ(Error({"--tls-key-file", "/k.pem"}),
+            "--tls-key-file needs --tls-cert-file (both or neither)");
+  EXPECT_THAT(Error({"--tls-client-ca-file", "/ca.pem"}),
+              StartsWith("--tls-client-ca-file needs --tls-cert-file and --tls-key-file"));
+  EXPECT_THAT(Error({"--tls-client-ca-file", "/ca.pem", "--tls-key-file", "/k.pem"}),
+              StartsWith("--tls-key-file needs --tls-cert-file"));
+  EXPECT_THAT(Error({"--tls-cert-file"}), HasSubstr("--tls-cert-file"));
+}
+
+TEST(ServerOptionsTest, PlaintextOnANonLoopbackAddressNeedsInsecure) {
+  for (const char* address :
+       {"0.0.0.0:50051", "[::]:0", "10.1.2.3:7000", "kvserve.example:443", "[2001:db8::1]:1"}) {
+    const std::string error = Error({"--listen", address});
+    EXPECT_THAT(error, StartsWith(std::string("--listen '") + address + "' is not a loopback"));
+    EXPECT_THAT(error, HasSubstr("--tls-cert-file"));
+    EXPECT_THAT(error, HasSubstr("--insecure"));
+    EXPECT_TRUE(Parse({"--listen", address, "--insecure"}).options.ok()) << address;
+    EXPECT_TRUE(Parse({"--listen", address, "--insecure=true"}).options.ok()) << address;
+    EXPECT_FALSE(Parse({"--listen", address, "--insecure=false"}).options.ok()) << address;
+    EXPECT_TRUE(
+        Parse({"--listen", address, "--tls-cert-file", "/c.pem", "--tls-key-file", "/k.pem"})
+            .options.ok())
+        << address;
+  }
+  for (const char* address :
+       {"127.0.0.1:0", "127.1.2.3:50051", "[::1]:0", "localhost:1", "unix:/tmp/kvserve.sock"}) {
+    EXPECT_TRUE(Parse({"--listen", address}).options.ok()) << address;
+  }
+  // A hand-built struct is held to the same rule.
+  ServerOptions o;
+  o.listen = "0.0.0.0:50051";
+  EXPECT_THAT(std::string(o.Validate().message()), HasSubstr("--insecure"));
+  o.insecure = true;
+  EXPECT_TRUE(o.Validate().ok());
+}
+
+TEST(ServerOptionsTest, LoopbackAddresses) {
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:50051"));
+  EXPECT_TRUE(IsLoopbackAddress("127.255.255.254:1"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:1"));
+  EXPECT_TRUE(IsLoopbackAddress("localhost:0"));
+  EXPECT_TRUE(IsLoopbackAddress("unix:/run/kvserve.sock"));
+  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:1"));
+  EXPECT_FALSE(IsLoopbackAddress("128.0.0.1:1"));
+  EXPECT_FALSE(IsLoopbackAddress("[::]:1"));
+  EXPECT_FALSE(IsLoopbackAddress("[::ffff:10.0.0.1]:1"));
+  EXPECT_FALSE(IsLoopbackAddress("localhost.example:1"));
+  EXPECT_FALSE(IsLoopbackAddress("127.0.0.1.example:1"));
+}
+
+// A temporary directory holding the files a test writes; removed with it.
+class TlsFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvserve_tls_files_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+
+  ServerOptions Options(const std::string& cert, const std::string& key,
+                        const std::string& ca = "") {
+    ServerOptions o;
+    o.tls_cert_file = cert;
+    o.tls_key_file = key;
+    o.tls_client_ca_file = ca;
+    return o;
+  }
+
+  std::string Error(const ServerOptions& o) {
+    const absl::StatusOr<TlsFiles> files = ReadTlsFiles(o);
+    EXPECT_EQ(files.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(files.status().message());
+  }
+
+  static constexpr char kCert[] =
+      "subject=CN=x\n-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  static constexpr char kKey[] = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
+  std::filesystem::path dir_;
+};
+
+TEST_F(TlsFilesTest, WithoutTlsNothingIsRead) {
+  const absl::StatusOr<TlsFiles> files = ReadTlsFiles(ServerOptions());
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->cert_chain_pem, "");
+}
+
+TEST_F(TlsFilesTest, ReadsCertificateKeyAndClientCa) {
+  const std::string cert = Write("tls.crt", kCert);
+  const std::string rsa_key =
+      Write("rsa.key", "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\n");
+  const std::string ca = Write("ca.crt", kCert);
+  absl::StatusOr<TlsFiles> files = ReadTlsFiles(Options(cert, Write("tls.key", kKey), ca));
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->cert_chain_pem, kCert);
+  EXPECT_EQ(files->private_key_pem, kKey);
+  EXPECT_EQ(files->client_ca_pem, kCert);
+  files = ReadTlsFiles(Options(cert, rsa_key));
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->client_ca_pem, "");
+}
+
+TEST_F(TlsFilesTest, EachBadFileIsNamedByItsFlag) {
+  const std::string cert = Write("tls.crt", kCert);
+  const std::string key = Write("tls.key", kKey);
+  const std::string missing = (dir_ / "missing.pem").string();
+  EXPECT_EQ(Error(Options(missing, key)), "--tls-cert-file '" + missing + "': no such file");
+  EXPECT_EQ(Error(Options(cert, missing)), "--tls-key-file '" + missing + "': no such file");
+  EXPECT_EQ(Error(Options(cert, key, missing)),
+            "--tls-client-ca-file '" + missing + "': no such file");
+  EXPECT_THAT(Error(Options(dir_.string(), key)),
+              StartsWith("--tls-cert-file '" + dir_.string() + "': is a directory"));
+  // Not PEM, or PEM of the wrong kind: a key given as the certificate and the other way round.
+  const std::string text = Write("text.txt", "hello\n");
+  EXPECT_EQ(Error(Options(text, key)),
+            "--tls-cert-file '" + text +
+                "': is not PEM holding a CERTIFICATE (-----BEGIN ...CERTIFICATE----- block)");
+  EXPECT_THAT(Error(Options(key, cert)), StartsWith("--tls-cert-file '" + key + "': is not PEM"));
+  EXPECT_THAT(Error(Options(cert, cert)),
+              StartsWith("--tls-key-file '" + cert + "': is not PEM holding a PRIVATE KEY"));
+  EXPECT_THAT(Error(Options(cert, key, key)),
+              StartsWith("--tls-client-ca-file '" + key + "': is not PEM"));
+  const std::string unterminated = Write("open.crt", "-----BEGIN CERTIFICATE-----\nMIIB\n");
+  EXPECT_THAT(Error(Options(unterminated, key)), HasSubstr("is not PEM"));
+  const std::string empty = Write("empty.crt", "");
+  EXPECT_THAT(Error(Options(empty, key)), HasSubstr("is not PEM"));
+  const std::string huge = Write("huge.crt", std::string(kCert) + std::string(2 << 20, 'x'));
+  EXPECT_THAT(Error(Options(huge, key)), HasSubstr("is over 1 MiB"));
+  if (::geteuid() != 0) {
+    const std::string unreadable = Write("unreadable.key", kKey);
+    std::filesystem::permissions(unreadable, std::filesystem::perms::none);
+    EXPECT_THAT(Error(Options(cert, unreadable)),
+                StartsWith("--tls-key-file '" + unreadable + "': cannot read it: "));
+  }
 }
 
 }  // namespace
