@@ -43,8 +43,23 @@ Client::Client(std::shared_ptr<grpc::Channel> channel)
       sessions_(v1::Sessions::NewStub(channel_)),
       health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
-std::unique_ptr<Client> Client::Connect(const std::string& target) {
-  return std::make_unique<Client>(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+std::shared_ptr<grpc::ChannelCredentials> Client::Credentials(const ChannelSecurity& security) {
+  if (!security.tls()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = security.ca_pem;
+  ssl.pem_cert_chain = security.cert_pem;
+  ssl.pem_private_key = security.key_pem;
+  return grpc::SslCredentials(ssl);
+}
+
+std::unique_ptr<Client> Client::Connect(const std::string& target,
+                                        const ChannelSecurity& security) {
+  grpc::ChannelArguments arguments;
+  if (security.tls() && !security.server_name.empty()) {
+    arguments.SetSslTargetNameOverride(security.server_name);
+  }
+  return std::make_unique<Client>(
+      grpc::CreateCustomChannel(target, Credentials(security), arguments));
 }
 
 absl::StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest& request,

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include <grpcpp/security/credentials.h>
+
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,6 +37,20 @@ struct CallOptions {
   std::string route{};
 };
 
+// How a channel is secured. Without a CA the channel is plaintext.
+struct ChannelSecurity {
+  // PEM CA certificates that verify the server; empty (default): a plaintext channel.
+  std::string ca_pem{};
+  // The client's certificate chain and private key (PEM) for mutual TLS; empty: none sent.
+  std::string cert_pem{};
+  std::string key_pem{};
+  // The name the server's certificate must carry instead of the target's host; empty: the
+  // target's host.
+  std::string server_name{};
+
+  bool tls() const { return !ca_pem.empty(); }
+};
+
 // What a call learnt besides its answer.
 struct CallInfo {
   // The replica that served the call (kReplicaMetadataKey); empty when the server sent none.
@@ -54,8 +70,12 @@ class Client {
   // Uses `channel` (shared with whoever else holds it).
   explicit Client(std::shared_ptr<grpc::Channel> channel);
 
-  // A client on an insecure channel to `target` ("host:port"); connects on the first call.
-  static std::unique_ptr<Client> Connect(const std::string& target);
+  // A client on a channel to `target` ("host:port"), TLS when `security` has a CA, else
+  // plaintext; connects on the first call.
+  static std::unique_ptr<Client> Connect(const std::string& target,
+                                         const ChannelSecurity& security = {});
+  // The channel credentials of `security` (plaintext without a CA).
+  static std::shared_ptr<grpc::ChannelCredentials> Credentials(const ChannelSecurity& security);
 
   // Generation.Generate: the whole completion.
   absl::StatusOr<v1::GenerateResponse> Generate(const v1::GenerateRequest& request,

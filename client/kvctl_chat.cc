@@ -172,7 +172,7 @@ int RunChat(const Globals& globals, const ParsedFlags& flags, std::istream& in, 
   if (!options.ok()) return BadFlags("chat", options.status(), err);
   CallOptions call = globals.call;
   if (!flags.flags.Has("route") && call.route.empty()) call.route = RandomConversationKey();
-  const std::unique_ptr<Client> client = Client::Connect(globals.target);
+  const std::unique_ptr<Client> client = Connect(globals);
   ClientChatRpcs rpcs(client.get(), std::move(call));
   ChatSession chat(&rpcs, *std::move(options));
   return RunChatLoop(chat, in, out, err, interactive);

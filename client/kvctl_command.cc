@@ -1,12 +1,38 @@
 // What kvctl's commands share (see kvctl_command.h).
 #include "client/kvctl_command.h"
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <optional>
+#include <sstream>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
 namespace kvserve::client {
+namespace {
+
+// The contents of `path`, named by --`flag`: InvalidArgument naming both when it cannot be
+// read, is empty or is not PEM.
+absl::StatusOr<std::string> ReadFlagFile(const std::string& flag, const std::string& path) {
+  const auto refuse = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " '", path, "': ", why));
+  };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return refuse(absl::StrCat("cannot read it: ", std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return refuse(absl::StrCat("cannot read it: ", std::strerror(errno)));
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return refuse("is not PEM (no -----BEGIN line)");
+  }
+  return text.str();
+}
+
+}  // namespace
 
 std::vector<cli::FlagSpec> GlobalFlagSpecs() {
   return {
@@ -15,6 +41,12 @@ std::vector<cli::FlagSpec> GlobalFlagSpecs() {
       {"output", "text or json (proto3 JSON mapping)", "text"},
       {"route", "routing key sent as x-kvserve-route metadata (a gateway hashes it to a replica)",
        "--prefix or --name"},
+      {"tls-ca-file", "CA certificates (PEM) verifying the server; with it the channel is TLS",
+       "none: plaintext"},
+      {"tls-cert-file", "client certificate chain (PEM) for mutual TLS; needs --tls-ca-file",
+       "none"},
+      {"tls-key-file", "private key (PEM) of --tls-cert-file", "none"},
+      {"tls-server-name", "name the server's certificate must carry", "the --target host"},
   };
 }
 
@@ -39,7 +71,32 @@ absl::StatusOr<Globals> ParseGlobals(const ParsedFlags& flags) {
   } else {
     globals.call.route = flags.flags.GetString("name");
   }
+  for (const auto& [flag, field] : {std::pair{"tls-ca-file", &globals.security.ca_pem},
+                                    std::pair{"tls-cert-file", &globals.security.cert_pem},
+                                    std::pair{"tls-key-file", &globals.security.key_pem}}) {
+    if (!flags.flags.Has(flag)) continue;
+    absl::StatusOr<std::string> text = ReadFlagFile(flag, flags.flags.GetString(flag));
+    if (!text.ok()) return text.status();
+    *field = *std::move(text);
+  }
+  globals.security.server_name = flags.flags.GetString("tls-server-name", "");
+  const ChannelSecurity& security = globals.security;
+  if (security.cert_pem.empty() != security.key_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert-file and --tls-key-file go together (both or neither)");
+  }
+  if (!security.cert_pem.empty() && !security.tls()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert-file needs --tls-ca-file (a client certificate is sent over TLS only)");
+  }
+  if (!security.server_name.empty() && !security.tls()) {
+    return absl::InvalidArgumentError("--tls-server-name needs --tls-ca-file");
+  }
   return globals;
+}
+
+std::unique_ptr<Client> Connect(const Globals& globals) {
+  return Client::Connect(globals.target, globals.security);
 }
 
 int RpcError(const absl::Status& status, std::ostream& err) {

@@ -23,19 +23,25 @@ inline constexpr int kExitBadFlags = 2;
 // output format.
 struct Globals {
   std::string target;  // "host:port"
-  CallOptions call;    // applied to each call
-  bool json = false;   // --output json: proto3 JSON instead of text
+  // --tls-ca-file, --tls-cert-file, --tls-key-file (read), --tls-server-name.
+  ChannelSecurity security;
+  CallOptions call;   // applied to each call
+  bool json = false;  // --output json: proto3 JSON instead of text
 };
 
-// The flags every command takes (--target, --timeout-ms, --output, --route), before or after
-// the command's name.
+// The flags every command takes (--target, --timeout-ms, --output, --route and the TLS
+// flags), before or after the command's name.
 std::vector<cli::FlagSpec> GlobalFlagSpecs();
 
 // The global flags' values from a command's parsed flags. The routing key is --route when
 // given (`--route=` sends none), else the command's --prefix, else its --name (prefix
 // register/get/delete), so that a prefix's registration and the requests naming it reach the
-// same replica; else none. InvalidArgument naming the flag for a malformed value.
+// same replica; else none. The TLS flags' files are read here. InvalidArgument naming the
+// flag for a malformed value or a file that cannot be read.
 absl::StatusOr<Globals> ParseGlobals(const ParsedFlags& flags);
+
+// A client of globals.target secured by globals.security.
+std::unique_ptr<Client> Connect(const Globals& globals);
 
 // A command's body: runs with its flags parsed against its specs and returns the exit code.
 using RunFn = int (*)(const Globals&, const ParsedFlags&);

@@ -43,7 +43,7 @@ int RunGenerate(const Globals& globals, const ParsedFlags& flags, std::ostream& 
   if (!request.ok()) return BadFlags("generate", request.status(), err);
   CallInfo info;
   absl::StatusOr<v1::GenerateResponse> response =
-      Client::Connect(globals.target)->Generate(*request, globals.call, &info);
+      Connect(globals)->Generate(*request, globals.call, &info);
   if (!response.ok()) return RpcError(response.status(), err);
   if (globals.json) {
     out << ToJson(*response) << std::endl;
@@ -61,19 +61,18 @@ int RunStream(const Globals& globals, const ParsedFlags& flags, std::ostream& ou
   StreamTextPrinter printer(request->sampling().num_return_sequences() > 1, out);
   std::optional<v1::GenerateStreamResponse> last;
   CallInfo info;
-  const absl::Status status = Client::Connect(globals.target)
-                                  ->GenerateStream(
-                                      *request,
-                                      [&](const v1::GenerateStreamResponse& message) {
-                                        if (globals.json) {
-                                          out << ToJson(message) << std::endl;
-                                        } else {
-                                          printer.Add(message);
-                                        }
-                                        if (message.has_usage()) last = message;
-                                        return true;
-                                      },
-                                      globals.call, &info);
+  const absl::Status status = Connect(globals)->GenerateStream(
+      *request,
+      [&](const v1::GenerateStreamResponse& message) {
+        if (globals.json) {
+          out << ToJson(message) << std::endl;
+        } else {
+          printer.Add(message);
+        }
+        if (message.has_usage()) last = message;
+        return true;
+      },
+      globals.call, &info);
   if (!globals.json) printer.Finish();
   if (!status.ok()) return RpcError(status, err);
   if (!globals.json && last.has_value()) {

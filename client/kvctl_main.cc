@@ -38,14 +38,14 @@ int RunTokenize(const Globals& globals, const ParsedFlags& flags) {
   absl::StatusOr<v1::TokenizeRequest> request = BuildTokenizeRequest(flags);
   if (!request.ok()) return BadFlags("tokenize", request.status());
   absl::StatusOr<v1::TokenizeResponse> response =
-      Client::Connect(globals.target)->Tokenize(*request, globals.call);
+      Connect(globals)->Tokenize(*request, globals.call);
   if (!response.ok()) return RpcError(response.status());
   std::cout << (globals.json ? ToJson(*response) : TokenIdsText(*response)) << std::endl;
   return kExitOk;
 }
 
 int RunInfo(const Globals& globals, const ParsedFlags& flags) {
-  absl::StatusOr<v1::ModelInfo> info = Client::Connect(globals.target)->GetModelInfo(globals.call);
+  absl::StatusOr<v1::ModelInfo> info = Connect(globals)->GetModelInfo(globals.call);
   if (!info.ok()) return RpcError(info.status());
   if (globals.json) {
     std::cout << ToJson(*info) << std::endl;
@@ -58,7 +58,7 @@ int RunInfo(const Globals& globals, const ParsedFlags& flags) {
 int RunHealth(const Globals& globals, const ParsedFlags& flags) {
   using grpc::health::v1::HealthCheckResponse;
   absl::StatusOr<HealthCheckResponse::ServingStatus> status =
-      Client::Connect(globals.target)->CheckHealth(globals.call);
+      Connect(globals)->CheckHealth(globals.call);
   if (!status.ok()) return RpcError(status.status());
   if (globals.json) {
     HealthCheckResponse response;
@@ -86,7 +86,7 @@ int RunBenchCommand(const Globals& globals, const ParsedFlags& flags) {
   absl::StatusOr<BenchOptions> options = ParseBenchOptions(flags);
   if (!options.ok()) return BadFlags("bench", options.status());
   options->call = globals.call;
-  std::unique_ptr<Client> client = Client::Connect(globals.target);
+  std::unique_ptr<Client> client = Connect(globals);
   absl::StatusOr<v1::ModelInfo> info = client->GetModelInfo(globals.call);
   if (!info.ok()) return RpcError(info.status());
   if (absl::Status fits = CheckBenchFitsModel(*options, *info); !fits.ok()) {
@@ -151,7 +151,8 @@ std::string TopUsage(const std::vector<Command>& commands,
                      const std::vector<CommandGroup>& groups) {
   std::string out =
       "usage: kvctl [--target HOST:PORT] [--timeout-ms MS] [--output text|json] [--route KEY] "
-      "<command> [flags]\n\ncommands:\n";
+      "[--tls-ca-file PEM [--tls-cert-file PEM --tls-key-file PEM]] <command> [flags]\n\n"
+      "commands:\n";
   for (const Command& command : commands) {
     absl::StrAppend(&out, absl::StrFormat("  %-9s %s\n", command.name, command.summary));
   }
@@ -163,7 +164,7 @@ std::string TopUsage(const std::vector<Command>& commands,
   }
   absl::StrAppend(&out, "\nglobal flags (before or after the command):\n");
   for (const cli::FlagSpec& spec : GlobalFlagSpecs()) {
-    absl::StrAppend(&out, absl::StrFormat("  --%-11s %s (default: %s)\n", spec.name, spec.help,
+    absl::StrAppend(&out, absl::StrFormat("  --%-15s %s (default: %s)\n", spec.name, spec.help,
                                           spec.default_text));
   }
   absl::StrAppend(&out,

@@ -109,8 +109,7 @@ int RunPrefixRegister(const Globals& globals, const ParsedFlags& flags, std::ost
                       std::ostream& err) {
   absl::StatusOr<v1::RegisterPrefixRequest> request = BuildRegisterPrefixRequest(flags);
   if (!request.ok()) return BadFlags("prefix register", request.status(), err);
-  absl::StatusOr<v1::Prefix> prefix =
-      Client::Connect(globals.target)->RegisterPrefix(*request, globals.call);
+  absl::StatusOr<v1::Prefix> prefix = Connect(globals)->RegisterPrefix(*request, globals.call);
   if (!prefix.ok()) return RpcError(prefix.status(), err);
   out << (globals.json ? ToJson(*prefix) : PrefixText(*prefix)) << std::endl;
   return kExitOk;
@@ -120,8 +119,7 @@ int RunPrefixGet(const Globals& globals, const ParsedFlags& flags, std::ostream&
                  std::ostream& err) {
   absl::StatusOr<std::string> name = PrefixNameFlag(flags);
   if (!name.ok()) return BadFlags("prefix get", name.status(), err);
-  absl::StatusOr<v1::Prefix> prefix =
-      Client::Connect(globals.target)->GetPrefix(*name, globals.call);
+  absl::StatusOr<v1::Prefix> prefix = Connect(globals)->GetPrefix(*name, globals.call);
   if (!prefix.ok()) return RpcError(prefix.status(), err);
   out << (globals.json ? ToJson(*prefix) : PrefixText(*prefix)) << std::endl;
   return kExitOk;
@@ -129,8 +127,7 @@ int RunPrefixGet(const Globals& globals, const ParsedFlags& flags, std::ostream&
 
 int RunPrefixList(const Globals& globals, const ParsedFlags& flags, std::ostream& out,
                   std::ostream& err) {
-  absl::StatusOr<v1::ListPrefixesResponse> response =
-      Client::Connect(globals.target)->ListPrefixes(globals.call);
+  absl::StatusOr<v1::ListPrefixesResponse> response = Connect(globals)->ListPrefixes(globals.call);
   if (!response.ok()) return RpcError(response.status(), err);
   out << (globals.json ? ToJson(*response) + "\n" : PrefixTableText(*response)) << std::flush;
   return kExitOk;
@@ -140,7 +137,7 @@ int RunPrefixDelete(const Globals& globals, const ParsedFlags& flags, std::ostre
                     std::ostream& err) {
   absl::StatusOr<std::string> name = PrefixNameFlag(flags);
   if (!name.ok()) return BadFlags("prefix delete", name.status(), err);
-  const absl::Status status = Client::Connect(globals.target)->DeletePrefix(*name, globals.call);
+  const absl::Status status = Connect(globals)->DeletePrefix(*name, globals.call);
   if (!status.ok()) return RpcError(status, err);
   out << (globals.json ? ToJson(v1::DeletePrefixResponse()) : absl::StrCat("deleted ", *name))
       << std::endl;

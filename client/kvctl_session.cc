@@ -59,8 +59,7 @@ int RunSessionCreate(const Globals& globals, const ParsedFlags& flags, std::ostr
                      std::ostream& err) {
   absl::StatusOr<v1::CreateSessionRequest> request = BuildCreateSessionRequest(flags);
   if (!request.ok()) return BadFlags("session create", request.status(), err);
-  absl::StatusOr<v1::Session> session =
-      Client::Connect(globals.target)->CreateSession(*request, globals.call);
+  absl::StatusOr<v1::Session> session = Connect(globals)->CreateSession(*request, globals.call);
   if (!session.ok()) return RpcError(session.status(), err);
   out << (globals.json ? ToJson(*session) : SessionText(*session)) << std::endl;
   return kExitOk;
@@ -70,8 +69,7 @@ int RunSessionGet(const Globals& globals, const ParsedFlags& flags, std::ostream
                   std::ostream& err) {
   absl::StatusOr<std::string> id = SessionIdArgument(flags);
   if (!id.ok()) return BadFlags("session get", id.status(), err);
-  absl::StatusOr<v1::Session> session =
-      Client::Connect(globals.target)->GetSession(*id, globals.call);
+  absl::StatusOr<v1::Session> session = Connect(globals)->GetSession(*id, globals.call);
   if (!session.ok()) return RpcError(session.status(), err);
   out << (globals.json ? ToJson(*session) : SessionText(*session)) << std::endl;
   return kExitOk;
@@ -79,8 +77,7 @@ int RunSessionGet(const Globals& globals, const ParsedFlags& flags, std::ostream
 
 int RunSessionList(const Globals& globals, const ParsedFlags& flags, std::ostream& out,
                    std::ostream& err) {
-  absl::StatusOr<v1::ListSessionsResponse> response =
-      Client::Connect(globals.target)->ListSessions(globals.call);
+  absl::StatusOr<v1::ListSessionsResponse> response = Connect(globals)->ListSessions(globals.call);
   if (!response.ok()) return RpcError(response.status(), err);
   out << (globals.json ? ToJson(*response) + "\n" : SessionTableText(*response)) << std::flush;
   return kExitOk;
@@ -90,7 +87,7 @@ int RunSessionClose(const Globals& globals, const ParsedFlags& flags, std::ostre
                     std::ostream& err) {
   absl::StatusOr<std::string> id = SessionIdArgument(flags);
   if (!id.ok()) return BadFlags("session close", id.status(), err);
-  const absl::Status status = Client::Connect(globals.target)->CloseSession(*id, globals.call);
+  const absl::Status status = Connect(globals)->CloseSession(*id, globals.call);
   if (!status.ok()) return RpcError(status, err);
   out << (globals.json ? ToJson(v1::CloseSessionResponse()) : absl::StrCat("closed ", *id))
       << std::endl;
@@ -102,7 +99,7 @@ int RunSessionRollback(const Globals& globals, const ParsedFlags& flags, std::os
   absl::StatusOr<RollbackArguments> arguments = ParseRollbackArguments(flags);
   if (!arguments.ok()) return BadFlags("session rollback", arguments.status(), err);
   absl::StatusOr<v1::Session> session =
-      Client::Connect(globals.target)->RollbackSession(arguments->id, arguments->n, globals.call);
+      Connect(globals)->RollbackSession(arguments->id, arguments->n, globals.call);
   if (!session.ok()) return RpcError(session.status(), err);
   out << (globals.json ? ToJson(*session) : SessionText(*session)) << std::endl;
   return kExitOk;

@@ -8,6 +8,10 @@ Uses Debian's python3-grpcio and python3-protobuf and the stubs generated at bui
 With --route, every call carries the routing key as gRPC metadata x-kvserve-route, which a
 gateway in front of several replicas hashes to pick the replica; each replica names itself in
 the trailing metadata x-kvserve-replica, printed as "replica:".
+
+With --tls-ca-file the channel is TLS, verifying the server against those CA certificates;
+--tls-cert-file and --tls-key-file add a client certificate for a server that requires one
+(kvserve --tls-client-ca-file).
 """
 import argparse
 import os
@@ -21,6 +25,7 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     grpc,
     health_pb2,
     health_pb2_grpc,
+    open_channel,
 )
 
 
@@ -55,10 +60,28 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
     parser.add_argument("--route", default="",
                         help="routing key sent as x-kvserve-route metadata (default: none)")
+    parser.add_argument("--tls-ca-file", default=None,
+                        help="CA certificates (PEM) verifying the server; with it, TLS")
+    parser.add_argument("--tls-cert-file", default=None,
+                        help="client certificate chain (PEM) for mutual TLS")
+    parser.add_argument("--tls-key-file", default=None,
+                        help="private key (PEM) of --tls-cert-file")
+    parser.add_argument("--tls-server-name", default=None,
+                        help="name the server's certificate must carry (default: the host)")
     args = parser.parse_args()
+    if (args.tls_cert_file is None) != (args.tls_key_file is None):
+        parser.error("--tls-cert-file and --tls-key-file go together")
+    if args.tls_ca_file is None and (args.tls_cert_file or args.tls_server_name):
+        parser.error("--tls-cert-file and --tls-server-name need --tls-ca-file")
     metadata = ((ROUTE_METADATA_KEY, args.route),) if args.route else None
 
-    with grpc.insecure_channel(args.target) as channel:
+    try:
+        channel = open_channel(args.target, args.tls_ca_file, args.tls_cert_file,
+                               args.tls_key_file, args.tls_server_name)
+    except OSError as error:
+        print(f"error: cannot read a TLS file: {error}", file=sys.stderr)
+        return 2
+    with channel:
         try:
             health = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=args.timeout, metadata=metadata)
