@@ -185,8 +185,11 @@ STOPSIGNAL SIGTERM
 WORKDIR /var/lib/kvserve
 ENTRYPOINT ["kvserve"]
 # The container default: every interface, so that a published port reaches it; Prometheus
-# metrics on 9400. Arguments given to `docker run IMAGE ...` replace these.
-CMD ["--listen", "0.0.0.0:50051", "--metrics-listen", "0.0.0.0:9400"]
+# metrics on 9400. Arguments given to `docker run IMAGE ...` replace these. --insecure: plaintext
+# gRPC on a non-loopback address, for TLS terminated in front of the container (mesh, gateway);
+# to serve TLS itself, mount the certificates and pass --tls-cert-file and --tls-key-file
+# (and --tls-client-ca-file for mutual TLS) instead of --insecure.
+CMD ["--listen", "0.0.0.0:50051", "--insecure", "--metrics-listen", "0.0.0.0:9400"]
 
 FROM runtime-base AS runtime-cpu
 COPY --from=builder-cpu /opt/kvserve/runtime-packages.txt /tmp/
