@@ -24,7 +24,7 @@ inline constexpr int kExitBadFlags = 2;
 struct Globals {
   std::string target;  // "host:port"
   // --tls-ca-file, --tls-cert-file, --tls-key-file (read), --tls-server-name.
-  ChannelSecurity security;
+  ChannelSecurity security{};
   CallOptions call;   // applied to each call
   bool json = false;  // --output json: proto3 JSON instead of text
 };
