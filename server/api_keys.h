@@ -34,9 +34,6 @@ struct Principal {
   bool operator==(const Principal&) const = default;
 };
 
-// The tenant of every call when no keys are configured.
-inline constexpr std::string_view kDefaultTenant = "default";
-
 // Whether `name` can name a tenant: 1 to 64 characters of [A-Za-z0-9._-].
 bool IsValidTenantName(std::string_view name);
 

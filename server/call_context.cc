@@ -117,6 +117,21 @@ void CallRecord::SetTenant(std::string tenant) {
   tenant_ = std::move(tenant);
 }
 
+void CallRecord::Deny(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  denied_ = std::move(status);
+}
+
+absl::Status CallRecord::denied() const {
+  absl::MutexLock lock(&mu_);
+  return denied_;
+}
+
+absl::Status CallerDenied(const grpc::ServerContextBase* context) {
+  std::shared_ptr<CallRecord> record = FindCallRecord(context);
+  return record == nullptr ? absl::OkStatus() : record->denied();
+}
+
 std::string CallRecord::tenant() const {
   absl::MutexLock lock(&mu_);
   return tenant_;
@@ -158,9 +173,10 @@ namespace {
 class CallInterceptor final : public grpc::experimental::Interceptor {
  public:
   CallInterceptor(grpc::experimental::ServerRpcInfo* info, ServerMetrics* metrics,
-                  std::string method, bool known, bool generation)
+                  const ApiKeyRegistry* keys, std::string method, bool known, bool generation)
       : context_(info->server_context()),
         metrics_(metrics),
+        keys_(keys),
         method_(std::move(method)),
         known_(known),
         generation_(generation),
@@ -199,6 +215,16 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
     if (record_ != nullptr) return;
     record_ = std::make_shared<CallRecord>(
         RequestIdFor(MetadataValue(metadata, kRequestIdMetadata)), method_, context_->peer());
+    if (keys_ != nullptr) {
+      const std::string_view authorization = MetadataValue(metadata, kAuthorizationMetadata);
+      absl::StatusOr<Principal> caller = keys_->Authenticate(
+          authorization.empty() ? std::nullopt : std::optional<std::string_view>(authorization));
+      if (caller.ok()) {
+        record_->SetTenant(caller->tenant);
+      } else {
+        record_->Deny(caller.status());
+      }
+    }
     CallRegistry& calls = Calls();
     absl::MutexLock lock(&calls.mu);
     calls.records[context_] = record_;
@@ -245,6 +271,7 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
 
   grpc::ServerContextBase* const context_;
   ServerMetrics* const metrics_;
+  const ApiKeyRegistry* const keys_;  // null: no authentication
   const std::string method_;
   const bool known_;       // a method of a kvserve service (not a path a client made up)
   const bool generation_;  // Generate or GenerateStream
@@ -270,12 +297,13 @@ grpc::experimental::Interceptor* CallTracker::CreateServerInterceptor(
                        base::Cat(service, ".", name));
   if (method == nullptr) {
     // A path the client made up: logged (cut), never a metric label.
-    return new CallInterceptor(info, metrics_, std::string(path.substr(0, kMaxLoggedMethodChars)),
+    return new CallInterceptor(info, metrics_, keys_,
+                               std::string(path.substr(0, kMaxLoggedMethodChars)),
                                /*known=*/false, /*generation=*/false);
   }
   const bool generation =
       service == "kvserve.v1.Generation" && (name == "Generate" || name == "GenerateStream");
-  return new CallInterceptor(info, metrics_, method->name(), /*known=*/true, generation);
+  return new CallInterceptor(info, metrics_, keys_, method->name(), /*known=*/true, generation);
 }
 
 }  // namespace kvserve::server

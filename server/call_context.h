@@ -18,17 +18,20 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "server/api_keys.h"
 
 namespace kvserve::server {
 
 class ServerMetrics;
 
 // Metadata keys (gRPC metadata keys are lower case).
-inline constexpr char kRouteKeyMetadata[] = "x-kvserve-route";   // client → server
-inline constexpr char kReplicaMetadata[] = "x-kvserve-replica";  // server → client (trailer)
-inline constexpr char kRequestIdMetadata[] = "x-request-id";     // both ways
+inline constexpr char kRouteKeyMetadata[] = "x-kvserve-route";     // client → server
+inline constexpr char kReplicaMetadata[] = "x-kvserve-replica";    // server → client (trailer)
+inline constexpr char kRequestIdMetadata[] = "x-request-id";       // both ways
+inline constexpr char kAuthorizationMetadata[] = "authorization";  // Bearer API key
 
-// The tenant of every call until API keys name tenants.
+// The tenant of every call without API keys (and, until tenants isolate caches, the
+// namespace every tenant's requests share).
 inline constexpr char kDefaultTenant[] = "default";
 
 // The identity of this replica, shared by the services. Thread-safe.
@@ -74,6 +77,10 @@ class CallRecord {
 
   // The caller's tenant (kDefaultTenant until set).
   void SetTenant(std::string tenant) ABSL_LOCKS_EXCLUDED(mu_);
+  // The call may not be served (UNAUTHENTICATED: no valid API key): handlers finish it with
+  // this status instead (see CallerDenied).
+  void Deny(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status denied() const ABSL_LOCKS_EXCLUDED(mu_);
   std::string tenant() const ABSL_LOCKS_EXCLUDED(mu_);
   // The request reached Engine::Submit, which counts it in kvserve_requests_total (refused
   // there, or at its end); the tracker then does not count it again.
@@ -90,12 +97,17 @@ class CallRecord {
   mutable absl::Mutex mu_;
   std::string tenant_ ABSL_GUARDED_BY(mu_) = kDefaultTenant;
   bool counted_by_engine_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status denied_ ABSL_GUARDED_BY(mu_);
   std::optional<GenerationUsage> generation_ ABSL_GUARDED_BY(mu_);
 };
 
 // The record of the call `context` serves, or null when no CallTracker sees the call (a
 // server built without one). Any thread, while the call lasts.
 std::shared_ptr<CallRecord> FindCallRecord(const grpc::ServerContextBase* context);
+
+// Why the call `context` serves may not be served (its record's denial), OK when it may (or
+// when no CallTracker sees it). Every handler of a kvserve service checks it first.
+absl::Status CallerDenied(const grpc::ServerContextBase* context);
 
 // A gRPC server interceptor factory (ServerBuilder::experimental().SetInterceptorCreators)
 // for the calls of kvserve's own services (health and reflection are left alone). Each call
@@ -109,14 +121,20 @@ std::shared_ptr<CallRecord> FindCallRecord(const grpc::ServerContextBase* contex
 //     escaped exception), and, when it finished, kvserve_e2e_request_latency_seconds and
 //     kvserve_request_prefill_time_seconds.
 // `metrics` must outlive the server. Thread-safe.
+//
+// With `keys` (--api-keys-file; null: none), each call is authenticated from its
+// `authorization: Bearer KEY` metadata before its handler runs: the key's tenant becomes the
+// record's, and a call without a valid key is denied (UNAUTHENTICATED; see CallerDenied).
 class CallTracker final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit CallTracker(ServerMetrics* metrics) : metrics_(metrics) {}
+  explicit CallTracker(ServerMetrics* metrics, const ApiKeyRegistry* keys = nullptr)
+      : metrics_(metrics), keys_(keys) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override;
 
  private:
   ServerMetrics* const metrics_;
+  const ApiKeyRegistry* const keys_;
 };
 
 // Starts a call: picks its request id (its CallRecord's; without one, the client's

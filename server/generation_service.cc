@@ -170,7 +170,9 @@ class EngineCall : public Reactor {
     Ref();
     absl::StatusOr<GenerationRequest> request;
     try {
-      request = ParseGenerate(context, raw, served);
+      const absl::Status denied = CallerDenied(context);
+      request = denied.ok() ? ParseGenerate(context, raw, served)
+                            : absl::StatusOr<GenerationRequest>(denied);
     } catch (const std::exception& e) {
       request = InternalErrorFor(request_id_, method, &e);
     }

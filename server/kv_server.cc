@@ -29,6 +29,7 @@
 #include "model/embedded_model.h"
 #include "model/generator.h"
 #include "model/transformer.h"
+#include "server/api_keys.h"
 #include "server/call_context.h"
 #include "server/engine.h"
 #include "server/generation_service.h"
@@ -311,6 +312,15 @@ KvServer::KvServer(const ServerOptions& options)
   metrics_->SetKvDeviceBudget(0, options.kv_device_bytes);
 }
 
+absl::Status KvServer::ReloadApiKeys() {
+  if (api_keys_ == nullptr) return absl::OkStatus();
+  absl::Status reloaded = api_keys_->Reload();
+  if (reloaded.ok()) {
+    spdlog::info("API keys: {} from {}", api_keys_->keys()->size(), api_keys_->path());
+  }
+  return reloaded;
+}
+
 absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& options) {
   absl::Status valid = options.Validate();
   if (!valid.ok()) return valid;
@@ -318,6 +328,13 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   absl::StatusOr<TlsFiles> tls_files = ReadTlsFiles(options);
   if (!tls_files.ok()) return tls_files.status();
   std::unique_ptr<KvServer> server(new KvServer(options));
+  if (!options.api_keys_file.empty()) {
+    absl::StatusOr<std::unique_ptr<ApiKeyRegistry>> keys =
+        ApiKeyRegistry::Open(options.api_keys_file);
+    if (!keys.ok()) return keys.status();
+    server->api_keys_ = *std::move(keys);
+    spdlog::info("API keys: {} from {}", server->api_keys_->keys()->size(), options.api_keys_file);
+  }
   if (!options.metrics_listen.empty()) {
     ServerMetrics* metrics = server->metrics_.get();
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Start(
@@ -340,7 +357,8 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   // message with RESOURCE_EXHAUSTED before it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> trackers;
-  trackers.push_back(std::make_unique<CallTracker>(server->metrics_.get()));
+  trackers.push_back(
+      std::make_unique<CallTracker>(server->metrics_.get(), server->api_keys_.get()));
   builder.experimental().SetInterceptorCreators(std::move(trackers));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

@@ -30,6 +30,7 @@ class PrefixPersistence;
 class PrefixService;
 class SessionService;
 class ReplicaIdentity;
+class ApiKeyRegistry;
 class RequestParser;
 class ServerMetrics;
 
@@ -79,6 +80,9 @@ class KvServer {
   // Null before Serve.
   Engine* engine() const;
   ServerMetrics& metrics() const { return *metrics_; }
+  // Reads --api-keys-file again (SIGHUP); the keys in force stay when it fails. OK without
+  // keys.
+  absl::Status ReloadApiKeys();
 
  private:
   explicit KvServer(const ServerOptions& options);
@@ -88,6 +92,7 @@ class KvServer {
 
   const ServerOptions options_;
   std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<ApiKeyRegistry> api_keys_;  // null without --api-keys-file
   std::unique_ptr<ReplicaIdentity> replica_;  // before the services, which point at it
   std::unique_ptr<GenerationService> generation_;
   std::unique_ptr<PrefixService> prefixes_;

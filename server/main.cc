@@ -28,14 +28,15 @@ void OnSignal(int signal_number) {
   [[maybe_unused]] ssize_t written = ::write(g_signal_pipe[1], &byte, 1);
 }
 
-// Routes SIGTERM and SIGINT to the pipe. False when the pipe or handler cannot be set up.
+// Routes SIGTERM, SIGINT and SIGHUP to the pipe. False when the pipe or handler cannot be set up.
 bool InstallSignalHandlers() {
   if (::pipe(g_signal_pipe) != 0) return false;
   struct sigaction action = {};
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  return ::sigaction(SIGTERM, &action, nullptr) == 0 && ::sigaction(SIGINT, &action, nullptr) == 0;
+  return ::sigaction(SIGTERM, &action, nullptr) == 0 &&
+         ::sigaction(SIGINT, &action, nullptr) == 0 && ::sigaction(SIGHUP, &action, nullptr) == 0;
 }
 
 // Blocks until a handled signal arrives; returns its number.
@@ -75,7 +76,17 @@ int Run(const ServerOptions& options) {
     spdlog::error("cannot serve: {}", std::string(serving.message()));
     return 1;
   }
-  const int signal_number = WaitForSignal();
+  int signal_number = WaitForSignal();
+  // SIGHUP reloads the API keys; the other signals stop the server.
+  while (signal_number == SIGHUP) {
+    if (absl::Status reloaded = (*server)->ReloadApiKeys(); reloaded.ok()) {
+      spdlog::info("signal {}: API keys reloaded", signal_number);
+    } else {
+      spdlog::error("signal {}: the API keys were not reloaded (the previous ones stay): {}",
+                    signal_number, std::string(reloaded.message()));
+    }
+    signal_number = WaitForSignal();
+  }
   spdlog::info("signal {}: shutting down (grace {})", signal_number,
                absl::FormatDuration(options.shutdown_grace));
   (*server)->Shutdown(options.shutdown_grace);

@@ -54,6 +54,10 @@ grpc::ServerUnaryReactor* PrefixService::RegisterPrefix(grpc::CallbackServerCont
                                                         grpc::ByteBuffer* raw_response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const std::string request_id = BeginCall(context, *replica_, "RegisterPrefix");
+  if (absl::Status denied = CallerDenied(context); !denied.ok()) {
+    reactor->Finish(ToGrpcStatus(denied));
+    return reactor;
+  }
   v1::RegisterPrefixRequest request;
   absl::StatusOr<PrefixRegistration> parsed;
   const ServedPrefixes* served = served_.get();
@@ -123,6 +127,10 @@ grpc::ServerUnaryReactor* PrefixService::DeletePrefix(grpc::CallbackServerContex
                                                       grpc::ByteBuffer* raw_response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const std::string request_id = BeginCall(context, *replica_, "DeletePrefix");
+  if (absl::Status denied = CallerDenied(context); !denied.ok()) {
+    reactor->Finish(ToGrpcStatus(denied));
+    return reactor;
+  }
   v1::DeletePrefixRequest request;
   const ServedPrefixes* served = served_.get();
   absl::Status parsed = ParseWireMessage(*raw_request, &request);

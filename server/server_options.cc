@@ -38,6 +38,10 @@ std::vector<cli::FlagSpec> Flags() {
       {"insecure",
        "allow plaintext gRPC on an address that is not loopback (TLS terminated elsewhere)", "",
        true},
+      {"api-keys-file",
+       "YAML or JSON list of {key_sha256, tenant, role}: calls must send 'authorization: Bearer "
+       "KEY' (reloaded on SIGHUP)",
+       "none: no authentication"},
       {"metrics-listen", "Prometheus /metrics listen address (plaintext)", "off"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
@@ -219,6 +223,7 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.tls_key_file = cl->GetString("tls-key-file", "");
   o.tls_client_ca_file = cl->GetString("tls-client-ca-file", "");
   o.insecure = cl->GetBool("insecure");
+  o.api_keys_file = cl->GetString("api-keys-file", "");
   o.device = cl->GetString("device", o.device);
   o.dtype = cl->GetString("dtype", o.dtype);
   o.weight_dtype = cl->GetString("weight-dtype", o.weight_dtype);

@@ -28,6 +28,9 @@ struct ServerOptions {
   // --insecure: allow plaintext gRPC on an address that is not loopback (TLS is then
   // terminated elsewhere, by a mesh or a gateway). Without TLS such an address is refused.
   bool insecure = false;
+  // --api-keys-file: the API keys (see api_keys.h); empty: none, every call is served as the
+  // default tenant. Reloaded on SIGHUP.
+  std::string api_keys_file;
   // --metrics-listen: address of the Prometheus /metrics endpoint; empty: off.
   std::string metrics_listen;
   // --device: "cpu", "cuda" or "cuda:N".

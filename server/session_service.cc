@@ -56,6 +56,10 @@ grpc::ServerUnaryReactor* AnswerOnEngine(grpc::CallbackServerContext* context,
                                          grpc::ByteBuffer* raw_response, Prepare&& prepare) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const std::string request_id = BeginCall(context, replica, method);
+  if (absl::Status denied = CallerDenied(context); !denied.ok()) {
+    reactor->Finish(ToGrpcStatus(denied));
+    return reactor;
+  }
   absl::StatusOr<EngineWork<Response>> work = absl::UnavailableError("");
   try {
     Request request;

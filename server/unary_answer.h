@@ -29,6 +29,10 @@ grpc::ServerUnaryReactor* AnswerUnary(grpc::CallbackServerContext* context,
                                       grpc::ByteBuffer* raw_response, Handle&& handle) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const std::string request_id = BeginCall(context, replica, method);
+  if (absl::Status denied = CallerDenied(context); !denied.ok()) {
+    reactor->Finish(ToGrpcStatus(denied));
+    return reactor;
+  }
   grpc::Status status;
   try {
     Request request;

@@ -14,6 +14,7 @@ kvserve process (embedded tiny model, 127.0.0.1, port 0).
 Needs PYTHONPATH=<build>/proto/python; run: test_access.py --kvserve build/server/kvserve
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -354,6 +355,117 @@ class AccessTest(unittest.TestCase):
             self.assertEqual(response.usage.completion_tokens, 1)
         finally:
             self.assertEqual(server.stop(), 0, server.stderr())
+
+
+def keys_file_text(entries):
+    """A --api-keys-file in YAML: (plaintext key, tenant, role) -> its SHA-256 entry."""
+    lines = []
+    for key, tenant, role in entries:
+        lines += [f"- key_sha256: {hashlib.sha256(key.encode()).hexdigest()}",
+                  f"  tenant: {tenant}", f"  role: {role}"]
+    return "\n".join(lines) + "\n"
+
+
+def bearer(key):
+    return [("authorization", f"Bearer {key}")]
+
+
+class ApiKeysTest(unittest.TestCase):
+    """--api-keys-file: every kvserve RPC needs a listed key (health does not); the key's tenant
+    is in the access log; unauthenticated calls are counted; SIGHUP reloads the file and a
+    broken file keeps the keys in force."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.keys = os.path.join(self.dir.name, "keys.yaml")
+        with open(self.keys, "w", encoding="utf-8") as f:
+            f.write(keys_file_text([("alpha-secret", "alpha", "user"),
+                                    ("ops-secret", "ops", "admin")]))
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def assert_unauthenticated(self, call):
+        with self.assertRaises(grpc.RpcError) as raised:
+            call()
+        self.assertEqual(raised.exception.code(), grpc.StatusCode.UNAUTHENTICATED,
+                         raised.exception.details())
+
+    def test_keys_gate_every_rpc_and_name_the_tenant(self):
+        server = Server("--api-keys-file", self.keys, "--log-format", "json",
+                        "--metrics-listen", "127.0.0.1:0")
+        try:
+            request = short_request(1)
+            self.assert_unauthenticated(
+                lambda: server.stub.Generate(request, timeout=CALL_TIMEOUT_S))
+            self.assert_unauthenticated(
+                lambda: server.stub.Generate(request, metadata=bearer("wrong"),
+                                             timeout=CALL_TIMEOUT_S))
+            self.assert_unauthenticated(lambda: server.stub.Generate(
+                request, metadata=[("authorization", "Basic alpha-secret")],
+                timeout=CALL_TIMEOUT_S))
+            self.assert_unauthenticated(lambda: list(server.stub.GenerateStream(
+                request, timeout=CALL_TIMEOUT_S)))
+            self.assert_unauthenticated(lambda: server.stub.GetModelInfo(
+                gen.GetModelInfoRequest(), timeout=CALL_TIMEOUT_S))
+            self.assert_unauthenticated(lambda: server.prefixes.ListPrefixes(
+                prefix_pb2.ListPrefixesRequest(), timeout=CALL_TIMEOUT_S))
+            self.assert_unauthenticated(lambda: server.prefixes.RegisterPrefix(
+                prefix_pb2.RegisterPrefixRequest(name="p", text="hello"),
+                timeout=CALL_TIMEOUT_S))
+            response = server.stub.Generate(request, metadata=bearer("alpha-secret"),
+                                            timeout=CALL_TIMEOUT_S)
+            self.assertEqual(response.usage.completion_tokens, 1)
+            server.stub.GetModelInfo(gen.GetModelInfoRequest(), metadata=bearer("ops-secret"),
+                                     timeout=CALL_TIMEOUT_S)
+            tenants = {}
+            for line in server.stderr().splitlines():
+                record = json.loads(line)
+                if record.get("msg") == "access":
+                    tenants.setdefault(record.get("method"), []).append(
+                        (record.get("tenant"), record.get("code")))
+            self.assertIn(("alpha", "OK"), tenants["Generate"])
+            self.assertIn(("default", "UNAUTHENTICATED"), tenants["Generate"])
+            self.assertIn(("ops", "OK"), tenants["GetModelInfo"])
+            self.assertNotIn("alpha-secret", server.stderr())
+            metrics = server.metrics()
+            self.assertEqual(sample(metrics, 'kvserve_requests_total{outcome="unauthenticated"}'),
+                             4.0)
+        finally:
+            self.assertEqual(server.stop(), 0, server.stderr())
+
+    def test_sighup_reloads_and_a_broken_file_keeps_the_keys(self):
+        server = Server("--api-keys-file", self.keys)
+        try:
+            request = short_request(1)
+            server.stub.Generate(request, metadata=bearer("alpha-secret"), timeout=CALL_TIMEOUT_S)
+            with open(self.keys, "w", encoding="utf-8") as f:
+                f.write(keys_file_text([("beta-secret", "beta", "user")]))
+            server.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 30 * TIME_SCALE
+            while "API keys reloaded" not in server.stderr():
+                self.assertLess(time.monotonic(), deadline, server.stderr())
+                time.sleep(0.05)
+            self.assert_unauthenticated(lambda: server.stub.Generate(
+                request, metadata=bearer("alpha-secret"), timeout=CALL_TIMEOUT_S))
+            server.stub.Generate(request, metadata=bearer("beta-secret"), timeout=CALL_TIMEOUT_S)
+            with open(self.keys, "w", encoding="utf-8") as f:
+                f.write("- tenant: nobody\n")
+            server.proc.send_signal(signal.SIGHUP)
+            while "were not reloaded" not in server.stderr():
+                self.assertLess(time.monotonic(), deadline, server.stderr())
+                time.sleep(0.05)
+            self.assertIn("keys[0].key_sha256: is required", server.stderr())
+            server.stub.Generate(request, metadata=bearer("beta-secret"), timeout=CALL_TIMEOUT_S)
+        finally:
+            self.assertEqual(server.stop(), 0, server.stderr())
+
+    def test_a_bad_keys_file_stops_the_start(self):
+        with open(self.keys, "w", encoding="utf-8") as f:
+            f.write("- key_sha256: 1234\n  tenant: a\n")
+        code, stderr = refused_start("--listen", "127.0.0.1:0", "--api-keys-file", self.keys)
+        self.assertEqual(code, 2, stderr)
+        self.assertIn(f"--api-keys-file: {self.keys}: keys[0].key_sha256", stderr)
 
 
 def main():
