@@ -839,6 +839,59 @@ class OutOfMemoryFallback(BeamCheck):
         self.assert_equals_reference(unbudgeted, model.beams(prompt, case), "40 beams")
 
 
+class Shutdown(BeamCheck):
+    """A shutdown whose grace period is over ends running beam and sample requests with
+    finish reason CANCELLED and what they have: beam search its best hypotheses so far (with
+    scores), samples their partial sequences."""
+
+    def test_shutdown_ends_beams_and_samples_with_their_partial_sequences(self):
+        server = Server(Model.get("llama").dir, "--shutdown-grace-seconds", "0")
+        results = {}
+
+        def run(name, **sampling):
+            request = gen.GenerateRequest(
+                token_ids=gen.TokenIds(ids=prompt_ids(5)),
+                sampling=gen.SamplingParams(max_new_tokens=4000, ignore_eos=True, **sampling))
+            try:
+                results[name] = server.gen.Generate(request, timeout=CALL_TIMEOUT_S)
+            except grpc.RpcError as e:  # reported below
+                results[name] = e
+
+        threads = [threading.Thread(target=run, args=("beams",),
+                                    kwargs=dict(num_beams=4, num_return_sequences=2)),
+                   threading.Thread(target=run, args=("samples",),
+                                    kwargs=dict(do_sample=True, num_return_sequences=3, seed=1))]
+        try:
+            for t in threads:
+                t.start()
+            # The tiny model decodes thousands of tokens a second: both are well into their
+            # 4,000 tokens when the signal comes.
+            time.sleep(2 * TIME_SCALE)
+            server.proc.terminate()
+            for t in threads:
+                t.join(timeout=CALL_TIMEOUT_S)
+        finally:
+            server.stop()
+        beams, samples = results["beams"], results["samples"]
+        self.assertIsInstance(beams, gen.GenerateResponse, str(beams))
+        self.assertIsInstance(samples, gen.GenerateResponse, str(samples))
+        self.assertEqual(beams.finish_reason, gen.FINISH_REASON_CANCELLED)
+        self.assertEqual(len(beams.sequences), 2)
+        for s in beams.sequences:
+            self.assertEqual(s.finish_reason, gen.FINISH_REASON_CANCELLED)
+            self.assertTrue(s.HasField("score"))
+            self.assertGreater(len(s.token_ids), 0)
+            self.assertLess(len(s.token_ids), 4000)
+        self.assertGreaterEqual(beams.sequences[0].score, beams.sequences[1].score)
+        self.assertEqual(len(samples.sequences), 3)
+        for s in samples.sequences:
+            self.assertEqual(s.finish_reason, gen.FINISH_REASON_CANCELLED)
+            self.assertFalse(s.HasField("score"))
+            self.assertGreater(len(s.token_ids), 0)
+        self.assertEqual(samples.usage.completion_tokens,
+                         sum(len(s.token_ids) for s in samples.sequences))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--kvserve", required=True)
