@@ -11,13 +11,15 @@
 namespace kvserve::client {
 namespace {
 
-// A context with the call's deadline and routing key, if any.
-void ApplyOptions(const CallOptions& options, grpc::ClientContext& context) {
+// A context with the call's deadline, routing key and API key, if any.
+void ApplyOptions(const CallOptions& options, const std::string& api_key,
+                  grpc::ClientContext& context) {
   if (options.timeout.has_value()) {
     context.set_deadline(std::chrono::system_clock::now() +
                          absl::ToChronoMicroseconds(*options.timeout));
   }
   if (!options.route.empty()) context.AddMetadata(kRouteMetadataKey, options.route);
+  if (!api_key.empty()) context.AddMetadata(kAuthorizationMetadataKey, BearerToken(api_key));
 }
 
 // Fills `info` (when not null) from the finished call's trailing metadata.
@@ -31,13 +33,16 @@ void TakeCallInfo(const grpc::ClientContext& context, CallInfo* info) {
 
 }  // namespace
 
+std::string BearerToken(const std::string& api_key) { return "Bearer " + api_key; }
+
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-Client::Client(std::shared_ptr<grpc::Channel> channel)
+Client::Client(std::shared_ptr<grpc::Channel> channel, std::string api_key)
     : channel_(std::move(channel)),
+      api_key_(std::move(api_key)),
       generation_(v1::Generation::NewStub(channel_)),
       prefix_cache_(v1::PrefixCache::NewStub(channel_)),
       sessions_(v1::Sessions::NewStub(channel_)),
@@ -59,14 +64,14 @@ std::unique_ptr<Client> Client::Connect(const std::string& target,
     arguments.SetSslTargetNameOverride(security.server_name);
   }
   return std::make_unique<Client>(
-      grpc::CreateCustomChannel(target, Credentials(security), arguments));
+      grpc::CreateCustomChannel(target, Credentials(security), arguments), security.api_key);
 }
 
 absl::StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest& request,
                                                       const CallOptions& options,
                                                       CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::GenerateResponse response;
   grpc::Status status = generation_->Generate(&context, request, &response);
   TakeCallInfo(context, info);
@@ -79,7 +84,7 @@ absl::Status Client::GenerateStream(
     absl::FunctionRef<bool(const v1::GenerateStreamResponse&)> on_message,
     const CallOptions& options, CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   std::unique_ptr<grpc::ClientReader<v1::GenerateStreamResponse>> reader =
       generation_->GenerateStream(&context, request);
   v1::GenerateStreamResponse message;
@@ -101,7 +106,7 @@ absl::StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest&
                                                       const CallOptions& options,
                                                       CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::TokenizeResponse response;
   grpc::Status status = generation_->Tokenize(&context, request, &response);
   TakeCallInfo(context, info);
@@ -112,7 +117,7 @@ absl::StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest&
 absl::StatusOr<v1::ModelInfo> Client::GetModelInfo(const CallOptions& options,
                                                    CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::ModelInfo response;
   grpc::Status status = generation_->GetModelInfo(&context, v1::GetModelInfoRequest(), &response);
   TakeCallInfo(context, info);
@@ -124,7 +129,7 @@ absl::StatusOr<v1::Prefix> Client::RegisterPrefix(const v1::RegisterPrefixReques
                                                   const CallOptions& options,
                                                   CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::Prefix response;
   grpc::Status status = prefix_cache_->RegisterPrefix(&context, request, &response);
   TakeCallInfo(context, info);
@@ -135,7 +140,7 @@ absl::StatusOr<v1::Prefix> Client::RegisterPrefix(const v1::RegisterPrefixReques
 absl::StatusOr<v1::Prefix> Client::GetPrefix(const std::string& name, const CallOptions& options,
                                              CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::GetPrefixRequest request;
   request.set_name(name);
   v1::Prefix response;
@@ -148,7 +153,7 @@ absl::StatusOr<v1::Prefix> Client::GetPrefix(const std::string& name, const Call
 absl::StatusOr<v1::ListPrefixesResponse> Client::ListPrefixes(const CallOptions& options,
                                                               CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::ListPrefixesResponse response;
   grpc::Status status = prefix_cache_->ListPrefixes(&context, v1::ListPrefixesRequest(), &response);
   TakeCallInfo(context, info);
@@ -159,7 +164,7 @@ absl::StatusOr<v1::ListPrefixesResponse> Client::ListPrefixes(const CallOptions&
 absl::Status Client::DeletePrefix(const std::string& name, const CallOptions& options,
                                   CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::DeletePrefixRequest request;
   request.set_name(name);
   v1::DeletePrefixResponse response;
@@ -172,7 +177,7 @@ absl::StatusOr<v1::Session> Client::CreateSession(const v1::CreateSessionRequest
                                                   const CallOptions& options,
                                                   CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::Session response;
   grpc::Status status = sessions_->CreateSession(&context, request, &response);
   TakeCallInfo(context, info);
@@ -183,7 +188,7 @@ absl::StatusOr<v1::Session> Client::CreateSession(const v1::CreateSessionRequest
 absl::StatusOr<v1::Session> Client::GetSession(const std::string& id, const CallOptions& options,
                                                CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::GetSessionRequest request;
   request.set_id(id);
   v1::Session response;
@@ -196,7 +201,7 @@ absl::StatusOr<v1::Session> Client::GetSession(const std::string& id, const Call
 absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(const CallOptions& options,
                                                               CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::ListSessionsResponse response;
   grpc::Status status = sessions_->ListSessions(&context, v1::ListSessionsRequest(), &response);
   TakeCallInfo(context, info);
@@ -207,7 +212,7 @@ absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(const CallOptions&
 absl::Status Client::CloseSession(const std::string& id, const CallOptions& options,
                                   CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::CloseSessionRequest request;
   request.set_id(id);
   v1::CloseSessionResponse response;
@@ -220,7 +225,7 @@ absl::StatusOr<v1::Session> Client::RollbackSession(const std::string& id, int32
                                                     const CallOptions& options,
                                                     CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   v1::RollbackSessionRequest request;
   request.set_id(id);
   request.set_n(n);
@@ -234,7 +239,7 @@ absl::StatusOr<v1::Session> Client::RollbackSession(const std::string& id, int32
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::CheckHealth(
     const CallOptions& options, CallInfo* info) const {
   grpc::ClientContext context;
-  ApplyOptions(options, context);
+  ApplyOptions(options, api_key_, context);
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status status = health_->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
   TakeCallInfo(context, info);

@@ -27,6 +27,11 @@ namespace kvserve::client {
 inline constexpr char kRouteMetadataKey[] = "x-kvserve-route";
 // The trailing metadata in which a kvserve replica names itself (its --replica-id).
 inline constexpr char kReplicaMetadataKey[] = "x-kvserve-replica";
+// The metadata that carries a client's API key, as "Bearer KEY" (kvserve --api-keys-file).
+inline constexpr char kAuthorizationMetadataKey[] = "authorization";
+
+// The kAuthorizationMetadataKey value that presents `api_key`: "Bearer " + api_key.
+std::string BearerToken(const std::string& api_key);
 
 // Options of one call.
 struct CallOptions {
@@ -37,7 +42,8 @@ struct CallOptions {
   std::string route{};
 };
 
-// How a channel is secured. Without a CA the channel is plaintext.
+// How a channel is secured. Without a CA the channel is plaintext. The API key, when there is
+// one, is sent on every call, whether the channel is TLS or not.
 struct ChannelSecurity {
   // PEM CA certificates that verify the server; empty (default): a plaintext channel.
   std::string ca_pem{};
@@ -47,6 +53,9 @@ struct ChannelSecurity {
   // The name the server's certificate must carry instead of the target's host; empty: the
   // target's host.
   std::string server_name{};
+  // The API key every call presents as kAuthorizationMetadataKey "Bearer KEY"; empty
+  // (default): none is sent.
+  std::string api_key{};
 
   bool tls() const { return !ca_pem.empty(); }
 };
@@ -67,11 +76,13 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // whether the call succeeded or not.
 class Client {
  public:
-  // Uses `channel` (shared with whoever else holds it).
-  explicit Client(std::shared_ptr<grpc::Channel> channel);
+  // Uses `channel` (shared with whoever else holds it); every call presents `api_key` (empty:
+  // none) as kAuthorizationMetadataKey "Bearer KEY".
+  explicit Client(std::shared_ptr<grpc::Channel> channel, std::string api_key = {});
 
   // A client on a channel to `target` ("host:port"), TLS when `security` has a CA, else
-  // plaintext; connects on the first call.
+  // plaintext, whose every call presents security.api_key (if any); connects on the first
+  // call.
   static std::unique_ptr<Client> Connect(const std::string& target,
                                          const ChannelSecurity& security = {});
   // The channel credentials of `security` (plaintext without a CA).
@@ -147,6 +158,7 @@ class Client {
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
+  const std::string api_key_;  // empty: none sent
   std::unique_ptr<v1::Generation::Stub> generation_;
   std::unique_ptr<v1::PrefixCache::Stub> prefix_cache_;
   std::unique_ptr<v1::Sessions::Stub> sessions_;

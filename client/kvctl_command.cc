@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -32,6 +33,24 @@ absl::StatusOr<std::string> ReadFlagFile(const std::string& flag, const std::str
   return text.str();
 }
 
+// OK when `key` (named `source` in errors) can travel as gRPC metadata: printable ASCII
+// without leading or trailing spaces. The message never quotes the key, a secret.
+absl::Status CheckApiKey(const std::string& source, const std::string& key) {
+  for (const char c : key) {
+    if (c < 0x20 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source,
+                       ": the API key must be printable ASCII (no control characters, "
+                       "newlines or non-ASCII bytes)"));
+    }
+  }
+  if (!key.empty() && (key.front() == ' ' || key.back() == ' ')) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the API key must not begin or end with a space"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<cli::FlagSpec> GlobalFlagSpecs() {
@@ -47,6 +66,11 @@ std::vector<cli::FlagSpec> GlobalFlagSpecs() {
        "none"},
       {"tls-key-file", "private key (PEM) of --tls-cert-file", "none"},
       {"tls-server-name", "name the server's certificate must carry", "the --target host"},
+      {"api-key",
+       "API key sent on every call as 'authorization: Bearer KEY' metadata (kvserve "
+       "--api-keys-file); the flag shows in the process list, so prefer $KVSERVE_API_KEY; "
+       "--api-key= sends none",
+       "$KVSERVE_API_KEY when set and not empty, else none"},
   };
 }
 
@@ -91,6 +115,17 @@ absl::StatusOr<Globals> ParseGlobals(const ParsedFlags& flags) {
   }
   if (!security.server_name.empty() && !security.tls()) {
     return absl::InvalidArgumentError("--tls-server-name needs --tls-ca-file");
+  }
+  if (flags.flags.Has("api-key")) {
+    globals.security.api_key = flags.flags.GetString("api-key");
+    if (absl::Status ok = CheckApiKey("--api-key", globals.security.api_key); !ok.ok()) return ok;
+  } else if (const char* env = std::getenv(kApiKeyEnvironmentVariable);
+             env != nullptr && *env != '\0') {
+    globals.security.api_key = env;
+    if (absl::Status ok = CheckApiKey(kApiKeyEnvironmentVariable, globals.security.api_key);
+        !ok.ok()) {
+      return ok;
+    }
   }
   return globals;
 }

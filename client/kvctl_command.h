@@ -19,28 +19,34 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitRpcError = 1;  // also: not SERVING
 inline constexpr int kExitBadFlags = 2;
 
+// The environment variable that holds the API key when --api-key is not given.
+inline constexpr char kApiKeyEnvironmentVariable[] = "KVSERVE_API_KEY";
+
 // What every command takes: where to connect, the per-call deadline and routing key, the
 // output format.
 struct Globals {
   std::string target;  // "host:port"
-  // --tls-ca-file, --tls-cert-file, --tls-key-file (read), --tls-server-name.
+  // --tls-ca-file, --tls-cert-file, --tls-key-file (read), --tls-server-name; api_key from
+  // --api-key or $KVSERVE_API_KEY.
   ChannelSecurity security{};
   CallOptions call;   // applied to each call
   bool json = false;  // --output json: proto3 JSON instead of text
 };
 
-// The flags every command takes (--target, --timeout-ms, --output, --route and the TLS
-// flags), before or after the command's name.
+// The flags every command takes (--target, --timeout-ms, --output, --route, the TLS flags and
+// --api-key), before or after the command's name.
 std::vector<cli::FlagSpec> GlobalFlagSpecs();
 
 // The global flags' values from a command's parsed flags. The routing key is --route when
 // given (`--route=` sends none), else the command's --prefix, else its --name (prefix
 // register/get/delete), so that a prefix's registration and the requests naming it reach the
-// same replica; else none. The TLS flags' files are read here. InvalidArgument naming the
-// flag for a malformed value or a file that cannot be read.
+// same replica; else none. The TLS flags' files are read here. The API key is --api-key when
+// given (`--api-key=` sends none), else kApiKeyEnvironmentVariable when set and not empty,
+// else none. InvalidArgument naming the flag (or the variable) for a malformed value, a file
+// that cannot be read or an API key that cannot travel as metadata (not printable ASCII).
 absl::StatusOr<Globals> ParseGlobals(const ParsedFlags& flags);
 
-// A client of globals.target secured by globals.security.
+// A client of globals.target secured by globals.security (its API key on every call).
 std::unique_ptr<Client> Connect(const Globals& globals);
 
 // A command's body: runs with its flags parsed against its specs and returns the exit code.

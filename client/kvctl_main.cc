@@ -151,7 +151,8 @@ std::string TopUsage(const std::vector<Command>& commands,
                      const std::vector<CommandGroup>& groups) {
   std::string out =
       "usage: kvctl [--target HOST:PORT] [--timeout-ms MS] [--output text|json] [--route KEY] "
-      "[--tls-ca-file PEM [--tls-cert-file PEM --tls-key-file PEM]] <command> [flags]\n\n"
+      "[--tls-ca-file PEM [--tls-cert-file PEM --tls-key-file PEM]] [--api-key KEY] <command> "
+      "[flags]\n\n"
       "commands:\n";
   for (const Command& command : commands) {
     absl::StrAppend(&out, absl::StrFormat("  %-9s %s\n", command.name, command.summary));
@@ -168,6 +169,10 @@ std::string TopUsage(const std::vector<Command>& commands,
                                           spec.default_text));
   }
   absl::StrAppend(&out,
+                  "\nAPI key (a server started with --api-keys-file): every call, health checks "
+                  "included,\ncarries 'authorization: Bearer KEY'. Prefer the environment "
+                  "variable:\n  export KVSERVE_API_KEY=KEY\nto --api-key KEY, which any user "
+                  "can read in the process list (ps).\n"
                   "\nexit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad flags.\n"
                   "'kvctl <command> --help' lists a command's flags.\n");
   return out;

@@ -11,7 +11,10 @@ message (`index`, `score`, `logprobs`), which the example gathers by index.
 Uses Debian's python3-grpcio and python3-protobuf and the stubs generated at build time:
   PYTHONPATH=build/proto/python /usr/bin/python3 client/python/kvserve_beams_example.py \\
       --target 127.0.0.1:50051 [--num-beams 4] [--num-return-sequences 2] [--top-logprobs 3] \\
-      [--stream] [--route KEY]
+      [--stream] [--route KEY] [--api-key KEY]
+
+--api-key KEY (default: the environment variable KVSERVE_API_KEY, preferable since the flag
+shows in the process list) sends "authorization: Bearer KEY" metadata on every call.
 """
 import argparse
 import os
@@ -20,12 +23,13 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
+    add_api_key_argument,
+    call_metadata,
     generation_pb2,
     generation_pb2_grpc,
     grpc,
 )
 
-ROUTE_METADATA_KEY = "x-kvserve-route"
 EARLY_STOPPING = {
     "true": generation_pb2.EARLY_STOPPING_TRUE,
     "false": generation_pb2.EARLY_STOPPING_FALSE,
@@ -82,8 +86,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
     parser.add_argument("--route", default="",
                         help="routing key sent as x-kvserve-route metadata (default: none)")
+    add_api_key_argument(parser)
     args = parser.parse_args()
-    metadata = ((ROUTE_METADATA_KEY, args.route),) if args.route else None
+    metadata = call_metadata(api_key=args.api_key, route=args.route)
 
     sampling = generation_pb2.SamplingParams(
         max_new_tokens=args.max_new_tokens,

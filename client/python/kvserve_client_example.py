@@ -3,7 +3,7 @@
 
 Uses Debian's python3-grpcio and python3-protobuf and the stubs generated at build time:
   PYTHONPATH=build/proto/python /usr/bin/python3 client/python/kvserve_client_example.py \
-      --target 127.0.0.1:50051 [--route KEY]
+      --target 127.0.0.1:50051 [--route KEY] [--api-key KEY]
 
 With --route, every call carries the routing key as gRPC metadata x-kvserve-route, which a
 gateway in front of several replicas hashes to pick the replica; each replica names itself in
@@ -12,6 +12,10 @@ the trailing metadata x-kvserve-replica, printed as "replica:".
 With --tls-ca-file the channel is TLS, verifying the server against those CA certificates;
 --tls-cert-file and --tls-key-file add a client certificate for a server that requires one
 (kvserve --tls-client-ca-file).
+
+With --api-key KEY (default: the environment variable KVSERVE_API_KEY, which is preferable:
+the flag shows in the process list), every call carries gRPC metadata
+"authorization: Bearer KEY", for a server started with --api-keys-file.
 """
 import argparse
 import os
@@ -25,6 +29,8 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     grpc,
     health_pb2,
     health_pb2_grpc,
+    add_api_key_argument,
+    call_metadata,
     open_channel,
 )
 
@@ -40,7 +46,6 @@ def summary(message) -> str:
     )
 
 
-ROUTE_METADATA_KEY = "x-kvserve-route"
 REPLICA_METADATA_KEY = "x-kvserve-replica"
 
 
@@ -68,12 +73,13 @@ def main() -> int:
                         help="private key (PEM) of --tls-cert-file")
     parser.add_argument("--tls-server-name", default=None,
                         help="name the server's certificate must carry (default: the host)")
+    add_api_key_argument(parser)
     args = parser.parse_args()
     if (args.tls_cert_file is None) != (args.tls_key_file is None):
         parser.error("--tls-cert-file and --tls-key-file go together")
     if args.tls_ca_file is None and (args.tls_cert_file or args.tls_server_name):
         parser.error("--tls-cert-file and --tls-server-name need --tls-ca-file")
-    metadata = ((ROUTE_METADATA_KEY, args.route),) if args.route else None
+    metadata = call_metadata(api_key=args.api_key, route=args.route)
 
     try:
         channel = open_channel(args.target, args.tls_ca_file, args.tls_cert_file,

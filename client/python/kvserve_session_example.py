@@ -8,10 +8,14 @@ common prefix, so each turn's cached_tokens covers the turns before it), rolls t
 
 Uses Debian's python3-grpcio and python3-protobuf and the stubs generated at build time:
   PYTHONPATH=build/proto/python /usr/bin/python3 client/python/kvserve_session_example.py \\
-      --target 127.0.0.1:50051 [--system TEXT] [--prefix NAME] [--route KEY]
+      --target 127.0.0.1:50051 [--system TEXT] [--prefix NAME] [--route KEY] \\
+      [--api-key KEY]
 
 A session lives in the memory of the replica that created it: behind a gateway, give every call
 the same routing key (--route, sent as x-kvserve-route metadata).
+
+--api-key KEY (default: the environment variable KVSERVE_API_KEY, preferable since the flag
+shows in the process list) sends "authorization: Bearer KEY" metadata on every call.
 """
 import argparse
 import os
@@ -20,6 +24,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
+    add_api_key_argument,
+    call_metadata,
     generation_pb2,
     generation_pb2_grpc,
     grpc,
@@ -27,7 +33,6 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     session_pb2_grpc,
 )
 
-ROUTE_METADATA_KEY = "x-kvserve-route"
 
 USER_TURNS = (
     "Hello! Who are you?",
@@ -63,8 +68,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
     parser.add_argument("--route", default="",
                         help="routing key sent as x-kvserve-route metadata (default: none)")
+    add_api_key_argument(parser)
     args = parser.parse_args()
-    metadata = ((ROUTE_METADATA_KEY, args.route),) if args.route else None
+    metadata = call_metadata(api_key=args.api_key, route=args.route)
 
     with grpc.insecure_channel(args.target) as channel:
         sessions = session_pb2_grpc.SessionsStub(channel)

@@ -1,6 +1,6 @@
 // Tests of the C++ client against an in-process fake server: every call (prefix and session
-// calls included), stream cancel and deadline, the routing key and replica metadata, and
-// gRPC-to-absl status conversion.
+// calls included), stream cancel and deadline, the routing key, API key and replica metadata,
+// and gRPC-to-absl status conversion.
 #include "client/client.h"
 
 #include <vector>
@@ -325,6 +325,60 @@ TEST(ClientRouteTest, AFailedCallStillNamesItsReplica) {
                        bad, [](const auto&) { return true; }, {}, &info)
                    .ok());
   EXPECT_EQ(info.replica_id, "replica-2");
+}
+
+TEST(ClientApiKeyTest, BearerToken) { EXPECT_EQ(BearerToken("k-1"), "Bearer k-1"); }
+
+TEST(ClientApiKeyTest, EveryCallPresentsTheKey) {
+  FakeServer server;
+  const std::unique_ptr<Client> client =
+      Client::Connect(server.target(), ChannelSecurity{.api_key = "secret-1"});
+  const CallOptions call{.timeout = absl::Seconds(10), .route = "tenant-a"};
+  v1::GenerateRequest generate;
+  generate.set_prompt("abc");
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text("A");
+  v1::RegisterPrefixRequest prefix;
+  prefix.set_name("sys");
+  prefix.set_text("Hi");
+  ASSERT_TRUE(client->Generate(generate, call).ok());
+  ASSERT_TRUE(client
+                  ->GenerateStream(
+                      generate, [](const auto&) { return true; }, call)
+                  .ok());
+  ASSERT_TRUE(client->Tokenize(tokenize, call).ok());
+  ASSERT_TRUE(client->GetModelInfo(call).ok());
+  ASSERT_TRUE(client->RegisterPrefix(prefix, call).ok());
+  ASSERT_TRUE(client->GetPrefix("sys", call).ok());
+  ASSERT_TRUE(client->ListPrefixes(call).ok());
+  ASSERT_TRUE(client->DeletePrefix("sys", call).ok());
+  ASSERT_TRUE(client->CheckHealth(call).ok());
+  absl::StatusOr<v1::Session> session = client->CreateSession(v1::CreateSessionRequest(), call);
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE(client->GetSession(session->id(), call).ok());
+  ASSERT_TRUE(client->ListSessions(call).ok());
+  EXPECT_FALSE(client->RollbackSession(session->id(), 1, call).ok());  // nothing to drop
+  ASSERT_TRUE(client->CloseSession(session->id(), call).ok());
+
+  EXPECT_EQ(server.replica().authorizations(), std::vector<std::string>(14, "Bearer secret-1"));
+  // The key rides along with the routing key, not instead of it.
+  EXPECT_EQ(server.replica().routes(), std::vector<std::string>(14, "tenant-a"));
+}
+
+TEST(ClientApiKeyTest, AClientMadeFromAChannelPresentsItsKey) {
+  FakeServer server;
+  const Client client(grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()),
+                      "k2");
+  ASSERT_TRUE(client.ListPrefixes(CallOptions{.timeout = absl::Seconds(10)}).ok());
+  EXPECT_THAT(server.replica().authorizations(), ElementsAre("Bearer k2"));
+}
+
+TEST(ClientApiKeyTest, NoKeySendsNoMetadata) {
+  FakeServer server;
+  const std::unique_ptr<Client> client = Client::Connect(server.target());
+  ASSERT_TRUE(client->GetModelInfo(CallOptions{.timeout = absl::Seconds(10)}).ok());
+  ASSERT_TRUE(client->CheckHealth(CallOptions{.timeout = absl::Seconds(10)}).ok());
+  EXPECT_THAT(server.replica().authorizations(), ElementsAre("", ""));
 }
 
 TEST(ClientUnreachableTest, NoServerIsAnError) {

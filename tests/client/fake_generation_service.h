@@ -43,7 +43,8 @@ v1::Sequence FakeSequence(const v1::GenerateRequest& request, int32_t index, int
 // - Tokenize: one id per byte of text (the byte's value), BOS first unless
 //   add_special_tokens=false.
 // - GetModelInfo: FakeModelInfo().
-// Every call is served as `replica` (its routing key logged, the replica's id sent back).
+// Every call is served as `replica` (its routing key and authorization metadata logged, the
+// replica's id sent back).
 class FakeGenerationService final : public v1::Generation::CallbackService {
  public:
   // Neither is owned; both outlive this.
@@ -97,7 +98,8 @@ class FakeServer {
   const FakePrefixCacheService& prefix_cache() const { return prefix_cache_; }
   // The Sessions fake, to see what the client sent.
   const FakeSessionsService& sessions() const { return sessions_; }
-  // The replica every fake serves as, to see the routing keys the client sent.
+  // The replica every fake serves as, to see the routing keys and authorization metadata the
+  // client sent.
   const FakeReplica& replica() const { return replica_; }
 
  private:

@@ -1,7 +1,11 @@
 // Tests of what every kvctl command shares: the global flags, above all the routing key's
-// default (--route, else --prefix, else --name), and that a command sends it.
+// default (--route, else --prefix, else --name) and the API key's (--api-key, else
+// $KVSERVE_API_KEY), and that a command sends them.
 #include "client/kvctl_command.h"
 
+#include <stdlib.h>
+
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -10,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "client/kvctl_bench.h"
+#include "client/kvctl_generate.h"
 #include "client/kvctl_prefix.h"
 #include "client/kvctl_session.h"
 #include "client/request_flags.h"
@@ -21,6 +26,31 @@ namespace {
 using ::testing::ElementsAre;
 using testing::FakeServer;
 using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Sets (or, with nullopt, unsets) an environment variable until destroyed, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = getenv(name); old != nullptr) old_ = old;
+    Set(value);
+  }
+  ~ScopedEnv() { Set(old_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  void Set(const std::optional<std::string>& value) {
+    if (value.has_value()) {
+      setenv(name_, value->c_str(), /*overwrite=*/1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+  const char* const name_;
+  std::optional<std::string> old_;
+};
 
 // Parses `args` against the global flags and `command_specs`, as kvctl does.
 absl::StatusOr<Globals> Parse(const std::vector<std::string>& args,
@@ -33,12 +63,14 @@ absl::StatusOr<Globals> Parse(const std::vector<std::string>& args,
 }
 
 TEST(ParseGlobalsTest, Defaults) {
+  const ScopedEnv no_key(kApiKeyEnvironmentVariable, std::nullopt);
   absl::StatusOr<Globals> globals = Parse({}, {});
   ASSERT_TRUE(globals.ok()) << globals.status();
   EXPECT_EQ(globals->target, "127.0.0.1:50051");
   EXPECT_FALSE(globals->call.timeout.has_value());
   EXPECT_EQ(globals->call.route, "");
   EXPECT_FALSE(globals->json);
+  EXPECT_EQ(globals->security.api_key, "");
 }
 
 TEST(ParseGlobalsTest, EveryFlag) {
@@ -89,6 +121,117 @@ TEST(ParseGlobalsTest, PrefixRegisterSendsItsNameAsTheRoute) {
   std::ostringstream err;
   ASSERT_EQ(RunPrefixRegister(*globals, *flags, out, err), kExitOk) << err.str();
   EXPECT_THAT(server.replica().routes(), ElementsAre("sys"));
+}
+
+TEST(ParseGlobalsTest, ApiKeyFromTheFlag) {
+  const ScopedEnv no_key(kApiKeyEnvironmentVariable, std::nullopt);
+  EXPECT_EQ(Parse({"--api-key", "k-flag"}, {})->security.api_key, "k-flag");
+  EXPECT_EQ(Parse({"--api-key=k2"}, {})->security.api_key, "k2");
+}
+
+TEST(ParseGlobalsTest, ApiKeyFromTheEnvironment) {
+  const ScopedEnv key(kApiKeyEnvironmentVariable, "k-env");
+  EXPECT_EQ(Parse({}, {})->security.api_key, "k-env");
+}
+
+TEST(ParseGlobalsTest, TheFlagBeatsTheEnvironment) {
+  const ScopedEnv key(kApiKeyEnvironmentVariable, "k-env");
+  EXPECT_EQ(Parse({"--api-key", "k-flag"}, {})->security.api_key, "k-flag");
+  // An empty flag sends none, even with the variable set.
+  EXPECT_EQ(Parse({"--api-key="}, {})->security.api_key, "");
+}
+
+TEST(ParseGlobalsTest, AnEmptyEnvironmentVariableIsIgnored) {
+  const ScopedEnv key(kApiKeyEnvironmentVariable, "");
+  absl::StatusOr<Globals> globals = Parse({}, {});
+  ASSERT_TRUE(globals.ok()) << globals.status();
+  EXPECT_EQ(globals->security.api_key, "");
+}
+
+TEST(ParseGlobalsTest, AKeyThatCannotBeMetadataIsRefusedWithoutQuotingIt) {
+  {
+    const ScopedEnv no_key(kApiKeyEnvironmentVariable, std::nullopt);
+    absl::Status status = Parse({"--api-key", "sec\nret"}, {}).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("--api-key"));
+    EXPECT_THAT(status.message(), Not(HasSubstr("sec")));
+    EXPECT_THAT(Parse({"--api-key", " secret"}, {}).status().message(), HasSubstr("space"));
+  }
+  const ScopedEnv key(kApiKeyEnvironmentVariable, "s\tcret");
+  absl::Status status = Parse({}, {}).status();
+  EXPECT_THAT(status.message(), HasSubstr(kApiKeyEnvironmentVariable));
+  EXPECT_THAT(status.message(), Not(HasSubstr("cret")));
+}
+
+TEST(ParseGlobalsTest, TheApiKeyHelpNamesTheVariableAndThePsRisk) {
+  for (const cli::FlagSpec& spec : GlobalFlagSpecs()) {
+    if (spec.name != "api-key") continue;
+    EXPECT_THAT(spec.help, HasSubstr("Bearer"));
+    EXPECT_THAT(spec.help, HasSubstr("process list"));
+    EXPECT_THAT(spec.default_text, HasSubstr(kApiKeyEnvironmentVariable));
+    return;
+  }
+  ADD_FAILURE() << "no --api-key global flag";
+}
+
+// Parses `args` against the global flags and `command_specs`, then runs `run` as kvctl does;
+// its exit code.
+int RunCommand(int (*run)(const Globals&, const ParsedFlags&, std::ostream&, std::ostream&),
+               const std::vector<std::string>& args,
+               const std::vector<cli::FlagSpec>& command_specs,
+               const std::vector<std::string>& positional = {}) {
+  std::vector<cli::FlagSpec> specs = GlobalFlagSpecs();
+  specs.insert(specs.end(), command_specs.begin(), command_specs.end());
+  absl::StatusOr<ParsedFlags> flags =
+      ParseFlags(args, specs, GenerateRepeatableFlags(), positional);
+  EXPECT_TRUE(flags.ok()) << flags.status();
+  if (!flags.ok()) return kExitBadFlags;
+  absl::StatusOr<Globals> globals = ParseGlobals(*flags);
+  EXPECT_TRUE(globals.ok()) << globals.status();
+  if (!globals.ok()) return kExitBadFlags;
+  std::ostringstream out;
+  std::ostringstream err;
+  const int code = run(*globals, *flags, out, err);
+  EXPECT_EQ(code, kExitOk) << err.str();
+  return code;
+}
+
+TEST(ApiKeyCommandTest, TheFlagReachesTheServerOnEveryCommandsCalls) {
+  const ScopedEnv key(kApiKeyEnvironmentVariable, "k-env");
+  FakeServer server;
+  const std::vector<std::string> globals = {"--target", server.target(), "--timeout-ms",
+                                            "10000",    "--api-key",     "k-flag"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), globals.begin(), globals.end());
+    return args;
+  };
+  RunCommand(RunGenerate, with({"--prompt", "hi"}), GenerateFlagSpecs());
+  RunCommand(RunStream, with({"--prompt", "hi"}), GenerateFlagSpecs());
+  RunCommand(RunPrefixRegister, with({"--name", "sys", "--text", "Hi"}), PrefixRegisterFlagSpecs());
+  RunCommand(RunPrefixList, with({}), {});
+  RunCommand(RunSessionCreate, with({}), SessionCreateFlagSpecs());
+  RunCommand(RunSessionList, with({}), {});
+  EXPECT_EQ(server.replica().authorizations(), std::vector<std::string>(6, "Bearer k-flag"));
+}
+
+TEST(ApiKeyCommandTest, TheEnvironmentVariableReachesTheServer) {
+  const ScopedEnv key(kApiKeyEnvironmentVariable, "k-env");
+  FakeServer server;
+  RunCommand(RunGenerate, {"--target", server.target(), "--timeout-ms", "10000", "--prompt", "x"},
+             GenerateFlagSpecs());
+  absl::StatusOr<Globals> globals = Parse({"--target", server.target()}, {});
+  ASSERT_TRUE(globals.ok()) << globals.status();
+  // What tokenize, info, health and bench use: Connect(globals).
+  ASSERT_TRUE(Connect(*globals)->CheckHealth(CallOptions{.timeout = absl::Seconds(10)}).ok());
+  EXPECT_THAT(server.replica().authorizations(), ElementsAre("Bearer k-env", "Bearer k-env"));
+}
+
+TEST(ApiKeyCommandTest, WithoutAKeyNothingIsSent) {
+  const ScopedEnv key(kApiKeyEnvironmentVariable, "");
+  FakeServer server;
+  RunCommand(RunGenerate, {"--target", server.target(), "--timeout-ms", "10000", "--prompt", "x"},
+             GenerateFlagSpecs());
+  EXPECT_THAT(server.replica().authorizations(), ElementsAre(""));
 }
 
 }  // namespace
