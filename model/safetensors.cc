@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "base/string_cat.h"
+#include "tokenizer/tokenizer_json_util.h"
 
 namespace kvserve::model {
 
@@ -75,6 +76,16 @@ class ErrorFor {
  private:
   const std::string& file_;
 };
+
+// A header value as errors quote it: at most 64 bytes of its JSON, "..." after, so that a huge
+// shape or offsets array cannot make a huge message.
+std::string Quoted(const Json& value) {
+  constexpr size_t kMaxBytes = 64;
+  std::string text = value.dump();
+  if (text.size() <= kMaxBytes) return text;
+  text.resize(kMaxBytes);
+  return text + "...";
+}
 
 // A JSON value's kind for error messages.
 std::string_view KindOf(const Json& value) {
@@ -139,7 +150,7 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const Json& info
     if (!dim.ok()) return dim.status();
     if (*dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
         __builtin_mul_overflow(num_bytes, *dim, &num_bytes)) {
-      return error.Invalid(where, " shape ", shape_it->dump(), " overflows the byte size");
+      return error.Invalid(where, " shape ", Quoted(*shape_it), " overflows the byte size");
     }
     entry.shape.push_back(static_cast<int64_t>(*dim));
   }
@@ -148,7 +159,7 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const Json& info
   if (offsets_it == info.end()) return error.Invalid(where, " has no data_offsets");
   if (!offsets_it->is_array() || offsets_it->size() != 2) {
     return error.Invalid(where, " data_offsets must be an array [begin, end], got ",
-                         offsets_it->dump());
+                         Quoted(*offsets_it));
   }
   absl::StatusOr<uint64_t> begin =
       ReadUnsigned((*offsets_it)[0], error, Cat(where, " data_offsets begin"));
@@ -165,7 +176,7 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const Json& info
   }
   if (*end - *begin != num_bytes) {
     return error.Invalid(where, " has ", *end - *begin, " bytes but dtype ", dtype_name,
-                         " and shape ", shape_it->dump(), " need ", num_bytes);
+                         " and shape ", Quoted(*shape_it), " need ", num_bytes);
   }
   entry.begin = *begin;
   entry.end = *end;
@@ -243,6 +254,11 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
   }
   const char* header_begin = reinterpret_cast<const char*>(bytes.data()) + kHeaderLengthBytes;
   const std::string_view header_text(header_begin, header_size);
+  // nlohmann parses any depth, but printing a value (the errors below) recurses once per level:
+  // a 100 MB header of nested arrays would overflow the stack. Real headers nest 3 levels.
+  if (absl::Status depth = CheckJsonDepth(header_text, kMaxJsonDepth); !depth.ok()) {
+    return error.Invalid("header is ", depth.message());
+  }
   Json header;
   try {
     header = Json::parse(header_text);

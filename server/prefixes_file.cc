@@ -54,6 +54,11 @@ class ExpansionCounter : public YAML::EventHandler {
     explicit ExpansionTooLarge(const YAML::Mark& mark, const std::string& message)
         : YAML::Exception(mark, message) {}
   };
+  class AliasCycle : public YAML::Exception {
+   public:
+    explicit AliasCycle(const YAML::Mark& mark, const std::string& message)
+        : YAML::Exception(mark, message) {}
+  };
 
   void OnDocumentStart(const YAML::Mark&) override {}
   void OnDocumentEnd() override {}
@@ -62,7 +67,15 @@ class ExpansionCounter : public YAML::EventHandler {
   }
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
     auto it = anchors_.find(anchor);
-    // An alias to a node still open (a cycle) is refused by the parser itself.
+    if (it == anchors_.end()) {
+      // yaml-cpp resolves an alias inside the node its anchor names to that node, making a
+      // cycle that would expand forever ("&a {k: *a}").
+      for (const Frame& frame : open_) {
+        if (frame.anchor == anchor) {
+          throw AliasCycle(mark, "an alias refers to a node that contains it (a cycle)");
+        }
+      }
+    }
     Add(mark, it == anchors_.end() ? Size{1, 0} : it->second);
   }
   void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
@@ -121,19 +134,33 @@ class ExpansionCounter : public YAML::EventHandler {
   Size document_;
 };
 
+// How deeply YamlToJson, which recurses once per level, follows nested nodes (aliases
+// included). kvserve.v1.PrefixState nests 5 levels; the proto3 JSON parser refuses past 100.
+constexpr int kMaxYamlDepth = 100;
+
+class YamlTooDeep : public YAML::Exception {
+ public:
+  explicit YamlTooDeep(const YAML::Mark& mark)
+      : YAML::Exception(mark, absl::StrCat("nested deeper than ", kMaxYamlDepth, " levels")) {}
+};
+
 // YAML to the equivalent JSON value. Unquoted true/false become booleans; every other scalar
 // becomes a string, which the proto3 JSON parser reads into string and integer fields alike
-// (so `name: 2024` stays a name, and an out-of-range integer is refused, not clamped).
-nlohmann::json YamlToJson(const YAML::Node& node) {
+// (so `name: 2024` stays a name, and an out-of-range integer is refused, not clamped). Throws
+// YamlTooDeep past kMaxYamlDepth levels.
+nlohmann::json YamlToJson(const YAML::Node& node, int depth = 0) {
+  if (depth > kMaxYamlDepth && (node.IsSequence() || node.IsMap())) throw YamlTooDeep(node.Mark());
   switch (node.Type()) {
     case YAML::NodeType::Sequence: {
       nlohmann::json array = nlohmann::json::array();
-      for (const YAML::Node& item : node) array.push_back(YamlToJson(item));
+      for (const YAML::Node& item : node) array.push_back(YamlToJson(item, depth + 1));
       return array;
     }
     case YAML::NodeType::Map: {
       nlohmann::json object = nlohmann::json::object();
-      for (const auto& item : node) object[item.first.as<std::string>()] = YamlToJson(item.second);
+      for (const auto& item : node) {
+        object[item.first.as<std::string>()] = YamlToJson(item.second, depth + 1);
+      }
       return object;
     }
     case YAML::NodeType::Scalar: {
@@ -227,12 +254,17 @@ absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> ReadPrefixesFile(const st
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--prefixes-file ", text.status().message()));
   }
-  std::string json = *text;
+  return ParsePrefixesText(*text, path);
+}
+
+absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> ParsePrefixesText(const std::string& text,
+                                                                         const std::string& path) {
+  std::string json = text;
   const size_t first = json.find_first_not_of(" \t\r\n");
   const bool is_json = first != std::string::npos && json[first] == '{';
   if (!is_json) {
     try {
-      json = YamlTextToJson(*text);
+      json = YamlTextToJson(text);
     } catch (const YAML::Exception& e) {
       return absl::InvalidArgumentError(
           absl::StrCat("--prefixes-file ", path, ": not JSON or YAML: ", e.what()));

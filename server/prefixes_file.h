@@ -29,4 +29,8 @@ absl::StatusOr<v1::PrefixState> ParsePrefixState(const std::string& json, const 
 // aliases expand past 2^22 nodes or 256 MiB of text ("billion laughs"). Any thread.
 absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> ReadPrefixesFile(const std::string& path);
 
+// What ReadPrefixesFile does with the file's `text` once read; `path` only names it in errors.
+absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> ParsePrefixesText(const std::string& text,
+                                                                         const std::string& path);
+
 }  // namespace kvserve::server

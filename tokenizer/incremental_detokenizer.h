@@ -26,15 +26,18 @@ class IncrementalDetokenizer {
   const std::vector<int32_t>& ids() const { return ids_; }
 
  private:
-  // Feeds raw (not yet cleaned-up) text through the clean-up hold-back.
+  // Feeds raw (not yet cleaned-up) text through the clean-up hold-back: what clean-up could
+  // still rewrite together with text to come stays in pending_.
   std::string Emit(std::string raw, bool final);
 
   const Tokenizer* tokenizer_;
   bool skip_special_tokens_;
-  std::vector<int32_t> ids_;
-  size_t prefix_offset_ = 0;  // first token of the decode window
-  size_t read_offset_ = 0;    // tokens before this have been emitted
-  std::string pending_;       // raw text held back from clean-up
+  std::vector<int32_t> ids_;          // every id added
+  std::vector<int32_t> decoded_ids_;  // those Decode does not leave out; the offsets index it
+  size_t prefix_offset_ = 0;          // first token of the decode window
+  size_t read_offset_ = 0;            // tokens before this have been emitted
+  std::string pending_;               // raw text held back from clean-up
+  std::string emitted_tail_;          // the last bytes of raw text already cleaned up and emitted
 };
 
 }  // namespace kvserve::model

@@ -430,6 +430,11 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
   return ids;
 }
 
+bool Tokenizer::DecodesToNothing(int32_t id, bool skip_special_tokens) const {
+  if (skip_special_tokens && special_ids_.contains(id)) return true;
+  return !added_id_to_content_.contains(id) && model_->IdToToken(id) == nullptr;
+}
+
 std::string Tokenizer::DecodeWithoutCleanup(absl::Span<const int32_t> ids,
                                             bool skip_special_tokens) const {
   std::vector<std::string> tokens;

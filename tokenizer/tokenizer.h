@@ -109,6 +109,9 @@ class Tokenizer {
   std::optional<int32_t> TokenToId(std::string_view token) const;
   bool IsSpecialToken(int32_t id) const { return special_ids_.contains(id); }
 
+  // Whether Decode leaves `id` out entirely (an id without a token, or a special token when
+  // skipping them), so that it changes nothing around it either.
+  bool DecodesToNothing(int32_t id, bool skip_special_tokens) const;
   // Decode without clean_up_tokenization_spaces; used by the incremental detokenizer.
   std::string DecodeWithoutCleanup(absl::Span<const int32_t> ids, bool skip_special_tokens) const;
   bool clean_up_tokenization_spaces() const { return clean_up_tokenization_spaces_; }

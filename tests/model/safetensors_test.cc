@@ -155,7 +155,28 @@ TEST(SafetensorsTest, RejectsHeaderThatIsNotAnObject) {
 
 TEST(SafetensorsTest, SurvivesDeeplyNestedHeader) {
   ExpectError(RawFile(std::string(200000, '[') + std::string(200000, ']')),
-              absl::StatusCode::kInvalidArgument, "header must be a JSON object");
+              absl::StatusCode::kInvalidArgument, "header is nested deeper than 64 levels");
+  // Found by fuzz/safetensors: the error for malformed data_offsets printed the value, which
+  // recursed once per level and overflowed the stack.
+  ExpectError(RawFile(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": )" +
+                      std::string(200000, '[') + std::string(200000, ']') + "}}"),
+              absl::StatusCode::kInvalidArgument, "header is nested deeper than 64 levels");
+  // 64 levels are fine (the error then quotes the value).
+  ExpectError(RawFile(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": )" +
+                      std::string(62, '[') + std::string(62, ']') + "}}"),
+              absl::StatusCode::kInvalidArgument, "data_offsets must be an array [begin, end]");
+}
+
+TEST(SafetensorsTest, ErrorsQuoteAtMost64BytesOfAValue) {
+  std::string offsets = "[0";
+  for (int i = 0; i < 100000; ++i) offsets += ", 1";
+  offsets += "]";
+  absl::StatusOr<SafetensorsFile> parsed = ParseBytes(
+      RawFile(R"({"w": {"dtype": "U8", "shape": [1], "data_offsets": )" + offsets + "}}", "x"));
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(std::string(parsed.status().message()),
+              HasSubstr("data_offsets must be an array [begin, end], got [0,1,1,"));
+  EXPECT_LT(parsed.status().message().size(), 200u) << parsed.status();
 }
 
 TEST(SafetensorsTest, RejectsEntryThatIsNotAnObject) {

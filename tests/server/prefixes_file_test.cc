@@ -172,6 +172,30 @@ TEST_F(PrefixesFileTest, YamlAliasesExpandingPastTheBoundAreRefused) {
               HasSubstr("aliases expand the document past 268435456 bytes of text"));
 }
 
+// Found by fuzz/prefixes_file: yaml-cpp resolves an alias inside its own anchored node to that
+// node, and converting the cycle to JSON recursed until the stack overflowed.
+TEST_F(PrefixesFileTest, YamlAliasCyclesAndDeepNestingAreRefused) {
+  absl::StatusOr<std::vector<v1::RegisterPrefixRequest>> prefixes =
+      ParsePrefixesText("x: &opts {pinned: false, again: *opts}\nprefixes: []\n", "cycle.yaml");
+  EXPECT_EQ(prefixes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(prefixes.status().message()),
+              HasSubstr("--prefixes-file cycle.yaml: not JSON or YAML: yaml-cpp: error at line 1, "
+                        "column 33: an alias refers to a node that contains it (a cycle)"));
+  prefixes = ParsePrefixesText(
+      "prefixes:\n  - &p {name: a, text: b, options: {pinned: true, more: [*p]}}\n", "item.yaml");
+  EXPECT_THAT(std::string(prefixes.status().message()), HasSubstr("(a cycle)"));
+
+  const std::string deep = "prefixes: " + std::string(150, '[') + std::string(150, ']') + "\n";
+  prefixes = ParsePrefixesText(deep, "deep.yaml");
+  EXPECT_EQ(prefixes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(prefixes.status().message()), HasSubstr("nested deeper than 100 levels"));
+
+  // What ReadPrefixesFile reads goes through the same parser.
+  prefixes = ParsePrefixesText("prefixes: [{name: a, text: b}]", "ok.yaml");
+  ASSERT_TRUE(prefixes.ok()) << prefixes.status();
+  EXPECT_THAT(Names(*prefixes), ElementsAre("a"));
+}
+
 TEST_F(PrefixesFileTest, YamlThatIsNotUtf8IsRefused) {
   const fs::path file = dir_ / "latin1.yaml";
   Write(file, "prefixes:\n  - name: caf\xE9\n    text: x\n");

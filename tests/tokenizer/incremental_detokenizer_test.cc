@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "tokenizer/tiny_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -74,6 +76,48 @@ TEST(IncrementalDetokenizerTest, MatchesDecodeOnEncodedText) {
   auto ids = (*t)->Encode(text, true);
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(Join(Stream(**t, *ids, true)), text);
+}
+
+// Found by fuzz/tokenizer: clean-up rules apply one after another over the whole text, so a
+// complete " ' " held back at its last space, or "n ' t" (which becomes "n't" and then loses its
+// space), came out of the stream unlike Decode ("I'll '  we" streamed, "I'll' we" decoded).
+TEST(IncrementalDetokenizerTest, CleanupMatchesDecodeWhateverTheChunking) {
+  nlohmann::json config = nlohmann::json::parse(MakeTinyTokenizerConfigJson());
+  config["clean_up_tokenization_spaces"] = true;
+  for (int32_t vocab : {258, 400}) {  // one token per byte, and merged tokens
+    auto t = Tokenizer::FromJson(MakeTinyTokenizerJson(vocab), config.dump());
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (const std::string text :
+         {"I'll '  we'? ,x", "do n ' t", "x ' .", "a ' 's", "we ' ve", "it ' re ok", "a  . b",
+          "1 , 2 , 3 !", "no n't here", "ends with ' "}) {
+      auto ids = (*t)->Encode(text, false);
+      ASSERT_TRUE(ids.ok());
+      for (bool skip : {true, false}) {
+        EXPECT_EQ(Join(Stream(**t, *ids, skip)), (*t)->Decode(*ids, skip))
+            << "vocab " << vocab << ": " << text;
+      }
+    }
+  }
+}
+
+// Ids that Decode leaves out (skipped specials, ids past the tokenizer's vocabulary) stay out of
+// the decode window: 100,000 of them in a row (an ignore_eos run) used to be decoded again at
+// every token, ~5e9 steps; now each costs one lookup. Found profiling fuzz/tokenizer.
+TEST(IncrementalDetokenizerTest, LongRunsOfLeftOutIdsStayLinear) {
+  auto t = Tokenizer::FromJson(MakeTinyTokenizerJson(300), MakeTinyTokenizerConfigJson());
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<int32_t> ids = {'a', 0xC3};
+  for (int i = 0; i < 100000; ++i) ids.push_back(i % 2 == 0 ? kTinyEosId : 100000 + i);
+  ids.push_back(0xA9);  // completes the é that 0xC3 started
+  ids.push_back('b');
+  const std::vector<std::string> deltas = Stream(**t, ids, /*skip=*/true);
+  EXPECT_EQ(Join(deltas),
+            "a\xC3\xA9"
+            "b");
+  EXPECT_EQ(Join(deltas), (*t)->Decode(ids, true));
+  // Not skipped, the specials are text: "</s>" after an incomplete character.
+  const std::vector<int32_t> few = {'a', 0xC3, kTinyEosId, 0xA9};
+  EXPECT_EQ(Join(Stream(**t, few, false)), (*t)->Decode(few, false));
 }
 
 // Real vocabularies from the reference packages, when installed (tests/tokenizer_reference).
