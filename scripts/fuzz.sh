@@ -52,7 +52,7 @@ while (($#)); do
     --fresh) fresh=1; shift ;;
     --clang) clang="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
