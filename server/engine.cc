@@ -28,20 +28,6 @@
 namespace kvserve::server {
 namespace {
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kCancelled:
-      return "cancelled";
-  }
-  return "unknown";
-}
-
 // "resource_exhausted", "deadline_exceeded", ...: a failed request's outcome label.
 std::string OutcomeLabel(const absl::Status& status) {
   return absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));

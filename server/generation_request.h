@@ -67,6 +67,21 @@ struct GenerationRequest {
 
 enum class FinishReason { kLength, kStop, kEos, kCancelled };
 
+// The finish reason as the access log and kvserve_requests_total{outcome} name it.
+inline const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
 // The request's final report (GenerateResponse minus the text and tokens, sent as deltas).
 struct GenerationSummary {
   FinishReason finish_reason = FinishReason::kLength;

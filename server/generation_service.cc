@@ -39,21 +39,6 @@ v1::FinishReason ToProto(FinishReason reason) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
-// The finish reason as the access log and kvserve_requests_total name it.
-const char* FinishReasonLabel(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kCancelled:
-      return "cancelled";
-  }
-  return "unknown";
-}
-
 // Writes the final fields shared by GenerateResponse and the last GenerateStreamResponse.
 template <typename Message>
 void SetSummary(const GenerationSummary& s, Message* m) {
@@ -201,7 +186,7 @@ class EngineCall : public Reactor {
   // Tells the call's record what the engine's summary says. Before the call's Finish.
   void RecordUsage(const GenerationSummary& s) {
     if (record_ == nullptr) return;
-    record_->SetGeneration({.finish_reason = FinishReasonLabel(s.finish_reason),
+    record_->SetGeneration({.finish_reason = FinishReasonName(s.finish_reason),
                             .prompt_tokens = s.prompt_tokens,
                             .cached_tokens = s.cached_tokens,
                             .completion_tokens = s.completion_tokens,
