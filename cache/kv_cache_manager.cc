@@ -101,6 +101,9 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
     return absl::InvalidArgumentError("--session-ttl-seconds must be > 0");
   }
   if (options.max_sessions < 1) return absl::InvalidArgumentError("--max-sessions must be >= 1");
+  if (options.tenant_prefix_bytes < 0) {
+    return absl::InvalidArgumentError("--tenant-max-prefix-bytes must be >= 0");
+  }
   // The store's callback reaches the manager once it exists; the store is made first.
   auto manager_slot = std::make_shared<KvCacheManager*>(nullptr);
   absl::StatusOr<std::unique_ptr<PrefixStore>> store =
@@ -110,7 +113,9 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
                                [manager_slot](const std::string& name) {
                                  if (*manager_slot != nullptr)
                                    (*manager_slot)->OnNamedDropped(name);
-                               }},
+                               },
+                           .space_budget_bytes = options.tenant_prefix_bytes,
+                           .space_budget_name = "--tenant-max-prefix-bytes"},
                           clock);
   if (!store.ok()) return store.status();
   std::unique_ptr<KvCacheManager> manager(
@@ -239,8 +244,8 @@ PrefixMatch KvCacheManager::ChoosePrefix(const Sequence& seq) const {
             .name = r.named_prefix_name};
   }
   if (options_.auto_prefix_cache) {
-    PrefixMatch match =
-        store_->Peek(r.prompt, options_.auto_prefix_min_tokens, allow_partial_prefix_);
+    PrefixMatch match = store_->Peek(r.prefix_space, r.prompt, options_.auto_prefix_min_tokens,
+                                     allow_partial_prefix_);
     if (!match.empty() && match.num_tokens > best.num_tokens) best = std::move(match);
   }
   if (best.num_tokens < 1) return {};
@@ -271,6 +276,11 @@ int64_t KvCacheManager::SharedWithPrefillInFlight(
                        o.cache.implementation == CacheImplementation::kDynamic &&
                        other_prompt >= options_.auto_prefix_min_tokens);
     if (!kept) continue;
+    // Another tenant's prompt is never shared (nor waited for).
+    const std::string_view kept_in = o.registration
+                                         ? SplitQualifiedPrefixName(o.registration_name).first
+                                         : std::string_view(o.prefix_space);
+    if (kept_in != r.prefix_space && kept_in != kSharedSpace) continue;
     int64_t shared = std::min(CommonPrefixLength(r.prompt, o.prompt), usable_max);
     // Without partial matches a match ends where a stored prefix ends.
     if (!allow_partial_prefix_ && shared < other_prompt) shared = 0;
@@ -600,7 +610,7 @@ void KvCacheManager::OnPrefilled(SequenceId id) {
   }
   absl::StatusOr<std::shared_ptr<const Snapshot>> snapshot =
       Snapshot::Capture(*seq->cache, r.prompt, shape_.fingerprint);
-  if (snapshot.ok()) store_->PutAutomatic(*std::move(snapshot));
+  if (snapshot.ok()) store_->PutAutomatic(r.prefix_space, *std::move(snapshot));
   SyncSnapshotBytes();
 }
 
@@ -697,9 +707,12 @@ void KvCacheManager::Release(SequenceId id, absl::Span<const int32_t> tokens,
   sequences_.erase(it);
 }
 
-KvCacheManager::Session* KvCacheManager::FindSession(const std::string& id) const {
+KvCacheManager::Session* KvCacheManager::FindSession(const std::string& id,
+                                                     std::string_view tenant) const {
   auto it = sessions_.find(id);
-  return it == sessions_.end() || it->second->closed ? nullptr : it->second.get();
+  if (it == sessions_.end() || it->second->closed) return nullptr;
+  if (!tenant.empty() && it->second->options->tenant != tenant) return nullptr;
+  return it->second.get();
 }
 
 void KvCacheManager::ChooseSessionReuse(Sequence& seq) const {
@@ -793,8 +806,9 @@ absl::StatusOr<SessionInfo> KvCacheManager::CreateSession(SessionOptions options
   return InfoOf(stored);
 }
 
-absl::StatusOr<SessionInfo> KvCacheManager::GetSession(const std::string& id) const {
-  const Session* session = FindSession(id);
+absl::StatusOr<SessionInfo> KvCacheManager::GetSession(const std::string& id,
+                                                       std::string_view tenant) const {
+  const Session* session = FindSession(id, tenant);
   if (session == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("id: no open session '", id, "' (closed, expired or never created)"));
@@ -802,10 +816,10 @@ absl::StatusOr<SessionInfo> KvCacheManager::GetSession(const std::string& id) co
   return InfoOf(*session);
 }
 
-std::vector<SessionInfo> KvCacheManager::ListSessions() const {
+std::vector<SessionInfo> KvCacheManager::ListSessions(std::string_view tenant) const {
   std::vector<const Session*> open;
   for (const auto& [id, s] : sessions_) {
-    if (!s->closed) open.push_back(s.get());
+    if (!s->closed && (tenant.empty() || s->options->tenant == tenant)) open.push_back(s.get());
   }
   std::sort(open.begin(), open.end(),
             [](const Session* a, const Session* b) { return a->serial < b->serial; });
@@ -815,8 +829,8 @@ std::vector<SessionInfo> KvCacheManager::ListSessions() const {
   return infos;
 }
 
-absl::Status KvCacheManager::CloseSession(const std::string& id) {
-  Session* session = FindSession(id);
+absl::Status KvCacheManager::CloseSession(const std::string& id, std::string_view tenant) {
+  Session* session = FindSession(id, tenant);
   if (session == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("id: no open session '", id, "' (closed, expired or never created)"));
@@ -831,8 +845,9 @@ absl::Status KvCacheManager::CloseSession(const std::string& id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SessionInfo> KvCacheManager::RollbackSession(const std::string& id, int64_t n) {
-  Session* session = FindSession(id);
+absl::StatusOr<SessionInfo> KvCacheManager::RollbackSession(const std::string& id, int64_t n,
+                                                            std::string_view tenant) {
+  Session* session = FindSession(id, tenant);
   if (session == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("id: no open session '", id, "' (closed, expired or never created)"));

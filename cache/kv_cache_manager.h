@@ -66,14 +66,19 @@ struct KvCacheManagerOptions {
   absl::Duration session_default_ttl = absl::Minutes(30);
   // --max-sessions: sessions open at once at most, >= 1.
   int64_t max_sessions = 1024;
+  // --tenant-max-prefix-bytes: the most bytes of prefix snapshots one tenant's namespace
+  // holds (PrefixStoreOptions::space_budget_bytes); 0: no limit, >= 0.
+  int64_t tenant_prefix_bytes = 0;
 };
 
 // How a session keeps its cache (CreateSession); fixed for its life.
 struct SessionOptions {
   // Its cache's strategy (use_cache true; a static cache's max_cache_len resolved).
   CacheSpec cache;
-  // The named prefix its conversation starts with (empty: none), and that prefix's tokens
-  // when the session was created: every turn's prompt starts with them.
+  // The tenant that created it; only that tenant may see or use it (the services check).
+  std::string tenant;
+  // The named prefix (qualified name) its conversation starts with (empty: none), and that prefix's
+  // tokens when the session was created: every turn's prompt starts with them.
   std::string prefix_name;
   std::vector<int32_t> prefix_tokens;
   // It closes this long after its last use (> 0; InfiniteDuration: never).
@@ -123,6 +128,9 @@ struct SequenceRequest {
   // cannot take it away); null without one.
   std::shared_ptr<const Snapshot> named_prefix;
   std::string named_prefix_name;
+  // The prefix-store namespace of its tenant (see PrefixStore): automatic reuse looks up this
+  // namespace and the shared one, and keeps its prompt in this one.
+  std::string prefix_space;
   // Compute the whole prompt even when a prefix matches.
   bool skip_prefix_reuse = false;
   // A turn of this session (empty: none). Its cache is the session's; when it ends (Release)
@@ -134,7 +142,7 @@ struct SequenceRequest {
   bool session_append = false;
   std::vector<int32_t> first_turn_prompt;
   // A prefix registration: a prefill of every prompt token into a capture cache, stored
-  // under `registration_name` by CompleteRegistration.
+  // under `registration_name` (qualified) by CompleteRegistration.
   bool registration = false;
   std::string registration_name;
   NamedPrefixOptions registration_options;
@@ -314,16 +322,21 @@ class KvCacheManager {
   // Sessions (engine thread). CreateSession: ResourceExhausted at --max-sessions,
   // InvalidArgument for a cache that cannot be kept (no cache).
   absl::StatusOr<SessionInfo> CreateSession(SessionOptions options);
+  // `tenant` (GetSession, ListSessions, CloseSession, RollbackSession): only that tenant's
+  // sessions exist for the call (another's is NOT_FOUND exactly as one never created); empty:
+  // every tenant's.
+  //
   // NotFound "id: ..." when not open.
-  absl::StatusOr<SessionInfo> GetSession(const std::string& id) const;
+  absl::StatusOr<SessionInfo> GetSession(const std::string& id, std::string_view tenant = {}) const;
   // Oldest first.
-  std::vector<SessionInfo> ListSessions() const;
+  std::vector<SessionInfo> ListSessions(std::string_view tenant = {}) const;
   // Frees its cache and forgets it; a running turn finishes first (its cache is dropped then).
-  absl::Status CloseSession(const std::string& id);
+  absl::Status CloseSession(const std::string& id, std::string_view tenant = {});
   // Drops the last n tokens of the history (1 <= n <= history minus the prefix's tokens):
   // InvalidArgument "n: ..."; FailedPrecondition while a turn runs. The cache is cropped now
   // when it can be; else the next turn recomputes and says why.
-  absl::StatusOr<SessionInfo> RollbackSession(const std::string& id, int64_t n);
+  absl::StatusOr<SessionInfo> RollbackSession(const std::string& id, int64_t n,
+                                              std::string_view tenant = {});
   // TTLs, idle offload and the --session-cache-bytes budget at the clock's time (call every
   // step; it does the work at most every 100 ms of clock time unless something changed).
   void MaintainSessions();
@@ -381,7 +394,8 @@ class KvCacheManager {
   // Brings the budget's count of snapshot bytes up to date.
   void SyncSnapshotBytes();
   // Session helpers.
-  Session* FindSession(const std::string& id) const;
+  // The open session `id` of `tenant` (empty: any tenant); null otherwise.
+  Session* FindSession(const std::string& id, std::string_view tenant = {}) const;
   SessionInfo InfoOf(const Session& session) const;
   // How many tokens of `seq`'s prompt its session's cache can supply now, and why none can
   // when the common prefix is not used (sets seq's session fields).

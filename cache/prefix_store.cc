@@ -5,11 +5,26 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "cache/snapshot.h"
 
 namespace kvserve::cache {
+
+std::string QualifiedPrefixName(std::string_view space, std::string_view name) {
+  if (space.empty()) return std::string(name);
+  std::string qualified(space);
+  qualified += '/';
+  qualified += name;
+  return qualified;
+}
+
+std::pair<std::string_view, std::string_view> SplitQualifiedPrefixName(std::string_view qualified) {
+  const size_t slash = qualified.find('/');
+  if (slash == std::string_view::npos) return {kSharedSpace, qualified};
+  return {qualified.substr(0, slash), qualified.substr(slash + 1)};
+}
 
 absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Create(PrefixStoreOptions options,
                                                                  const Clock* clock) {
@@ -46,7 +61,10 @@ void PrefixStore::DropExpiredLocked(absl::Time now, Released* released) {
 void PrefixStore::RemoveLocked(EntryId id, Released* released) {
   auto it = entries_.find(id);
   Entry& entry = it->second;
-  tree_.Erase(entry.snapshot->token_ids(), id);
+  if (auto tree = trees_.find(entry.space); tree != trees_.end()) {
+    tree->second.Erase(entry.snapshot->token_ids(), id);
+    if (tree->second.empty()) trees_.erase(tree);
+  }
   if (entry.named) named_.erase(entry.name);
   lru_.erase(entry.lru_position);
   if (entry.expiry_position) expiries_.erase(*entry.expiry_position);
@@ -54,6 +72,14 @@ void PrefixStore::RemoveLocked(EntryId id, Released* released) {
   if (--holder->second == 0) {
     holders_.erase(holder);
     bytes_used_ -= entry.snapshot->bytes();
+  }
+  if (auto space = spaces_.find(entry.space); space != spaces_.end()) {
+    auto held = space->second.holders.find(entry.snapshot.get());
+    if (--held->second == 0) {
+      space->second.holders.erase(held);
+      space->second.bytes -= entry.snapshot->bytes();
+    }
+    if (space->second.holders.empty()) spaces_.erase(space);
   }
   released->snapshots.push_back(std::move(entry.snapshot));
   entries_.erase(it);
@@ -67,7 +93,9 @@ PrefixStore::EntryId PrefixStore::InsertLocked(Entry entry) {
     entry.expiry_position = expiries_.emplace(entry.created_at + entry.options.ttl, id);
   }
   if (holders_[entry.snapshot.get()]++ == 0) bytes_used_ += entry.snapshot->bytes();
-  tree_.Insert(entry.snapshot->token_ids(), id);
+  SpaceUsage& space = spaces_[entry.space];
+  if (space.holders[entry.snapshot.get()]++ == 0) space.bytes += entry.snapshot->bytes();
+  trees_[entry.space].Insert(entry.snapshot->token_ids(), id);
   if (entry.named) named_[entry.name] = id;
   entries_.emplace(id, std::move(entry));
   return id;
@@ -82,34 +110,70 @@ bool PrefixStore::ReferencedLocked(const Entry& entry) const {
   return entry.snapshot.use_count() > holders_.at(entry.snapshot.get());
 }
 
+int64_t PrefixStore::SpaceBytesLocked(std::string_view space) const {
+  auto it = spaces_.find(space);
+  return it == spaces_.end() ? 0 : it->second.bytes;
+}
+
 absl::StatusOr<std::vector<PrefixStore::EntryId>> PrefixStore::PlanRoomLocked(
-    const Snapshot& snapshot, std::optional<EntryId> replaced, const std::string& what) const {
+    const Snapshot& snapshot, std::string_view space, std::optional<EntryId> replaced,
+    const std::string& what) const {
   const int64_t needed = holders_.contains(&snapshot) ? 0 : snapshot.bytes();
   int64_t available = options_.budget_bytes - bytes_used_;
+  const bool limited = !space.empty() && options_.space_budget_bytes > 0;
+  const auto space_usage = spaces_.find(space);
+  const bool space_holds =
+      space_usage != spaces_.end() && space_usage->second.holders.contains(&snapshot);
+  const int64_t space_needed = limited && !space_holds ? snapshot.bytes() : 0;
+  const int64_t space_used = SpaceBytesLocked(space);
+  int64_t space_available = limited ? options_.space_budget_bytes - space_used : 0;
   // Entries that will still hold each snapshot as the plan goes (a snapshot's bytes come
-  // free when its last entry goes).
+  // free when its last entry goes), in the store and in the namespace.
   std::unordered_map<const Snapshot*, int> remaining;
-  // `holders` is how many entries hold `s` now (read under the lock by the caller).
-  auto release = [&remaining, &available](const Snapshot* s, int holders) {
-    auto [it, inserted] = remaining.try_emplace(s, holders);
+  std::unordered_map<const Snapshot*, int> space_remaining;
+  auto release = [&](const Entry& entry) {
+    const Snapshot* s = entry.snapshot.get();
+    auto [it, inserted] = remaining.try_emplace(s, holders_.at(s));
     if (--it->second == 0) available += s->bytes();
+    if (limited && entry.space == space) {
+      auto [held, fresh] = space_remaining.try_emplace(s, space_usage->second.holders.at(s));
+      if (--held->second == 0) space_available += s->bytes();
+    }
   };
   if (replaced) {
     const Entry& old = entries_.at(*replaced);
-    if (old.snapshot.get() != &snapshot) {
-      release(old.snapshot.get(), holders_.at(old.snapshot.get()));
+    if (old.snapshot.get() != &snapshot) release(old);
+  }
+  auto evictable = [&](EntryId id, const Entry& entry) {
+    return id != replaced && !entry.options.pinned && entry.snapshot.get() != &snapshot &&
+           !ReferencedLocked(entry);
+  };
+  std::vector<EntryId> victims;
+  absl::flat_hash_set<EntryId> chosen;
+  if (limited) {
+    // The namespace's limit first, with its own entries.
+    for (EntryId id : lru_) {
+      if (space_needed <= space_available) break;
+      const Entry& entry = entries_.at(id);
+      if (entry.space != space || !evictable(id, entry)) continue;
+      victims.push_back(id);
+      chosen.insert(id);
+      release(entry);
+    }
+    if (space_needed > space_available) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, " needs ", space_needed, " bytes of its tenant's prefix cache but at most ",
+          space_available, " can be made available (", options_.space_budget_name, " = ",
+          options_.space_budget_bytes, " bytes per tenant, ", space_used,
+          " in use by this tenant; pinned and referenced entries are never evicted)"));
     }
   }
-  std::vector<EntryId> victims;
   for (EntryId id : lru_) {
     if (needed <= available) return victims;
-    if (id == replaced) continue;
     const Entry& entry = entries_.at(id);
-    if (entry.options.pinned || entry.snapshot.get() == &snapshot || ReferencedLocked(entry)) {
-      continue;
-    }
+    if (chosen.contains(id) || !evictable(id, entry)) continue;
     victims.push_back(id);
-    release(entry.snapshot.get(), holders_.at(entry.snapshot.get()));
+    release(entry);
   }
   if (needed <= available) return victims;
   return absl::ResourceExhaustedError(
@@ -159,9 +223,14 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
       return InfoLocked(entry);
     }
   }
-  absl::StatusOr<std::vector<EntryId>> victims =
-      PlanRoomLocked(*snapshot, existing, absl::StrCat("named prefix '", name, "'"));
-  if (!victims.ok()) return victims.status();
+  const std::string_view space = SplitQualifiedPrefixName(name).first;
+  absl::StatusOr<std::vector<EntryId>> victims = PlanRoomLocked(
+      *snapshot, space, existing,
+      absl::StrCat("named prefix '", std::string(SplitQualifiedPrefixName(name).second), "'"));
+  if (!victims.ok()) {
+    if (absl::IsResourceExhausted(victims.status())) ++counters_.space_refusals;
+    return victims.status();
+  }
   for (EntryId id : *victims) {
     const Entry& victim = entries_.at(id);
     if (victim.named) released.dropped_named.push_back(victim.name);
@@ -171,6 +240,7 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
   if (existing) RemoveLocked(*existing, &released);
   Entry entry;
   entry.snapshot = std::move(snapshot);
+  entry.space = std::string(space);
   entry.named = true;
   entry.name = name;
   entry.options = options;
@@ -224,17 +294,29 @@ bool PrefixStore::DeleteNamed(const std::string& name) {
   return true;
 }
 
-bool PrefixStore::PutAutomatic(std::shared_ptr<const Snapshot> snapshot) {
+bool PrefixStore::PutAutomatic(std::string_view space, std::shared_ptr<const Snapshot> snapshot) {
   if (snapshot == nullptr || snapshot->fingerprint() != options_.model_fingerprint) return false;
   Released released(&options_.on_named_dropped);
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropExpiredLocked(now, &released);
   const absl::Span<const int32_t> tokens = snapshot->token_ids();
-  if (tree_.CommonPrefixLength(tokens) == static_cast<int64_t>(tokens.size())) return false;
+  for (std::string_view visible : {space, kSharedSpace}) {
+    auto tree = trees_.find(visible);
+    if (tree != trees_.end() &&
+        tree->second.CommonPrefixLength(tokens) == static_cast<int64_t>(tokens.size())) {
+      return false;
+    }
+  }
   absl::StatusOr<std::vector<EntryId>> victims =
-      PlanRoomLocked(*snapshot, std::nullopt, "automatic prefix");
-  if (!victims.ok()) return false;
+      PlanRoomLocked(*snapshot, space, std::nullopt, "automatic prefix");
+  if (!victims.ok()) {
+    if (!space.empty() && options_.space_budget_bytes > 0 &&
+        SpaceBytesLocked(space) + snapshot->bytes() > options_.space_budget_bytes) {
+      ++counters_.space_refusals;
+    }
+    return false;
+  }
   for (EntryId id : *victims) {
     const Entry& victim = entries_.at(id);
     if (victim.named) released.dropped_named.push_back(victim.name);
@@ -243,25 +325,38 @@ bool PrefixStore::PutAutomatic(std::shared_ptr<const Snapshot> snapshot) {
   }
   Entry entry;
   entry.snapshot = std::move(snapshot);
+  entry.space = std::string(space);
   entry.options.pinned = false;
   entry.created_at = entry.last_used_at = now;
   InsertLocked(std::move(entry));
   return true;
 }
 
-PrefixMatch PrefixStore::PeekLocked(absl::Span<const int32_t> tokens, int64_t min_tokens,
-                                    bool allow_partial) const {
+PrefixMatch PrefixStore::PeekLocked(std::string_view space, absl::Span<const int32_t> tokens,
+                                    int64_t min_tokens, bool allow_partial) const {
   const int64_t min_length = std::max<int64_t>(min_tokens, 1);
   const int64_t max_length = static_cast<int64_t>(tokens.size()) - 1;
-  TokenRadixTree::Match match;
-  if (max_length >= min_length) {
-    match = allow_partial ? tree_.LongestPrefix(tokens, max_length)
-                          : tree_.LongestStoredPrefix(tokens, max_length);
+  if (max_length < min_length) return {};
+  // The longest match over the caller's namespace and the shared one; entries of both that
+  // serve it compete.
+  int64_t length = 0;
+  std::vector<EntryId> ids;
+  for (std::string_view visible : {space, kSharedSpace}) {
+    auto tree = trees_.find(visible);
+    if (tree == trees_.end()) continue;
+    TokenRadixTree::Match match = allow_partial
+                                      ? tree->second.LongestPrefix(tokens, max_length)
+                                      : tree->second.LongestStoredPrefix(tokens, max_length);
+    if (match.ids.empty() || match.length < length) continue;
+    if (match.length > length) ids.clear();
+    length = match.length;
+    ids.insert(ids.end(), match.ids.begin(), match.ids.end());
+    if (visible == kSharedSpace) break;  // the caller's namespace was the shared one
   }
-  if (match.length < min_length || match.ids.empty()) return {};
+  if (length < min_length || ids.empty()) return {};
   const Entry* best = nullptr;
   EntryId best_id = 0;
-  for (EntryId id : match.ids) {
+  for (EntryId id : ids) {
     const Entry& entry = entries_.at(id);
     if (best == nullptr || (entry.named && (!best->named || entry.name < best->name))) {
       best = &entry;
@@ -269,7 +364,7 @@ PrefixMatch PrefixStore::PeekLocked(absl::Span<const int32_t> tokens, int64_t mi
     }
   }
   return PrefixMatch{.snapshot = best->snapshot,
-                     .num_tokens = match.length,
+                     .num_tokens = length,
                      .named = best->named,
                      .name = best->name,
                      .entry_id = best_id};
@@ -294,23 +389,23 @@ void PrefixStore::RecordUseLocked(const PrefixMatch& match, absl::Time now) {
   TouchLocked(entry, now);
 }
 
-PrefixMatch PrefixStore::Lookup(absl::Span<const int32_t> tokens, int64_t min_tokens,
-                                bool allow_partial) {
+PrefixMatch PrefixStore::Lookup(std::string_view space, absl::Span<const int32_t> tokens,
+                                int64_t min_tokens, bool allow_partial) {
   Released released(&options_.on_named_dropped);
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropExpiredLocked(now, &released);
-  PrefixMatch match = PeekLocked(tokens, min_tokens, allow_partial);
+  PrefixMatch match = PeekLocked(space, tokens, min_tokens, allow_partial);
   RecordUseLocked(match, now);
   return match;
 }
 
-PrefixMatch PrefixStore::Peek(absl::Span<const int32_t> tokens, int64_t min_tokens,
-                              bool allow_partial) {
+PrefixMatch PrefixStore::Peek(std::string_view space, absl::Span<const int32_t> tokens,
+                              int64_t min_tokens, bool allow_partial) {
   Released released(&options_.on_named_dropped);
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
-  return PeekLocked(tokens, min_tokens, allow_partial);
+  return PeekLocked(space, tokens, min_tokens, allow_partial);
 }
 
 void PrefixStore::RecordUse(const PrefixMatch& match) {
@@ -373,6 +468,13 @@ std::shared_ptr<const Snapshot> PrefixStore::PeekNamed(const std::string& name) 
   DropExpiredLocked(clock_->Now(), &released);
   auto it = named_.find(name);
   return it == named_.end() ? nullptr : entries_.at(it->second).snapshot;
+}
+
+int64_t PrefixStore::space_bytes(std::string_view space) {
+  Released released(&options_.on_named_dropped);
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  return SpaceBytesLocked(space);
 }
 
 PrefixStoreStats PrefixStore::stats() {

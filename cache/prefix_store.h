@@ -8,7 +8,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -23,6 +25,19 @@ namespace kvserve::cache {
 
 class Snapshot;
 
+// Namespaces. Every entry belongs to one: a tenant's (named after the tenant) or the shared
+// one (kSharedSpace), which every tenant reads. Named entries are stored under qualified names,
+// "<tenant>/<name>" in a tenant's namespace and "<name>" alone in the shared one (names and
+// tenants hold no '/'); automatic entries belong to the namespace of the sequence that
+// computed them. A lookup for a tenant sees its own namespace and the shared one, never
+// another tenant's.
+inline constexpr std::string_view kSharedSpace = "";
+
+// The qualified name of `name` in namespace `space`.
+std::string QualifiedPrefixName(std::string_view space, std::string_view name);
+// {namespace, name} of a qualified name (the text before the first '/', if any).
+std::pair<std::string_view, std::string_view> SplitQualifiedPrefixName(std::string_view qualified);
+
 struct PrefixStoreOptions {
   // Most bytes of snapshot K/V the store keeps (Snapshot::bytes(), a snapshot held by several
   // entries counted once); > 0. Snapshots that readers still hold after the store dropped
@@ -35,6 +50,13 @@ struct PrefixStoreOptions {
   // its TTL), after the store's lock is released, on the thread of the call that dropped it.
   // May be null.
   std::function<void(const std::string& name)> on_named_dropped;
+  // Most bytes of snapshots one tenant's namespace may hold (its named and automatic entries;
+  // a snapshot held by several of its entries counted once); 0: no limit. The shared
+  // namespace is not limited. A put beyond it first evicts the namespace's own evictable
+  // entries; a named put that still cannot fit is ResourceExhausted naming
+  // `space_budget_name` (the server's flag).
+  int64_t space_budget_bytes = 0;
+  std::string space_budget_name = "space_budget_bytes";
 };
 
 struct NamedPrefixOptions {
@@ -50,7 +72,7 @@ struct NamedPrefixOptions {
 
 // What the store knows about a named entry.
 struct PrefixInfo {
-  std::string name;
+  std::string name;  // qualified (see QualifiedPrefixName)
   int64_t num_tokens = 0;
   int64_t bytes = 0;
   std::string fingerprint;
@@ -84,6 +106,7 @@ struct PrefixStoreStats {
   int64_t automatic_misses = 0;  // Lookup found nothing usable
   int64_t evictions = 0;         // entries dropped to make room
   int64_t expirations = 0;       // entries dropped by TTL
+  int64_t space_refusals = 0;    // puts refused or skipped at a namespace's byte limit
 };
 
 // Named entries (registered prefixes: pinned by default, optional TTL) and automatic entries
@@ -103,13 +126,15 @@ class PrefixStore {
   static absl::StatusOr<std::unique_ptr<PrefixStore>> Create(PrefixStoreOptions options,
                                                              const Clock* clock = RealClock::Get());
 
-  // Stores `snapshot` under `name`. The same name with the same tokens and options again is
-  // idempotent: the existing entry (and its snapshot) stays and its info is returned. Other
-  // content replaces the entry atomically (hits and created_at start over; readers holding
-  // the old snapshot keep it). Makes the entry the most recently used. Errors, with nothing
-  // changed: InvalidArgument (empty name, null snapshot, ttl <= 0); FailedPrecondition naming
-  // both fingerprints when the snapshot's is not the store's; ResourceExhausted with the
-  // bytes needed and available when it cannot fit even after evicting every evictable entry.
+  // Stores `snapshot` under the qualified `name` (in the namespace it names). The same name with
+  // the same tokens and options again is idempotent: the existing entry (and its snapshot) stays
+  // and its info is returned. Other content replaces the entry atomically (hits and created_at
+  // start over; readers holding the old snapshot keep it). Makes the entry the most recently used.
+  // Errors, with nothing changed: InvalidArgument (empty name, null snapshot, ttl <= 0);
+  // FailedPrecondition naming both fingerprints when the snapshot's is not the store's;
+  // ResourceExhausted with the bytes needed and available when it cannot fit even after evicting
+  // every evictable entry (of its namespace, for the namespace's limit, naming
+  // options.space_budget_name).
   absl::StatusOr<PrefixInfo> PutNamed(const std::string& name,
                                       std::shared_ptr<const Snapshot> snapshot,
                                       const NamedPrefixOptions& options = {});
@@ -125,22 +150,26 @@ class PrefixStore {
   // Removes the named entry; false when absent. Readers holding its snapshot keep it.
   bool DeleteNamed(const std::string& name);
 
-  // Keeps `snapshot` as an unpinned automatic entry, evicting LRU evictable entries to fit.
-  // Returns false, changing nothing, when the snapshot is null, has another fingerprint, is
-  // covered by an entry of either kind with equal or longer tokens starting with its tokens,
-  // or cannot fit. The new entry becomes the most recently used.
-  bool PutAutomatic(std::shared_ptr<const Snapshot> snapshot);
+  // Keeps `snapshot` as an unpinned automatic entry of namespace `space`, evicting LRU
+  // evictable entries to fit. Returns false, changing nothing, when the snapshot is null, has
+  // another fingerprint, is covered by an entry of either kind (of `space` or the shared
+  // namespace) with equal or longer tokens starting with its tokens, or cannot fit. The new
+  // entry becomes the most recently used.
+  bool PutAutomatic(std::string_view space, std::shared_ptr<const Snapshot> snapshot);
 
-  // The longest usable stored prefix of `tokens` over every entry, named and automatic. It
+  // The longest usable stored prefix of `tokens` over the entries, named and automatic, of
+  // namespace `space` and the shared namespace (never another tenant's). It
   // leaves at least the last token uncovered (num_tokens <= tokens.size() - 1) and is at
   // least max(min_tokens, 1) long, else the match is empty. allow_partial (full-attention
   // models): the match may end inside a stored entry; otherwise it ends exactly where a
   // stored entry ends. Among entries that serve the same match, named ones win (smallest
   // name first). Counts a hit on the entry used (or an automatic miss) and makes it the
   // most recently used.
-  PrefixMatch Lookup(absl::Span<const int32_t> tokens, int64_t min_tokens, bool allow_partial);
+  PrefixMatch Lookup(std::string_view space, absl::Span<const int32_t> tokens, int64_t min_tokens,
+                     bool allow_partial);
   // The match Lookup would return, without counting a hit or a miss or touching the LRU order.
-  PrefixMatch Peek(absl::Span<const int32_t> tokens, int64_t min_tokens, bool allow_partial);
+  PrefixMatch Peek(std::string_view space, absl::Span<const int32_t> tokens, int64_t min_tokens,
+                   bool allow_partial);
   // Counts the use of a match Peek returned (or of a named snapshot a caller held: a match
   // with named set, the name and its snapshot): a hit on its entry, which becomes the most
   // recently used, when the entry still holds that snapshot; an automatic miss for an empty
@@ -155,6 +184,8 @@ class PrefixStore {
   int64_t ReclaimableBytes();
 
   PrefixStoreStats stats();
+  // Bytes the entries of namespace `space` hold (each snapshot once).
+  int64_t space_bytes(std::string_view space);
   const PrefixStoreOptions& options() const { return options_; }
 
  private:
@@ -172,6 +203,7 @@ class PrefixStore {
 
   struct Entry {
     std::shared_ptr<const Snapshot> snapshot;
+    std::string space;  // its namespace
     bool named = false;
     std::string name;  // empty for automatic entries
     NamedPrefixOptions options;
@@ -185,8 +217,9 @@ class PrefixStore {
   PrefixStore(PrefixStoreOptions options, const Clock* clock);
 
   // Peek under the lock.
-  PrefixMatch PeekLocked(absl::Span<const int32_t> tokens, int64_t min_tokens,
-                         bool allow_partial) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PrefixMatch PeekLocked(std::string_view space, absl::Span<const int32_t> tokens,
+                         int64_t min_tokens, bool allow_partial) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordUseLocked(const PrefixMatch& match, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops every entry whose TTL has run out at `now`.
   void DropExpiredLocked(absl::Time now, Released* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -198,13 +231,17 @@ class PrefixStore {
   void TouchLocked(Entry& entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when someone outside the store holds the entry's snapshot.
   bool ReferencedLocked(const Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Plans room for `snapshot` without changing anything: the LRU evictable entries to evict
-  // (never `replaced`, the entry the put replaces, if any), or ResourceExhausted naming
-  // `what` with the bytes needed and available.
+  // Plans room for `snapshot` in namespace `space` without changing anything: the LRU
+  // evictable entries to evict (never `replaced`, the entry the put replaces, if any): first
+  // the namespace's own, to keep within its limit, then any, to keep within the budget; or
+  // ResourceExhausted naming `what` with the bytes needed and available.
   absl::StatusOr<std::vector<EntryId>> PlanRoomLocked(const Snapshot& snapshot,
+                                                      std::string_view space,
                                                       std::optional<EntryId> replaced,
                                                       const std::string& what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes of namespace `space` (each snapshot once).
+  int64_t SpaceBytesLocked(std::string_view space) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PrefixInfo InfoLocked(const Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PrefixStoreOptions options_;
@@ -214,11 +251,18 @@ class PrefixStore {
   // Node-based, so references to entries stay valid while others are added and removed.
   std::unordered_map<EntryId, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, EntryId> named_ ABSL_GUARDED_BY(mu_);  // sorted for List()
-  TokenRadixTree tree_ ABSL_GUARDED_BY(mu_);
+  // One tree per namespace, so a lookup never sees another tenant's tokens.
+  std::map<std::string, TokenRadixTree, std::less<>> trees_ ABSL_GUARDED_BY(mu_);
   std::list<EntryId> lru_ ABSL_GUARDED_BY(mu_);                       // least recently used first
   std::multimap<absl::Time, EntryId> expiries_ ABSL_GUARDED_BY(mu_);  // finite-TTL entries
   // How many entries hold each snapshot (a snapshot's bytes count once).
   std::unordered_map<const Snapshot*, int> holders_ ABSL_GUARDED_BY(mu_);
+  // Per namespace: how many of its entries hold each snapshot, and the bytes they hold.
+  struct SpaceUsage {
+    std::unordered_map<const Snapshot*, int> holders;
+    int64_t bytes = 0;
+  };
+  std::map<std::string, SpaceUsage, std::less<>> spaces_ ABSL_GUARDED_BY(mu_);
   EntryId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t bytes_used_ ABSL_GUARDED_BY(mu_) = 0;
   PrefixStoreStats counters_ ABSL_GUARDED_BY(mu_);  // hits, misses, evictions, expirations

@@ -162,11 +162,12 @@ absl::StatusOr<v1::ListPrefixesResponse> Client::ListPrefixes(const CallOptions&
 }
 
 absl::Status Client::DeletePrefix(const std::string& name, const CallOptions& options,
-                                  CallInfo* info) const {
+                                  CallInfo* info, bool shared) const {
   grpc::ClientContext context;
   ApplyOptions(options, api_key_, context);
   v1::DeletePrefixRequest request;
   request.set_name(name);
+  request.set_shared(shared);
   v1::DeletePrefixResponse response;
   const grpc::Status status = prefix_cache_->DeletePrefix(&context, request, &response);
   TakeCallInfo(context, info);

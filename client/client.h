@@ -123,9 +123,9 @@ class Client {
                                                         CallInfo* info = nullptr) const;
 
   // PrefixCache.DeletePrefix: removes the prefix registered under `name` (NOT_FOUND when there
-  // is none).
+  // is none); `shared`: the shared prefix of that name (admins only).
   absl::Status DeletePrefix(const std::string& name, const CallOptions& options = {},
-                            CallInfo* info = nullptr) const;
+                            CallInfo* info = nullptr, bool shared = false) const;
 
   // Sessions.CreateSession: the new session (its id, options with defaults applied).
   absl::StatusOr<v1::Session> CreateSession(const v1::CreateSessionRequest& request,

@@ -68,6 +68,7 @@ absl::Status SetOptions(const ParsedFlags& parsed, v1::RegisterPrefixRequest& re
     request.mutable_options()->set_cache_implementation(
         parsed.flags.GetString("cache-implementation"));
   }
+  request.set_shared(parsed.flags.GetBool("shared"));
   return absl::OkStatus();
 }
 
@@ -86,6 +87,8 @@ std::vector<cli::FlagSpec> PrefixRegisterFlagSpecs() {
       {"ttl-seconds", "removed this many seconds after registration (0: never)", "server: never"},
       {"cache-implementation", "strategy of the snapshot's cache (static, dynamic, ...)",
        "server: static"},
+      {"shared", "register it in the shared namespace every tenant can use (admins only)", "",
+       true},
   };
 }
 
@@ -137,7 +140,8 @@ int RunPrefixDelete(const Globals& globals, const ParsedFlags& flags, std::ostre
                     std::ostream& err) {
   absl::StatusOr<std::string> name = PrefixNameFlag(flags);
   if (!name.ok()) return BadFlags("prefix delete", name.status(), err);
-  const absl::Status status = Connect(globals)->DeletePrefix(*name, globals.call);
+  const absl::Status status =
+      Connect(globals)->DeletePrefix(*name, globals.call, nullptr, flags.flags.GetBool("shared"));
   if (!status.ok()) return RpcError(status, err);
   out << (globals.json ? ToJson(v1::DeletePrefixResponse()) : absl::StrCat("deleted ", *name))
       << std::endl;
@@ -171,8 +175,9 @@ CommandGroup PrefixCommandGroup() {
              return RunPrefixList(g, f, std::cout, std::cerr);
            }},
           {"delete",
-           "Deletes the prefix registered under --name.",
-           NameFlagSpecs(),
+           "Deletes the prefix registered under --name (the caller's own, else the shared one).",
+           {{"name", "the prefix's name", ""},
+            {"shared", "delete the shared prefix of that name (admins only)", "", true}},
            {},
            [](const Globals& g, const ParsedFlags& f) {
              return RunPrefixDelete(g, f, std::cout, std::cerr);

@@ -3,6 +3,7 @@
 #include "server/call_context.h"
 
 #include <google/protobuf/descriptor.h>
+#include <grpcpp/security/auth_context.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -117,6 +118,29 @@ void CallRecord::SetTenant(std::string tenant) {
   tenant_ = std::move(tenant);
 }
 
+void CallRecord::SetPrincipal(const Principal& principal) {
+  absl::MutexLock lock(&mu_);
+  tenant_ = principal.tenant;
+  role_ = principal.role;
+}
+
+Role CallRecord::role() const {
+  absl::MutexLock lock(&mu_);
+  return role_;
+}
+
+Principal CallerOf(const grpc::ServerContextBase* context) {
+  std::shared_ptr<CallRecord> record = FindCallRecord(context);
+  Principal caller;
+  caller.tenant = kDefaultTenant;
+  caller.role = Role::kAdmin;
+  if (record != nullptr) {
+    caller.tenant = record->tenant();
+    caller.role = record->role();
+  }
+  return caller;
+}
+
 void CallRecord::Deny(absl::Status status) {
   absl::MutexLock lock(&mu_);
   denied_ = std::move(status);
@@ -173,10 +197,11 @@ namespace {
 class CallInterceptor final : public grpc::experimental::Interceptor {
  public:
   CallInterceptor(grpc::experimental::ServerRpcInfo* info, ServerMetrics* metrics,
-                  const ApiKeyRegistry* keys, std::string method, bool known, bool generation)
+                  const CallerIdentification* identification, std::string method, bool known,
+                  bool generation)
       : context_(info->server_context()),
         metrics_(metrics),
-        keys_(keys),
+        identification_(identification),
         method_(std::move(method)),
         known_(known),
         generation_(generation),
@@ -211,17 +236,56 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
   }
 
  private:
+  // The tenant the call's verified client certificate names (its subject's CN), or
+  // UNAUTHENTICATED saying why there is none.
+  absl::StatusOr<Principal> CertificatePrincipal() const {
+    const std::shared_ptr<const grpc::AuthContext> auth = context_->auth_context();
+    if (auth == nullptr || !auth->IsPeerAuthenticated()) {
+      return absl::UnauthenticatedError(
+          identification_->keys != nullptr
+              ? "no API key: send 'authorization: Bearer <key>' or a client certificate"
+              : "no verified client certificate: this server takes the tenant from it");
+    }
+    const std::vector<grpc::string_ref> names = auth->FindPropertyValues("x509_common_name");
+    if (names.size() != 1) {
+      return absl::UnauthenticatedError(
+          "the client certificate's subject has no single CN to name the tenant");
+    }
+    const std::string cn(names[0].data(), names[0].size());
+    if (!IsValidTenantName(cn)) {
+      return absl::UnauthenticatedError(
+          "the client certificate's subject CN is not a tenant name (1 to 64 characters of "
+          "[A-Za-z0-9._-])");
+    }
+    Principal caller;
+    caller.tenant = cn;
+    caller.role =
+        std::find(identification_->cert_admins.begin(), identification_->cert_admins.end(), cn) !=
+                identification_->cert_admins.end()
+            ? Role::kAdmin
+            : Role::kUser;
+    return caller;
+  }
+
   void Open(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
     if (record_ != nullptr) return;
     record_ = std::make_shared<CallRecord>(
         RequestIdFor(MetadataValue(metadata, kRequestIdMetadata)), method_, context_->peer());
-    if (keys_ != nullptr) {
+    if (identification_->enabled()) {
       const std::string_view authorization = MetadataValue(metadata, kAuthorizationMetadata);
-      absl::StatusOr<Principal> caller = keys_->Authenticate(
-          authorization.empty() ? std::nullopt : std::optional<std::string_view>(authorization));
-      if (caller.ok()) {
-        record_->SetTenant(caller->tenant);
+      absl::StatusOr<Principal> caller;
+      if (identification_->keys != nullptr &&
+          (!authorization.empty() || !identification_->tenant_from_client_cert)) {
+        caller = identification_->keys->Authenticate(
+            authorization.empty() ? std::nullopt : std::optional<std::string_view>(authorization));
       } else {
+        caller = CertificatePrincipal();
+      }
+      if (caller.ok()) {
+        record_->SetPrincipal(*caller);
+      } else {
+        // Logged as "-": no tenant; the handler refuses the call before anything runs.
+        record_->SetPrincipal({.tenant = "-", .role = Role::kUser});
         record_->Deny(caller.status());
       }
     }
@@ -271,7 +335,7 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
 
   grpc::ServerContextBase* const context_;
   ServerMetrics* const metrics_;
-  const ApiKeyRegistry* const keys_;  // null: no authentication
+  const CallerIdentification* const identification_;
   const std::string method_;
   const bool known_;       // a method of a kvserve service (not a path a client made up)
   const bool generation_;  // Generate or GenerateStream
@@ -297,13 +361,14 @@ grpc::experimental::Interceptor* CallTracker::CreateServerInterceptor(
                        base::Cat(service, ".", name));
   if (method == nullptr) {
     // A path the client made up: logged (cut), never a metric label.
-    return new CallInterceptor(info, metrics_, keys_,
+    return new CallInterceptor(info, metrics_, &identification_,
                                std::string(path.substr(0, kMaxLoggedMethodChars)),
                                /*known=*/false, /*generation=*/false);
   }
   const bool generation =
       service == "kvserve.v1.Generation" && (name == "Generate" || name == "GenerateStream");
-  return new CallInterceptor(info, metrics_, keys_, method->name(), /*known=*/true, generation);
+  return new CallInterceptor(info, metrics_, &identification_, method->name(), /*known=*/true,
+                             generation);
 }
 
 }  // namespace kvserve::server

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -30,8 +31,8 @@ inline constexpr char kReplicaMetadata[] = "x-kvserve-replica";    // server →
 inline constexpr char kRequestIdMetadata[] = "x-request-id";       // both ways
 inline constexpr char kAuthorizationMetadata[] = "authorization";  // Bearer API key
 
-// The tenant of every call without API keys (and, until tenants isolate caches, the
-// namespace every tenant's requests share).
+// The tenant of every call when no caller is authenticated (no API keys, no tenants from
+// client certificates): one namespace, with the admin role.
 inline constexpr char kDefaultTenant[] = "default";
 
 // The identity of this replica, shared by the services. Thread-safe.
@@ -77,6 +78,10 @@ class CallRecord {
 
   // The caller's tenant (kDefaultTenant until set).
   void SetTenant(std::string tenant) ABSL_LOCKS_EXCLUDED(mu_);
+  // The caller, authenticated: its tenant and role.
+  void SetPrincipal(const Principal& principal) ABSL_LOCKS_EXCLUDED(mu_);
+  // The caller's role: kAdmin until set (a server that authenticates nobody trusts everyone).
+  Role role() const ABSL_LOCKS_EXCLUDED(mu_);
   // The call may not be served (UNAUTHENTICATED: no valid API key): handlers finish it with
   // this status instead (see CallerDenied).
   void Deny(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
@@ -96,6 +101,7 @@ class CallRecord {
   const std::string peer_;
   mutable absl::Mutex mu_;
   std::string tenant_ ABSL_GUARDED_BY(mu_) = kDefaultTenant;
+  Role role_ ABSL_GUARDED_BY(mu_) = Role::kAdmin;
   bool counted_by_engine_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status denied_ ABSL_GUARDED_BY(mu_);
   std::optional<GenerationUsage> generation_ ABSL_GUARDED_BY(mu_);
@@ -108,6 +114,23 @@ std::shared_ptr<CallRecord> FindCallRecord(const grpc::ServerContextBase* contex
 // Why the call `context` serves may not be served (its record's denial), OK when it may (or
 // when no CallTracker sees it). Every handler of a kvserve service checks it first.
 absl::Status CallerDenied(const grpc::ServerContextBase* context);
+
+// The caller of the call `context` serves: its record's tenant and role, or {kDefaultTenant,
+// kAdmin} when no CallTracker sees it.
+Principal CallerOf(const grpc::ServerContextBase* context);
+
+// How callers are identified (see CallTracker).
+struct CallerIdentification {
+  // --api-keys-file; null: no keys.
+  const ApiKeyRegistry* keys = nullptr;
+  // --tenant-from-client-cert: a call without an API key is made for the tenant its verified
+  // client certificate's subject CN names (role user; admin when listed in cert_admins).
+  bool tenant_from_client_cert = false;
+  std::vector<std::string> cert_admins;  // --client-cert-admins
+
+  // Whether any caller is authenticated (otherwise every call is {kDefaultTenant, kAdmin}).
+  bool enabled() const { return keys != nullptr || tenant_from_client_cert; }
+};
 
 // A gRPC server interceptor factory (ServerBuilder::experimental().SetInterceptorCreators)
 // for the calls of kvserve's own services (health and reflection are left alone). Each call
@@ -122,19 +145,25 @@ absl::Status CallerDenied(const grpc::ServerContextBase* context);
 //     kvserve_request_prefill_time_seconds.
 // `metrics` must outlive the server. Thread-safe.
 //
-// With `keys` (--api-keys-file; null: none), each call is authenticated from its
-// `authorization: Bearer KEY` metadata before its handler runs: the key's tenant becomes the
-// record's, and a call without a valid key is denied (UNAUTHENTICATED; see CallerDenied).
+// With `identification` enabled, each call is authenticated before its handler runs: from its
+// `authorization: Bearer KEY` metadata when keys are configured and it sends one (or must:
+// keys without certificate tenants), else from its client certificate's subject CN
+// (tenant_from_client_cert). The caller's tenant and role become the record's; a call that
+// cannot be identified is denied (UNAUTHENTICATED; see CallerDenied).
 class CallTracker final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   explicit CallTracker(ServerMetrics* metrics, const ApiKeyRegistry* keys = nullptr)
-      : metrics_(metrics), keys_(keys) {}
+      : metrics_(metrics) {
+    identification_.keys = keys;
+  }
+  CallTracker(ServerMetrics* metrics, CallerIdentification identification)
+      : metrics_(metrics), identification_(std::move(identification)) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override;
 
  private:
   ServerMetrics* const metrics_;
-  const ApiKeyRegistry* const keys_;
+  CallerIdentification identification_;
 };
 
 // Starts a call: picks its request id (its CallRecord's; without one, the client's

@@ -247,8 +247,13 @@ void Engine::DeletePrefix(std::string name, DeleteCallback done) {
 }
 
 void Engine::ApplyDeletion(Deletion deletion) {
-  const absl::Status not_found = absl::NotFoundError(
-      absl::StrCat("name: no prefix named '", deletion.name, "' is registered"));
+  // Named as the caller named it (without its namespace).
+  const std::string name(cache::SplitQualifiedPrefixName(deletion.name).second);
+  constexpr size_t kMaxQuoted = 128;
+  const absl::Status not_found = absl::NotFoundError(absl::StrCat(
+      "name: no prefix named '", name.substr(0, kMaxQuoted),
+      name.size() > kMaxQuoted ? absl::StrCat("... (", name.size(), " bytes)") : std::string(),
+      "' is registered"));
   if (persistence_ != nullptr && deletion.kind == Deletion::Kind::kClient) {
     if (!kv_->HasPrefix(deletion.name)) {
       deletion.done(not_found);
@@ -455,6 +460,7 @@ void Engine::AddRequest(Incoming in) {
   sequence.cache = r.cache_spec;
   sequence.named_prefix = r.prefix_snapshot;
   sequence.named_prefix_name = r.prefix;
+  sequence.prefix_space = r.tenant;
   sequence.skip_prefix_reuse = r.skip_prefix_reuse;
   sequence.session = r.session;
   sequence.session_append = r.session_append;
@@ -473,7 +479,7 @@ void Engine::AddRequest(Incoming in) {
     const int64_t num_prompt = static_cast<int64_t>(added_live.request.prompt_ids.size());
     added = scheduler_->Add(id, num_prompt, max_new, /*num_cached_tokens=*/0,
                             kv_->prefill_whole(id) ? PrefillMode::kWhole : PrefillMode::kChunked,
-                            RowsOf(added_live.request));
+                            RowsOf(added_live.request), added_live.request.tenant);
   }
   if (!added.ok()) Fail(id, added);
 }
@@ -1026,7 +1032,7 @@ void Engine::Finish(RequestId id, FinishReason reason) {
   summary.cache_implementation =
       live.request.cache_spec.use_cache() ? kv_->strategy_name(id) : "none";
   summary.offload_fallback = kv_->offload_fallback(id);
-  summary.prefix = live.prefix_name;
+  summary.prefix = std::string(cache::SplitQualifiedPrefixName(live.prefix_name).second);
   summary.session = live.request.session;
   summary.session_recompute_reason = live.session_recompute_reason;
   // Counted before the client hears of it, so that metrics read after a reply include it.

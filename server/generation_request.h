@@ -25,7 +25,10 @@ namespace kvserve::server {
 struct GenerationRequest {
   // The whole prompt (a prefix's tokens included), >= 1 token, each in [0, vocab).
   std::vector<int32_t> prompt_ids;
-  // Name of the registered prefix the prompt starts with; empty: none.
+  // The caller's tenant: its namespace for automatic prefix reuse, and its per-tenant limits.
+  std::string tenant = "default";
+  // Qualified name (cache::QualifiedPrefixName) of the registered prefix the prompt starts
+  // with; empty: none.
   std::string prefix;
   // That prefix's snapshot (its tokens start prompt_ids), held so that a replacement or a
   // deletion while the request waits cannot take it away; null without a prefix.

@@ -92,7 +92,8 @@ absl::StatusOr<GenerationRequest> ParseGenerate(grpc::CallbackServerContext* con
   absl::Status wire = ParseWireMessage(raw, &request);
   if (!wire.ok()) return wire;
   const ParseContext parse_context{.deadline = ClientDeadline(*context),
-                                   .cancelled = [context] { return context->IsCancelled(); }};
+                                   .cancelled = [context] { return context->IsCancelled(); },
+                                   .tenant = CallerOf(context).tenant};
   absl::StatusOr<GenerationRequest> parsed = served->parser->Parse(request, parse_context);
   if (!parsed.ok()) return parsed;
   parsed->arrival_time = arrival;

@@ -357,8 +357,11 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   // message with RESOURCE_EXHAUSTED before it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> trackers;
-  trackers.push_back(
-      std::make_unique<CallTracker>(server->metrics_.get(), server->api_keys_.get()));
+  CallerIdentification identification;
+  identification.keys = server->api_keys_.get();
+  identification.tenant_from_client_cert = options.tenant_from_client_cert;
+  identification.cert_admins = options.client_cert_admins;
+  trackers.push_back(std::make_unique<CallTracker>(server->metrics_.get(), identification));
   builder.experimental().SetInterceptorCreators(std::move(trackers));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
@@ -422,6 +425,7 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   kv.session_cache_bytes = options_.session_cache_bytes;
   kv.session_default_ttl = options_.session_ttl;
   kv.max_sessions = options_.max_sessions;
+  kv.tenant_prefix_bytes = options_.tenant_prefix_bytes;
   kv.budget.device_limit_bytes = options_.kv_device_bytes;
   if (options_.kv_device_bytes < 0) {
     // On a GPU the KV caches get most of what is free once the weights are loaded.
@@ -483,11 +487,21 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
 }
 
 absl::Status KvServer::RegisterAtStartup(const v1::RegisterPrefixRequest& request) {
-  absl::StatusOr<PrefixRegistration> parsed = parser_->ParseRegisterPrefix(request);
+  // The state directory records qualified names ("<tenant>/<name>", or "<name>" for shared
+  // prefixes); the prefixes file's names are shared.
+  const auto [space, name] = cache::SplitQualifiedPrefixName(request.name());
+  if (!space.empty() && !IsValidTenantName(space)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("name: '", std::string(space.substr(0, 64)), "' is not a tenant name"));
+  }
+  v1::RegisterPrefixRequest unqualified = request;
+  unqualified.set_name(std::string(name));
+  absl::StatusOr<PrefixRegistration> parsed = parser_->ParseRegisterPrefix(unqualified);
   if (!parsed.ok()) return parsed.status();
   absl::Notification done;
   absl::Status status;
-  engine_->RegisterPrefix(parsed->name, parsed->token_ids, parsed->strategy, parsed->options,
+  engine_->RegisterPrefix(cache::QualifiedPrefixName(space, parsed->name), parsed->token_ids,
+                          parsed->strategy, parsed->options,
                           [&](absl::StatusOr<cache::PrefixInfo> info) {
                             status = info.status();
                             done.Notify();

@@ -3,14 +3,18 @@
 
 #include <google/protobuf/util/time_util.h>
 
+#include <algorithm>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cache/kv_cache_manager.h"
+#include "server/call_context.h"
 #include "server/engine.h"
 #include "server/request_parser.h"
 #include "server/status_mapping.h"
@@ -19,6 +23,22 @@
 
 namespace kvserve::server {
 namespace {
+
+// The catalog entry `name` resolves to for `tenant`: its own, else the shared one.
+const cache::CatalogEntry* Resolve(const cache::PrefixCatalog& catalog, const std::string& tenant,
+                                   const std::string& name) {
+  for (const std::string& qualified : {cache::QualifiedPrefixName(tenant, name),
+                                       cache::QualifiedPrefixName(cache::kSharedSpace, name)}) {
+    auto it = catalog.find(qualified);
+    if (it != catalog.end()) return &it->second;
+  }
+  return nullptr;
+}
+
+absl::Status SharedNeedsAdmin(const char* what) {
+  return absl::PermissionDeniedError(absl::StrCat(
+      "shared: ", what, " a shared prefix needs the admin role (this caller is a user)"));
+}
 
 absl::Status NotFound(const std::string& name) {
   // Names are not validated on lookup, so a huge one is quoted short.
@@ -34,7 +54,9 @@ absl::Status NotFound(const std::string& name) {
 
 v1::Prefix ToProto(const cache::PrefixInfo& info) {
   v1::Prefix out;
-  out.set_name(info.name);
+  const auto [space, name] = cache::SplitQualifiedPrefixName(info.name);
+  out.set_name(std::string(name));
+  out.set_shared(space == cache::kSharedSpace);
   out.set_num_tokens(static_cast<int32_t>(info.num_tokens));
   out.set_bytes(info.bytes);
   out.set_fingerprint(info.fingerprint);
@@ -61,10 +83,13 @@ grpc::ServerUnaryReactor* PrefixService::RegisterPrefix(grpc::CallbackServerCont
   v1::RegisterPrefixRequest request;
   absl::StatusOr<PrefixRegistration> parsed;
   const ServedPrefixes* served = served_.get();
+  const Principal caller = CallerOf(context);
   try {
     absl::Status wire = ParseWireMessage(*raw_request, &request);
     if (!wire.ok()) {
       parsed = wire;
+    } else if (request.shared() && caller.role != Role::kAdmin) {
+      parsed = SharedNeedsAdmin("registering");
     } else if (served == nullptr) {
       parsed = ModelLoadingError();
     } else {
@@ -79,8 +104,11 @@ grpc::ServerUnaryReactor* PrefixService::RegisterPrefix(grpc::CallbackServerCont
   }
   // The engine calls back once the prefix is stored (and durable); the response buffer
   // lives until Finish.
+  // In the caller's namespace, or the shared one.
   served->engine->RegisterPrefix(
-      parsed->name, parsed->token_ids, parsed->strategy, parsed->options,
+      cache::QualifiedPrefixName(
+          request.shared() ? std::string(cache::kSharedSpace) : caller.tenant, parsed->name),
+      parsed->token_ids, parsed->strategy, parsed->options,
       [reactor, raw_response](absl::StatusOr<cache::PrefixInfo> info) {
         if (!info.ok()) {
           reactor->Finish(ToGrpcStatus(info.status()));
@@ -96,13 +124,14 @@ grpc::ServerUnaryReactor* PrefixService::GetPrefix(grpc::CallbackServerContext* 
                                                    grpc::ByteBuffer* response) {
   return AnswerUnary<v1::GetPrefixRequest, v1::Prefix>(
       context, *replica_, "GetPrefix", request, response,
-      [this](const v1::GetPrefixRequest& in, v1::Prefix* out) -> absl::Status {
+      [this, tenant = CallerOf(context).tenant](const v1::GetPrefixRequest& in,
+                                                v1::Prefix* out) -> absl::Status {
         const ServedPrefixes* served = served_.get();
         if (served == nullptr) return ModelLoadingError();
         const std::shared_ptr<const cache::PrefixCatalog> catalog = served->engine->catalog();
-        auto it = catalog->find(in.name());
-        if (it == catalog->end()) return NotFound(in.name());
-        *out = ToProto(it->second.info);
+        const cache::CatalogEntry* entry = Resolve(*catalog, tenant, in.name());
+        if (entry == nullptr) return NotFound(in.name());
+        *out = ToProto(entry->info);
         return absl::OkStatus();
       });
 }
@@ -112,12 +141,25 @@ grpc::ServerUnaryReactor* PrefixService::ListPrefixes(grpc::CallbackServerContex
                                                       grpc::ByteBuffer* response) {
   return AnswerUnary<v1::ListPrefixesRequest, v1::ListPrefixesResponse>(
       context, *replica_, "ListPrefixes", request, response,
-      [this](const v1::ListPrefixesRequest&, v1::ListPrefixesResponse* out) -> absl::Status {
+      [this, tenant = CallerOf(context).tenant](const v1::ListPrefixesRequest&,
+                                                v1::ListPrefixesResponse* out) -> absl::Status {
         const ServedPrefixes* served = served_.get();
         if (served == nullptr) return ModelLoadingError();
-        for (const auto& [name, entry] : *served->engine->catalog()) {
-          *out->add_prefixes() = ToProto(entry.info);
+        // The caller's own and the shared ones, by name, own first for a name in both.
+        std::vector<const cache::PrefixInfo*> visible;
+        for (const auto& [qualified, entry] : *served->engine->catalog()) {
+          const std::string_view space = cache::SplitQualifiedPrefixName(qualified).first;
+          if (space == tenant || space == cache::kSharedSpace) visible.push_back(&entry.info);
         }
+        auto key = [](const cache::PrefixInfo* info) {
+          const auto [space, name] = cache::SplitQualifiedPrefixName(info->name);
+          return std::make_pair(name, space == cache::kSharedSpace);
+        };
+        std::stable_sort(visible.begin(), visible.end(),
+                         [&key](const cache::PrefixInfo* a, const cache::PrefixInfo* b) {
+                           return key(a) < key(b);
+                         });
+        for (const cache::PrefixInfo* info : visible) *out->add_prefixes() = ToProto(*info);
         return absl::OkStatus();
       });
 }
@@ -139,8 +181,21 @@ grpc::ServerUnaryReactor* PrefixService::DeletePrefix(grpc::CallbackServerContex
     reactor->Finish(ToGrpcStatus(parsed));
     return reactor;
   }
+  // The caller's own prefix of that name, else the shared one (admins only); another
+  // tenant's is as absent as a name never registered.
+  const Principal caller = CallerOf(context);
+  std::string qualified = cache::QualifiedPrefixName(caller.tenant, request.name());
+  const std::string shared = cache::QualifiedPrefixName(cache::kSharedSpace, request.name());
+  const std::shared_ptr<const cache::PrefixCatalog> catalog = served->engine->catalog();
+  if (request.shared() || (!catalog->contains(qualified) && catalog->contains(shared))) {
+    if (caller.role != Role::kAdmin) {
+      reactor->Finish(ToGrpcStatus(SharedNeedsAdmin("deleting")));
+      return reactor;
+    }
+    qualified = shared;
+  }
   // The engine deletes once the deletion is recorded; the reply comes from its callback.
-  served->engine->DeletePrefix(request.name(), [reactor, raw_response](absl::Status deleted) {
+  served->engine->DeletePrefix(qualified, [reactor, raw_response](absl::Status deleted) {
     if (deleted.ok()) deleted = SerializeWireMessage(v1::DeletePrefixResponse(), raw_response);
     reactor->Finish(ToGrpcStatus(deleted));
   });

@@ -476,16 +476,28 @@ absl::Status RequestParser::ParseCache(const v1::CacheOptions& c, GenerationRequ
   return absl::OkStatus();
 }
 
-std::shared_ptr<const cache::Snapshot> RequestParser::FindPrefix(const std::string& name) const {
+std::shared_ptr<const cache::Snapshot> RequestParser::FindPrefix(
+    const std::string& qualified) const {
   if (!catalog_) return nullptr;
   const std::shared_ptr<const cache::PrefixCatalog> catalog = catalog_();
-  auto it = catalog->find(name);
+  auto it = catalog->find(qualified);
   return it == catalog->end() ? nullptr : it->second.snapshot.lock();
 }
 
+std::optional<ResolvedPrefix> RequestParser::ResolvePrefix(const std::string& tenant,
+                                                           const std::string& name) const {
+  for (const std::string& qualified : {cache::QualifiedPrefixName(tenant, name),
+                                       cache::QualifiedPrefixName(cache::kSharedSpace, name)}) {
+    std::shared_ptr<const cache::Snapshot> snapshot = FindPrefix(qualified);
+    if (snapshot != nullptr) return ResolvedPrefix{qualified, std::move(snapshot)};
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<cache::SessionOptions> RequestParser::ParseSessionOptions(
-    const v1::SessionOptions& options) const {
+    const v1::SessionOptions& options, const std::string& tenant) const {
   cache::SessionOptions out;
+  out.tenant = tenant;
   if (options.ttl_seconds() < 0) {
     return FieldError("options.ttl_seconds", Cat("must be >= 0 (got ", options.ttl_seconds(), ")"));
   }
@@ -513,13 +525,14 @@ absl::StatusOr<cache::SessionOptions> RequestParser::ParseSessionOptions(
     if (!IsValidPrefixName(options.prefix())) {
       return FieldError("options.prefix", "a name is 1 to 128 characters of [A-Za-z0-9._-]");
     }
-    std::shared_ptr<const cache::Snapshot> snapshot = FindPrefix(options.prefix());
-    if (snapshot == nullptr) {
+    std::optional<ResolvedPrefix> prefix = ResolvePrefix(tenant, options.prefix());
+    if (!prefix) {
       return absl::NotFoundError(
           Cat("options.prefix: no prefix named '", options.prefix(), "' is registered"));
     }
-    out.prefix_name = options.prefix();
-    out.prefix_tokens.assign(snapshot->token_ids().begin(), snapshot->token_ids().end());
+    out.prefix_name = prefix->qualified_name;
+    out.prefix_tokens.assign(prefix->snapshot->token_ids().begin(),
+                             prefix->snapshot->token_ids().end());
   }
   return out;
 }
@@ -532,6 +545,8 @@ absl::StatusOr<GenerationRequest> RequestParser::ParseSessionTurn(
     return FieldError("template_kwargs", "applies only to messages input");
   }
   std::shared_ptr<const cache::SessionOptions> session = sessions_ ? sessions_(id) : nullptr;
+  // Another tenant's session is answered as one that does not exist.
+  if (session != nullptr && session->tenant != context.tenant) session = nullptr;
   if (session == nullptr) {
     constexpr size_t kMaxQuoted = 64;
     const std::string quoted =
@@ -542,13 +557,16 @@ absl::StatusOr<GenerationRequest> RequestParser::ParseSessionTurn(
   if (request.has_cache()) {
     return FieldError("cache", "a session turn uses its session's cache; leave cache unset");
   }
-  if (!request.prefix().empty() && request.prefix() != session->prefix_name) {
+  const std::string_view session_prefix =
+      cache::SplitQualifiedPrefixName(session->prefix_name).second;
+  if (!request.prefix().empty() && request.prefix() != session_prefix) {
     return FieldError("prefix", session->prefix_name.empty()
                                     ? std::string("the session starts with no prefix")
-                                    : Cat("the session starts with prefix '", session->prefix_name,
+                                    : Cat("the session starts with prefix '", session_prefix,
                                           "'; leave prefix unset"));
   }
   GenerationRequest out;
+  out.tenant = context.tenant;
   out.session = id;
   out.cache_spec = session->cache;
   out.prefix = session->prefix_name;
@@ -624,6 +642,7 @@ absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest
                                                        const ParseContext& context) const {
   if (!request.session().empty()) return ParseSessionTurn(request, context);
   GenerationRequest out;
+  out.tenant = context.tenant;
   if (!request.prefix().empty()) {
     if (!IsValidPrefixName(request.prefix())) {
       return FieldError("prefix", "a name is 1 to 128 characters of [A-Za-z0-9._-]");
@@ -639,17 +658,18 @@ absl::StatusOr<GenerationRequest> RequestParser::Parse(const v1::GenerateRequest
     return FieldError(field, "the input has no tokens; at least one is required");
   }
   if (!request.prefix().empty()) {
-    std::shared_ptr<const cache::Snapshot> snapshot = FindPrefix(request.prefix());
-    if (snapshot == nullptr) {
+    std::optional<ResolvedPrefix> prefix = ResolvePrefix(context.tenant, request.prefix());
+    if (!prefix) {
       return absl::NotFoundError(
           Cat("prefix: no prefix named '", request.prefix(), "' is registered"));
     }
     // The prompt is the prefix's tokens followed by the input's.
-    std::vector<int32_t> prompt(snapshot->token_ids().begin(), snapshot->token_ids().end());
+    std::vector<int32_t> prompt(prefix->snapshot->token_ids().begin(),
+                                prefix->snapshot->token_ids().end());
     prompt.insert(prompt.end(), ids->begin(), ids->end());
     *ids = std::move(prompt);
-    out.prefix = request.prefix();
-    out.prefix_snapshot = std::move(snapshot);
+    out.prefix = prefix->qualified_name;
+    out.prefix_snapshot = std::move(prefix->snapshot);
   }
   out.prompt_ids = *std::move(ids);
   absl::Status sampling = ParseSampling(request.sampling(), &out);

@@ -60,6 +60,15 @@ inline constexpr int kMaxTopLogprobs = 20;
 struct ParseContext {
   absl::Time deadline = absl::InfiniteFuture();  // wall-clock time (absl::Now())
   std::function<bool()> cancelled;               // null: never cancelled
+  // The caller's tenant: prefix names resolve in its namespace, then the shared one; another
+  // tenant's sessions are NOT_FOUND.
+  std::string tenant = "default";
+};
+
+// A named prefix resolved for a tenant.
+struct ResolvedPrefix {
+  std::string qualified_name;  // its catalog key (see cache::QualifiedPrefixName)
+  std::shared_ptr<const cache::Snapshot> snapshot;
 };
 
 // Immutable after construction; Parse and Tokenize may run on any number of threads at once
@@ -92,8 +101,14 @@ class RequestParser {
   // Validates CreateSession's options (the cache as GenerateRequest.cache, a registered
   // prefix, ttl_seconds >= 0). InvalidArgument naming the field ("options.cache....");
   // NotFound "options.prefix: ..." for an unknown prefix.
-  absl::StatusOr<cache::SessionOptions> ParseSessionOptions(
-      const v1::SessionOptions& options) const;
+  // The session belongs to `tenant`, and its prefix resolves in that tenant's namespace.
+  absl::StatusOr<cache::SessionOptions> ParseSessionOptions(const v1::SessionOptions& options,
+                                                            const std::string& tenant) const;
+
+  // `name` resolved for `tenant`: its own prefix of that name, else the shared one; nullopt
+  // when neither is registered.
+  std::optional<ResolvedPrefix> ResolvePrefix(const std::string& tenant,
+                                              const std::string& name) const;
 
   // Token ids (and their strings) of a TokenizeRequest. InvalidArgument naming the field,
   // also for text longer than max_input_bytes().
@@ -122,8 +137,9 @@ class RequestParser {
   // Beams, returned sequences and log-probabilities (after the sampling fields).
   absl::Status ParseSequences(const v1::SamplingParams& sampling, GenerationRequest* out) const;
   absl::Status ParseCache(const v1::CacheOptions& cache, GenerationRequest* out) const;
-  // The named prefix's snapshot in the published catalog; null when absent.
-  std::shared_ptr<const cache::Snapshot> FindPrefix(const std::string& name) const;
+  // The snapshot of the prefix of qualified name `qualified` in the published catalog; null
+  // when absent.
+  std::shared_ptr<const cache::Snapshot> FindPrefix(const std::string& qualified) const;
   // A session turn: `request` names an open session.
   absl::StatusOr<GenerationRequest> ParseSessionTurn(const v1::GenerateRequest& request,
                                                      const ParseContext& context) const;

@@ -31,6 +31,14 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("max_queue must be >= 1, got ", options.max_queue));
   }
+  if (options.max_running_per_tenant < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_running_per_tenant must be >= 0 (0: no limit), got ", options.max_running_per_tenant));
+  }
+  if (options.max_queued_per_tenant < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_queued_per_tenant must be >= 0 (0: no limit), got ", options.max_queued_per_tenant));
+  }
   if (policy == nullptr) policy = std::make_unique<AdmitAllPolicy>();
   return std::unique_ptr<Scheduler>(new Scheduler(options, std::move(policy)));
 }
@@ -39,7 +47,8 @@ Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<AdmissionP
     : options_(options), policy_(std::move(policy)) {}
 
 absl::Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max_new_tokens,
-                            int64_t num_cached_tokens, PrefillMode prefill, int64_t rows) {
+                            int64_t num_cached_tokens, PrefillMode prefill, int64_t rows,
+                            std::string_view tenant) {
   if (rows < 1 || rows > options_.max_batch_tokens) {
     return absl::InvalidArgumentError(
         absl::StrCat("request ", id, ": its ", rows, " rows (beams or sequences) must be in [1, ",
@@ -65,6 +74,18 @@ absl::Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max
     return absl::ResourceExhaustedError(
         absl::StrCat("the queue is full (", options_.max_queue, " requests waiting)"));
   }
+  if (!tenant.empty() && options_.max_queued_per_tenant > 0) {
+    auto count = tenants_.find(tenant);
+    if (count != tenants_.end() && count->second.waiting >= options_.max_queued_per_tenant) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "tenant '", std::string(tenant), "' already has ", count->second.waiting,
+          " requests waiting, its limit (--tenant-max-queued-requests = ",
+          options_.max_queued_per_tenant, "); ", count->second.running, " of its requests run",
+          options_.max_running_per_tenant > 0 ? absl::StrCat(" (--tenant-max-running-requests = ",
+                                                             options_.max_running_per_tenant, ")")
+                                              : std::string()));
+    }
+  }
   Request request;
   request.num_prompt_tokens = num_prompt_tokens;
   request.max_new_tokens = max_new_tokens;
@@ -72,7 +93,9 @@ absl::Status Scheduler::Add(RequestId id, int64_t num_prompt_tokens, int64_t max
   request.num_computed = num_cached_tokens;
   request.prefill = prefill;
   request.rows = rows;
-  requests_.emplace(id, request);
+  request.tenant = std::string(tenant);
+  if (!tenant.empty()) ++tenants_[request.tenant].waiting;
+  requests_.emplace(id, std::move(request));
   waiting_.push_back(id);
   return absl::OkStatus();
 }
@@ -90,6 +113,21 @@ absl::Status Scheduler::SetRows(RequestId id, int64_t rows) {
   return absl::OkStatus();
 }
 
+void Scheduler::CountTenant(const Request& r, int waiting, int running) {
+  if (r.tenant.empty()) return;
+  auto it = tenants_.find(r.tenant);
+  if (it == tenants_.end()) it = tenants_.emplace(r.tenant, TenantCount()).first;
+  it->second.waiting += waiting;
+  it->second.running += running;
+  if (it->second.waiting == 0 && it->second.running == 0) tenants_.erase(it);
+}
+
+bool Scheduler::AtRunningLimit(const Request& r) const {
+  if (r.tenant.empty() || options_.max_running_per_tenant <= 0) return false;
+  auto it = tenants_.find(r.tenant);
+  return it != tenants_.end() && it->second.running >= options_.max_running_per_tenant;
+}
+
 void Scheduler::Forget(RequestId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
@@ -102,6 +140,8 @@ void Scheduler::Forget(RequestId id) {
     KVSERVE_CHECK(pos != waiting_.end()) << "request " << id << " is waiting but not queued";
     waiting_.erase(pos);
   }
+  CountTenant(it->second, /*waiting=*/it->second.running ? 0 : -1,
+              /*running=*/it->second.running ? -1 : 0);
   requests_.erase(it);
 }
 
@@ -168,12 +208,18 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
     if (r.num_computed >= r.num_prompt_tokens) continue;
     add_prefill_chunk(id, r, /*newly_admitted=*/false);
   }
-  // Then admissions, FCFS: the head of the queue blocks the rest until it is admitted.
+  // Then admissions, FCFS: the head of the queue blocks the rest until it is admitted. A
+  // request whose tenant runs its limit already is passed over (it keeps its place).
   std::vector<RequestId> admitted;
-  while (!waiting_.empty() && budget > 0 &&
+  size_t next = 0;
+  while (next < waiting_.size() && budget > 0 &&
          static_cast<int>(running_.size()) < options_.max_batch_size) {
-    const RequestId id = waiting_.front();
+    const RequestId id = waiting_[next];
     Request& r = requests_.at(id);
+    if (AtRunningLimit(r)) {
+      ++next;
+      continue;
+    }
     // Its decode rows must fit beside the running ones' (alone, they always do).
     if (!running_.empty() && reserved_rows + r.rows > options_.max_batch_tokens) break;
     const AdmissionPolicy::Answer answer = policy_->Admit({.id = id,
@@ -195,8 +241,9 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
       decision = AdmissionPolicy::Decision::kReject;
     }
     if (decision == AdmissionPolicy::Decision::kDefer) break;
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
     if (decision == AdmissionPolicy::Decision::kReject) {
+      CountTenant(r, /*waiting=*/-1, /*running=*/0);
       requests_.erase(id);
       plan.rejected.push_back(id);
       continue;
@@ -204,6 +251,7 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
     r.num_cached_tokens = num_cached;
     r.num_computed = num_cached;
     r.running = true;
+    CountTenant(r, /*waiting=*/-1, /*running=*/1);
     reserved_rows += r.rows;
     running_.push_back(id);
     admitted.push_back(id);

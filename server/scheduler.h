@@ -4,8 +4,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -30,6 +34,12 @@ struct SchedulerOptions {
   // --max-queue: requests waiting for admission at most; Add beyond it is RESOURCE_EXHAUSTED.
   // >= 1.
   int max_queue = 256;
+  // --tenant-max-running-requests: requests of one tenant in the running batch at most; the
+  // tenant's others wait without blocking other tenants' requests behind them. 0: no limit.
+  int max_running_per_tenant = 0;
+  // --tenant-max-queued-requests: requests of one tenant waiting at most; Add beyond it is
+  // RESOURCE_EXHAUSTED naming the flag. 0: no limit.
+  int max_queued_per_tenant = 0;
 };
 
 // How a request's prompt may be split over steps.
@@ -131,7 +141,9 @@ struct SequenceResult {
 // the rest of the max_batch_tokens budget goes to prompt chunks of running prefills, then to
 // new admissions while the batch has room and the admission policy agrees, so a long prefill
 // is spread over steps without stalling decodes. The head of the queue blocks those behind
-// it (no overtaking, no starvation). No preemption: an admitted request keeps its slot.
+// it (no overtaking, no starvation), except that the requests of a tenant running its
+// max_running_per_tenant are passed over until one of them finishes. No preemption: an admitted
+// request keeps its slot.
 //
 // Protocol: Add/Abort at any time; Schedule, run the plan, Update with its results, repeat.
 // One plan at a time is in flight. Not thread-safe: owned by the engine thread.
@@ -153,9 +165,12 @@ class Scheduler {
   // the request decodes in once its prompt is done (beams, samples); each costs a token of
   // every step's budget. A request is admitted only when the rows of the running ones and
   // its own fit in max_batch_tokens (or nothing else runs).
+  //
+  // `tenant` (empty: none, no per-tenant limit applies) counts the request against its
+  // tenant's max_running_per_tenant and max_queued_per_tenant (ResourceExhausted).
   absl::Status Add(RequestId id, int64_t num_prompt_tokens, int64_t max_new_tokens,
                    int64_t num_cached_tokens = 0, PrefillMode prefill = PrefillMode::kChunked,
-                   int64_t rows = 1);
+                   int64_t rows = 1, std::string_view tenant = {});
 
   // A running request now decodes in `rows` rows (fewer, when some of its samples ended;
   // rows only shrink). InvalidArgument when rows is not in [1, its rows now]; NotFound for
@@ -200,19 +215,30 @@ class Scheduler {
     int64_t num_generated = 0;
     bool running = false;
     PrefillMode prefill = PrefillMode::kChunked;
-    int64_t rows = 1;  // decode rows (reserved from admission on)
+    int64_t rows = 1;    // decode rows (reserved from admission on)
+    std::string tenant;  // empty: none
+  };
+  struct TenantCount {
+    int waiting = 0;
+    int running = 0;
   };
 
   Scheduler(const SchedulerOptions& options, std::unique_ptr<AdmissionPolicy> policy);
 
   // Forgets a held request: its queue entry and its state.
   void Forget(RequestId id);
+  // Adds to the counts of r's tenant (none without one).
+  void CountTenant(const Request& r, int waiting, int running);
+  // Whether r's tenant runs max_running_per_tenant requests already.
+  bool AtRunningLimit(const Request& r) const;
 
   SchedulerOptions options_;
   std::unique_ptr<AdmissionPolicy> policy_;
   absl::flat_hash_map<RequestId, Request> requests_;
   std::deque<RequestId> waiting_;   // FCFS
   std::vector<RequestId> running_;  // admission order
+  // Per tenant (requests with one): waiting and running requests; zero counts are erased.
+  std::map<std::string, TenantCount, std::less<>> tenants_;
   std::optional<StepPlan> in_flight_;
   // Ids aborted while in the plan in flight, whose results Update ignores.
   absl::flat_hash_set<RequestId> aborted_in_flight_;

@@ -14,9 +14,12 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/command_line.h"
 #include "model/transformer.h"
+#include "server/api_keys.h"
 #include "server/metrics_http_server.h"
 
 namespace kvserve::server {
@@ -42,6 +45,19 @@ std::vector<cli::FlagSpec> Flags() {
        "YAML or JSON list of {key_sha256, tenant, role}: calls must send 'authorization: Bearer "
        "KEY' (reloaded on SIGHUP)",
        "none: no authentication"},
+      {"tenant-from-client-cert",
+       "with --tls-client-ca-file: a call without an API key is made for the tenant its client "
+       "certificate's subject CN names",
+       "", true},
+      {"client-cert-admins",
+       "comma-separated certificate CNs (tenants) with the admin role (--tenant-from-client-cert)",
+       "none"},
+      {"tenant-max-running-requests",
+       "requests of one tenant running at once at most; its others wait (0: no limit)", "0"},
+      {"tenant-max-queued-requests",
+       "requests of one tenant waiting at most (beyond: RESOURCE_EXHAUSTED; 0: no limit)", "0"},
+      {"tenant-max-prefix-bytes",
+       "bytes of prefix snapshots (named and automatic) one tenant may hold (0: no limit)", "0"},
       {"metrics-listen", "Prometheus /metrics listen address (plaintext)", "off"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
@@ -224,6 +240,31 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.tls_client_ca_file = cl->GetString("tls-client-ca-file", "");
   o.insecure = cl->GetBool("insecure");
   o.api_keys_file = cl->GetString("api-keys-file", "");
+  o.tenant_from_client_cert = cl->GetBool("tenant-from-client-cert");
+  const std::vector<std::string> admins =
+      absl::StrSplit(cl->GetString("client-cert-admins", ""), ',', absl::SkipWhitespace());
+  for (const std::string& admin : admins) {
+    o.client_cert_admins.push_back(std::string(absl::StripAsciiWhitespace(admin)));
+  }
+  absl::StatusOr<int64_t> tenant_running = cl->GetInt("tenant-max-running-requests", 0);
+  absl::StatusOr<int64_t> tenant_queued = cl->GetInt("tenant-max-queued-requests", 0);
+  absl::StatusOr<int64_t> tenant_prefix = cl->GetInt("tenant-max-prefix-bytes", 0);
+  for (const absl::Status& s :
+       {tenant_running.status(), tenant_queued.status(), tenant_prefix.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (*tenant_running < 0 || *tenant_running > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError("--tenant-max-running-requests must be in [0, 2^31)");
+  }
+  if (*tenant_queued < 0 || *tenant_queued > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError("--tenant-max-queued-requests must be in [0, 2^31)");
+  }
+  if (*tenant_prefix < 0) {
+    return absl::InvalidArgumentError("--tenant-max-prefix-bytes must be >= 0");
+  }
+  o.scheduler.max_running_per_tenant = static_cast<int>(*tenant_running);
+  o.scheduler.max_queued_per_tenant = static_cast<int>(*tenant_queued);
+  o.tenant_prefix_bytes = *tenant_prefix;
   o.device = cl->GetString("device", o.device);
   o.dtype = cl->GetString("dtype", o.dtype);
   o.weight_dtype = cl->GetString("weight-dtype", o.weight_dtype);
@@ -301,6 +342,20 @@ absl::Status ServerOptions::Validate() const {
   if (!tls_client_ca_file.empty() && tls_cert_file.empty()) {
     return absl::InvalidArgumentError(
         "--tls-client-ca-file needs --tls-cert-file and --tls-key-file (mutual TLS is TLS)");
+  }
+  if (tenant_from_client_cert && tls_client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tenant-from-client-cert needs --tls-client-ca-file (verified client certificates)");
+  }
+  if (!client_cert_admins.empty() && !tenant_from_client_cert) {
+    return absl::InvalidArgumentError("--client-cert-admins needs --tenant-from-client-cert");
+  }
+  for (const std::string& admin : client_cert_admins) {
+    if (!IsValidTenantName(admin)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--client-cert-admins: '", admin.substr(0, 64),
+                       "' is not a tenant name (1 to 64 characters of [A-Za-z0-9._-])"));
+    }
   }
   if (!tls() && !insecure && !IsLoopbackAddress(listen)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -31,6 +32,14 @@ struct ServerOptions {
   // --api-keys-file: the API keys (see api_keys.h); empty: none, every call is served as the
   // default tenant. Reloaded on SIGHUP.
   std::string api_keys_file;
+  // --tenant-from-client-cert: a call without an API key is made for the tenant its verified
+  // client certificate's subject CN names (needs --tls-client-ca-file).
+  bool tenant_from_client_cert = false;
+  // --client-cert-admins: certificate CNs with the admin role.
+  std::vector<std::string> client_cert_admins;
+  // --tenant-max-prefix-bytes: bytes of prefix snapshots one tenant may hold; 0: no limit.
+  // (--tenant-max-running-requests and --tenant-max-queued-requests are in `scheduler`.)
+  int64_t tenant_prefix_bytes = 0;
   // --metrics-listen: address of the Prometheus /metrics endpoint; empty: off.
   std::string metrics_listen;
   // --device: "cpu", "cuda" or "cuda:N".

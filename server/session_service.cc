@@ -113,7 +113,8 @@ v1::Session ToProto(const cache::SessionInfo& info) {
     }
   }
   if (spec.is_offloaded()) c->set_offload_only_non_sliding(spec.offload_only_non_sliding);
-  options->set_prefix(info.options.prefix_name);
+  options->set_prefix(
+      std::string(cache::SplitQualifiedPrefixName(info.options.prefix_name).second));
   options->set_ttl_seconds(
       info.options.ttl == absl::InfiniteDuration() ? 0 : absl::ToInt64Seconds(info.options.ttl));
   out.set_state(StateOf(info.state));
@@ -137,9 +138,10 @@ grpc::ServerUnaryReactor* SessionService::CreateSession(grpc::CallbackServerCont
   const ServedSessions* served = served_.get();
   return AnswerOnEngine<v1::CreateSessionRequest, v1::Session>(
       context, *replica_, "CreateSession", served, request, response,
-      [served](const v1::CreateSessionRequest& in) -> absl::StatusOr<EngineWork<v1::Session>> {
+      [served, tenant = CallerOf(context).tenant](
+          const v1::CreateSessionRequest& in) -> absl::StatusOr<EngineWork<v1::Session>> {
         absl::StatusOr<cache::SessionOptions> options =
-            served->parser->ParseSessionOptions(in.options());
+            served->parser->ParseSessionOptions(in.options(), tenant);
         if (!options.ok()) return options.status();
         return EngineWork<v1::Session>(
             [options = *std::move(options)](cache::KvCacheManager& kv, v1::Session* out) {
@@ -156,14 +158,16 @@ grpc::ServerUnaryReactor* SessionService::GetSession(grpc::CallbackServerContext
                                                      grpc::ByteBuffer* response) {
   return AnswerOnEngine<v1::GetSessionRequest, v1::Session>(
       context, *replica_, "GetSession", served_.get(), request, response,
-      [](const v1::GetSessionRequest& in) -> absl::StatusOr<EngineWork<v1::Session>> {
+      [tenant = CallerOf(context).tenant](
+          const v1::GetSessionRequest& in) -> absl::StatusOr<EngineWork<v1::Session>> {
         if (absl::Status s = CheckId(in.id()); !s.ok()) return s;
-        return EngineWork<v1::Session>([id = in.id()](cache::KvCacheManager& kv, v1::Session* out) {
-          absl::StatusOr<cache::SessionInfo> info = kv.GetSession(id);
-          if (!info.ok()) return info.status();
-          *out = ToProto(*info);
-          return absl::OkStatus();
-        });
+        return EngineWork<v1::Session>(
+            [id = in.id(), tenant](cache::KvCacheManager& kv, v1::Session* out) {
+              absl::StatusOr<cache::SessionInfo> info = kv.GetSession(id, tenant);
+              if (!info.ok()) return info.status();
+              *out = ToProto(*info);
+              return absl::OkStatus();
+            });
       });
 }
 
@@ -172,10 +176,11 @@ grpc::ServerUnaryReactor* SessionService::ListSessions(grpc::CallbackServerConte
                                                        grpc::ByteBuffer* response) {
   return AnswerOnEngine<v1::ListSessionsRequest, v1::ListSessionsResponse>(
       context, *replica_, "ListSessions", served_.get(), request, response,
-      [](const v1::ListSessionsRequest&) -> absl::StatusOr<EngineWork<v1::ListSessionsResponse>> {
+      [tenant = CallerOf(context).tenant](
+          const v1::ListSessionsRequest&) -> absl::StatusOr<EngineWork<v1::ListSessionsResponse>> {
         return EngineWork<v1::ListSessionsResponse>(
-            [](cache::KvCacheManager& kv, v1::ListSessionsResponse* out) {
-              for (const cache::SessionInfo& info : kv.ListSessions()) {
+            [tenant](cache::KvCacheManager& kv, v1::ListSessionsResponse* out) {
+              for (const cache::SessionInfo& info : kv.ListSessions(tenant)) {
                 *out->add_sessions() = ToProto(info);
               }
               return absl::OkStatus();
@@ -188,12 +193,12 @@ grpc::ServerUnaryReactor* SessionService::CloseSession(grpc::CallbackServerConte
                                                        grpc::ByteBuffer* response) {
   return AnswerOnEngine<v1::CloseSessionRequest, v1::CloseSessionResponse>(
       context, *replica_, "CloseSession", served_.get(), request, response,
-      [](const v1::CloseSessionRequest& in)
+      [tenant = CallerOf(context).tenant](const v1::CloseSessionRequest& in)
           -> absl::StatusOr<EngineWork<v1::CloseSessionResponse>> {
         if (absl::Status s = CheckId(in.id()); !s.ok()) return s;
         return EngineWork<v1::CloseSessionResponse>(
-            [id = in.id()](cache::KvCacheManager& kv, v1::CloseSessionResponse*) {
-              return kv.CloseSession(id);
+            [id = in.id(), tenant](cache::KvCacheManager& kv, v1::CloseSessionResponse*) {
+              return kv.CloseSession(id, tenant);
             });
       });
 }
@@ -203,14 +208,15 @@ grpc::ServerUnaryReactor* SessionService::RollbackSession(grpc::CallbackServerCo
                                                           grpc::ByteBuffer* response) {
   return AnswerOnEngine<v1::RollbackSessionRequest, v1::Session>(
       context, *replica_, "RollbackSession", served_.get(), request, response,
-      [](const v1::RollbackSessionRequest& in) -> absl::StatusOr<EngineWork<v1::Session>> {
+      [tenant = CallerOf(context).tenant](
+          const v1::RollbackSessionRequest& in) -> absl::StatusOr<EngineWork<v1::Session>> {
         if (absl::Status s = CheckId(in.id()); !s.ok()) return s;
         if (in.n() < 1) {
           return absl::InvalidArgumentError(absl::StrCat("n: must be >= 1 (got ", in.n(), ")"));
         }
         return EngineWork<v1::Session>(
-            [id = in.id(), n = in.n()](cache::KvCacheManager& kv, v1::Session* out) {
-              absl::StatusOr<cache::SessionInfo> info = kv.RollbackSession(id, n);
+            [id = in.id(), n = in.n(), tenant](cache::KvCacheManager& kv, v1::Session* out) {
+              absl::StatusOr<cache::SessionInfo> info = kv.RollbackSession(id, n, tenant);
               if (!info.ok()) return info.status();
               *out = ToProto(*info);
               return absl::OkStatus();

@@ -17,6 +17,7 @@
 namespace kvserve::cache {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -78,7 +79,7 @@ class PrefixStoreTest : public ::testing::Test {
 bool Holds(PrefixStore& store, Tokens tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   tokens.push_back(-1);
-  return store.Lookup(tokens, n, /*allow_partial=*/false).num_tokens == n;
+  return store.Lookup(kSharedSpace, tokens, n, /*allow_partial=*/false).num_tokens == n;
 }
 
 TEST_F(PrefixStoreTest, CreateValidatesOptions) {
@@ -175,8 +176,8 @@ TEST_F(PrefixStoreTest, OtherContentReplacesWhileAReaderKeepsTheOld) {
   EXPECT_TRUE(at::equal(reader->keys(0), before));
   EXPECT_EQ(store->stats().bytes_used, 4 * kBytesPerToken);
   // The old tokens are gone from the tree.
-  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3, 9}, 1, false).empty());
-  PrefixMatch m = store->Lookup(Tokens{1, 2, 3, 9}, 1, true);
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{1, 2, 3, 9}, 1, false).empty());
+  PrefixMatch m = store->Lookup(kSharedSpace, Tokens{1, 2, 3, 9}, 1, true);
   EXPECT_EQ(m.num_tokens, 2);
   EXPECT_EQ(m.name, "sys");
 
@@ -196,7 +197,7 @@ TEST_F(PrefixStoreTest, DeleteWhileInUse) {
   EXPECT_TRUE(store->DeleteNamed("sys"));
   EXPECT_FALSE(store->DeleteNamed("sys"));
   EXPECT_EQ(store->GetNamed("sys"), nullptr);
-  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3, 4}, 1, true).empty());
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4}, 1, true).empty());
   EXPECT_THAT(reader->token_ids(), ElementsAre(1, 2, 3));
   EXPECT_TRUE(at::equal(reader->keys(0).select(3, 0).flatten(), at::tensor({1.f, 2.f, 3.f})));
   EXPECT_EQ(store->stats().bytes_used, 0);
@@ -209,27 +210,27 @@ TEST_F(PrefixStoreTest, AnotherModelsSnapshotIsRefused) {
   EXPECT_EQ(info.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(info.status().message(), HasSubstr("'model-b'"));
   EXPECT_THAT(info.status().message(), HasSubstr("'model-a'"));
-  EXPECT_FALSE(store->PutAutomatic(Snap({1, 2}, "model-b")));
+  EXPECT_FALSE(store->PutAutomatic(kSharedSpace, Snap({1, 2}, "model-b")));
   EXPECT_EQ(store->stats().named_entries, 0);
   EXPECT_EQ(store->stats().automatic_entries, 0);
 }
 
 TEST_F(PrefixStoreTest, LruEvictionOrder) {
   auto store = Make(100);  // three 2-token entries (32 bytes each) fit
-  ASSERT_TRUE(store->PutAutomatic(Snap({1, 1})));
-  ASSERT_TRUE(store->PutAutomatic(Snap({2, 2})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 1})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({2, 2})));
   ASSERT_TRUE(store->PutNamed("c", Snap({3, 3}), Named(false)).ok());
   EXPECT_EQ(store->stats().bytes_used, 96);
   // Use [1 1]: the order becomes [2 2], c, [1 1].
-  EXPECT_EQ(store->Lookup(Tokens{1, 1, 9}, 1, false).num_tokens, 2);
+  EXPECT_EQ(store->Lookup(kSharedSpace, Tokens{1, 1, 9}, 1, false).num_tokens, 2);
 
-  ASSERT_TRUE(store->PutAutomatic(Snap({4, 4})));  // evicts [2 2]
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({4, 4})));  // evicts [2 2]
   EXPECT_FALSE(Holds(*store, {2, 2}));
   EXPECT_EQ(store->stats().evictions, 1);
-  ASSERT_TRUE(store->PutAutomatic(Snap({5, 5})));  // evicts the unpinned named c
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({5, 5})));  // evicts the unpinned named c
   EXPECT_FALSE(store->Info("c").has_value());
   EXPECT_EQ(store->stats().evictions, 2);
-  ASSERT_TRUE(store->PutAutomatic(Snap({6, 6})));  // evicts [1 1]
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({6, 6})));  // evicts [1 1]
   EXPECT_FALSE(Holds(*store, {1, 1}));
   EXPECT_EQ(store->stats().evictions, 3);
 
@@ -246,12 +247,12 @@ TEST_F(PrefixStoreTest, PinnedAndReferencedEntriesAreNeverEvicted) {
   auto store = Make(100);
   ASSERT_TRUE(store->PutNamed("pinned", Snap({1, 1})).ok());
   std::shared_ptr<const Snapshot> held = Snap({2, 2});
-  ASSERT_TRUE(store->PutAutomatic(held));
-  ASSERT_TRUE(store->PutAutomatic(Snap({3, 3})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, held));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({3, 3})));
   // Oldest first: pinned, held, [3 3]; only [3 3] can go.
-  ASSERT_TRUE(store->PutAutomatic(Snap({4, 4})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({4, 4})));
   EXPECT_FALSE(Holds(*store, {3, 3}));
-  ASSERT_TRUE(store->PutAutomatic(Snap({5, 5})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({5, 5})));
   EXPECT_FALSE(Holds(*store, {4, 4}));
   EXPECT_EQ(store->stats().evictions, 2);
 
@@ -259,7 +260,7 @@ TEST_F(PrefixStoreTest, PinnedAndReferencedEntriesAreNeverEvicted) {
   absl::StatusOr<PrefixInfo> big = store->PutNamed("big", Snap({7, 7, 7, 7}));
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(big.status().message(), HasSubstr("needs 64 bytes but at most 36"));
-  EXPECT_FALSE(store->PutAutomatic(Snap({8, 8, 8, 8})));
+  EXPECT_FALSE(store->PutAutomatic(kSharedSpace, Snap({8, 8, 8, 8})));
   EXPECT_EQ(store->stats().evictions, 2);
   EXPECT_EQ(store->stats().bytes_used, 96);
   EXPECT_TRUE(Holds(*store, {5, 5}));
@@ -281,7 +282,7 @@ TEST_F(PrefixStoreTest, PinnedAndReferencedEntriesAreNeverEvicted) {
 TEST_F(PrefixStoreTest, ReplacementFreesTheOldBytesFirst) {
   auto store = Make(100);
   ASSERT_TRUE(store->PutNamed("sys", Snap({1, 1, 1, 1})).ok());  // 64 bytes, pinned
-  ASSERT_TRUE(store->PutAutomatic(Snap({2, 2})));                // 32 bytes
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({2, 2})));  // 32 bytes
   // 64 new bytes fit only once the old 64 go (4 are free); the automatic entry stays.
   ASSERT_TRUE(store->PutNamed("sys", Snap({3, 3, 3, 3})).ok());
   EXPECT_EQ(store->stats().bytes_used, 96);
@@ -323,7 +324,7 @@ TEST_F(PrefixStoreTest, TtlExpiryWithAFakeClock) {
   EXPECT_NE(store->GetNamed("t"), nullptr);
   clock_.Advance(absl::Seconds(1));  // 10 s
   EXPECT_EQ(store->GetNamed("t"), nullptr);
-  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3}, 1, true).empty());
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{1, 2, 3}, 1, true).empty());
   const PrefixStoreStats stats = store->stats();
   EXPECT_EQ(stats.expirations, 2);
   EXPECT_EQ(stats.named_entries, 1);
@@ -338,66 +339,66 @@ TEST_F(PrefixStoreTest, TtlExpiryWithAFakeClock) {
 TEST_F(PrefixStoreTest, LookupFindsTheLongestMatchAmongSeveral) {
   auto store = Make(10000);
   ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3, 4})).ok());
-  ASSERT_TRUE(store->PutAutomatic(Snap({1, 2, 3, 4, 5, 6})));
-  ASSERT_TRUE(store->PutAutomatic(Snap({1, 2, 7})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 2, 3, 4, 5, 6})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 2, 7})));
 
-  PrefixMatch m = store->Lookup(Tokens{1, 2, 3, 4, 5, 6, 7, 8}, 1, true);
+  PrefixMatch m = store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4, 5, 6, 7, 8}, 1, true);
   EXPECT_EQ(m.num_tokens, 6);
   EXPECT_FALSE(m.named);
   EXPECT_EQ(m.name, "");
   EXPECT_THAT(m.snapshot->token_ids(), ElementsAre(1, 2, 3, 4, 5, 6));
 
   // Partial: 5 tokens of the 6-token entry. Boundary only: the named 4-token entry.
-  m = store->Lookup(Tokens{1, 2, 3, 4, 5, 9}, 1, true);
+  m = store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4, 5, 9}, 1, true);
   EXPECT_EQ(m.num_tokens, 5);
   EXPECT_FALSE(m.named);
-  m = store->Lookup(Tokens{1, 2, 3, 4, 5, 9}, 1, false);
+  m = store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4, 5, 9}, 1, false);
   EXPECT_EQ(m.num_tokens, 4);
   EXPECT_TRUE(m.named);
   EXPECT_EQ(m.name, "sys");
   EXPECT_EQ(m.snapshot, store->GetNamed("sys"));
 
-  m = store->Lookup(Tokens{1, 2, 7, 7}, 1, false);
+  m = store->Lookup(kSharedSpace, Tokens{1, 2, 7, 7}, 1, false);
   EXPECT_EQ(m.num_tokens, 3);
   EXPECT_THAT(m.snapshot->token_ids(), ElementsAre(1, 2, 7));
 
   // Only the branch point [1 2] matches: partial uses 2 tokens of the entry below along the
   // smallest next token (3: the named entry); boundary mode has no entry ending there.
-  m = store->Lookup(Tokens{1, 2, 9, 9}, 1, true);
+  m = store->Lookup(kSharedSpace, Tokens{1, 2, 9, 9}, 1, true);
   EXPECT_EQ(m.num_tokens, 2);
   EXPECT_EQ(m.name, "sys");
-  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 9, 9}, 1, false).empty());
-  EXPECT_TRUE(store->Lookup(Tokens{5, 1, 2}, 1, true).empty());
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{1, 2, 9, 9}, 1, false).empty());
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{5, 1, 2}, 1, true).empty());
 }
 
 TEST_F(PrefixStoreTest, LookupLeavesTheLastTokenUncovered) {
   auto store = Make(10000);
   ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3, 4})).ok());
-  PrefixMatch m = store->Lookup(Tokens{1, 2, 3, 4}, 1, true);
+  PrefixMatch m = store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4}, 1, true);
   EXPECT_EQ(m.num_tokens, 3);
   EXPECT_EQ(m.name, "sys");
-  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3, 4}, 1, false).empty());
-  EXPECT_EQ(store->Lookup(Tokens{1, 2, 3, 4, 5}, 1, false).num_tokens, 4);
-  EXPECT_TRUE(store->Lookup(Tokens{1}, 1, true).empty());
-  EXPECT_TRUE(store->Lookup(Tokens{}, 0, true).empty());
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4}, 1, false).empty());
+  EXPECT_EQ(store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4, 5}, 1, false).num_tokens, 4);
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{1}, 1, true).empty());
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{}, 0, true).empty());
 }
 
 TEST_F(PrefixStoreTest, LookupHonoursMinTokens) {
   auto store = Make(10000);
   ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3, 4})).ok());
-  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 9}, 3, true).empty());
-  EXPECT_EQ(store->Lookup(Tokens{1, 2, 9}, 2, true).num_tokens, 2);
-  EXPECT_EQ(store->Lookup(Tokens{1, 2, 9}, 0, true).num_tokens, 2);
-  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3, 4, 5}, 5, false).empty());
-  EXPECT_EQ(store->Lookup(Tokens{1, 2, 3, 4, 5}, 4, false).num_tokens, 4);
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{1, 2, 9}, 3, true).empty());
+  EXPECT_EQ(store->Lookup(kSharedSpace, Tokens{1, 2, 9}, 2, true).num_tokens, 2);
+  EXPECT_EQ(store->Lookup(kSharedSpace, Tokens{1, 2, 9}, 0, true).num_tokens, 2);
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4, 5}, 5, false).empty());
+  EXPECT_EQ(store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4, 5}, 4, false).num_tokens, 4);
 }
 
 TEST_F(PrefixStoreTest, NamedEntriesWinTiesByName) {
   auto store = Make(10000);
-  ASSERT_TRUE(store->PutAutomatic(Snap({1, 2, 3})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 2, 3})));
   ASSERT_TRUE(store->PutNamed("b", Snap({1, 2, 3})).ok());
   ASSERT_TRUE(store->PutNamed("a", Snap({1, 2, 3})).ok());
-  PrefixMatch m = store->Lookup(Tokens{1, 2, 3, 4}, 1, false);
+  PrefixMatch m = store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4}, 1, false);
   EXPECT_TRUE(m.named);
   EXPECT_EQ(m.name, "a");
   EXPECT_EQ(store->Info("a")->hits, 1);
@@ -407,13 +408,13 @@ TEST_F(PrefixStoreTest, NamedEntriesWinTiesByName) {
 TEST_F(PrefixStoreTest, HitsAndMissesByKind) {
   auto store = Make(10000);
   ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3})).ok());
-  ASSERT_TRUE(store->PutAutomatic(Snap({5, 6, 7})));
-  EXPECT_NE(store->GetNamed("sys"), nullptr);                      // named hit
-  EXPECT_EQ(store->GetNamed("nope"), nullptr);                     // named miss
-  EXPECT_TRUE(store->Lookup(Tokens{1, 2, 3, 4}, 1, true).named);   // named hit
-  EXPECT_FALSE(store->Lookup(Tokens{5, 6, 7, 8}, 1, true).named);  // automatic hit
-  EXPECT_FALSE(store->Lookup(Tokens{5, 6, 9}, 1, false).named);    // miss
-  EXPECT_TRUE(store->Lookup(Tokens{9, 9}, 1, true).empty());       // miss
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({5, 6, 7})));
+  EXPECT_NE(store->GetNamed("sys"), nullptr);                                    // named hit
+  EXPECT_EQ(store->GetNamed("nope"), nullptr);                                   // named miss
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{1, 2, 3, 4}, 1, true).named);   // named hit
+  EXPECT_FALSE(store->Lookup(kSharedSpace, Tokens{5, 6, 7, 8}, 1, true).named);  // automatic hit
+  EXPECT_FALSE(store->Lookup(kSharedSpace, Tokens{5, 6, 9}, 1, false).named);    // miss
+  EXPECT_TRUE(store->Lookup(kSharedSpace, Tokens{9, 9}, 1, true).empty());       // miss
   const PrefixStoreStats stats = store->stats();
   EXPECT_EQ(stats.named_hits, 2);
   EXPECT_EQ(stats.named_misses, 1);
@@ -425,17 +426,17 @@ TEST_F(PrefixStoreTest, HitsAndMissesByKind) {
 TEST_F(PrefixStoreTest, AutomaticPutNoOps) {
   auto store = Make(200);
   ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2, 3, 4})).ok());  // 64 bytes, pinned
-  EXPECT_FALSE(store->PutAutomatic(nullptr));
-  EXPECT_FALSE(store->PutAutomatic(Snap({1, 2, 3, 4})));    // equal tokens exist
-  EXPECT_FALSE(store->PutAutomatic(Snap({1, 2})));          // a longer entry covers it
-  EXPECT_TRUE(store->PutAutomatic(Snap({1, 2, 3, 4, 5})));  // 80 bytes: 144 used
+  EXPECT_FALSE(store->PutAutomatic(kSharedSpace, nullptr));
+  EXPECT_FALSE(store->PutAutomatic(kSharedSpace, Snap({1, 2, 3, 4})));  // equal tokens exist
+  EXPECT_FALSE(store->PutAutomatic(kSharedSpace, Snap({1, 2})));        // a longer entry covers it
+  EXPECT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 2, 3, 4, 5})));  // 80 bytes: 144 used
   // 64 more bytes fit only by evicting the automatic [1 .. 5].
-  EXPECT_TRUE(store->PutAutomatic(Snap({9, 9, 9, 9})));
+  EXPECT_TRUE(store->PutAutomatic(kSharedSpace, Snap({9, 9, 9, 9})));
   EXPECT_EQ(store->stats().evictions, 1);
   EXPECT_FALSE(Holds(*store, {1, 2, 3, 4, 5}));
-  EXPECT_FALSE(store->PutAutomatic(Snap({9, 9})));  // covered by [9 9 9 9]
+  EXPECT_FALSE(store->PutAutomatic(kSharedSpace, Snap({9, 9})));  // covered by [9 9 9 9]
   // 144 bytes: 72 free + 64 evictable is not enough; nothing is evicted.
-  EXPECT_FALSE(store->PutAutomatic(Snap(Tokens(9, 8))));
+  EXPECT_FALSE(store->PutAutomatic(kSharedSpace, Snap(Tokens(9, 8))));
   const PrefixStoreStats stats = store->stats();
   EXPECT_EQ(stats.evictions, 1);
   EXPECT_EQ(stats.named_entries, 1);
@@ -448,27 +449,28 @@ TEST_F(PrefixStoreTest, AutomaticPutNoOps) {
 bool Stored(PrefixStore& store, Tokens tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   tokens.push_back(-1);
-  return store.Peek(tokens, n, /*allow_partial=*/false).num_tokens == n;
+  return store.Peek(kSharedSpace, tokens, n, /*allow_partial=*/false).num_tokens == n;
 }
 
 TEST_F(PrefixStoreTest, PeekCountsNothingAndTouchesNothing) {
   auto store = Make(100);  // three 2-token entries fit
-  ASSERT_TRUE(store->PutAutomatic(Snap({1, 1})));
-  ASSERT_TRUE(store->PutAutomatic(Snap({2, 2})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 1})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({2, 2})));
   ASSERT_TRUE(store->PutNamed("c", Snap({3, 3}), Named(false)).ok());
   clock_.Advance(absl::Seconds(5));
 
-  PrefixMatch m = store->Peek(Tokens{1, 1, 9}, 1, false);
+  PrefixMatch m = store->Peek(kSharedSpace, Tokens{1, 1, 9}, 1, false);
   EXPECT_EQ(m.num_tokens, 2);
   EXPECT_FALSE(m.named);
   EXPECT_NE(m.entry_id, 0u);
   EXPECT_THAT(m.snapshot->token_ids(), ElementsAre(1, 1));
-  PrefixMatch n = store->Peek(Tokens{3, 3, 9}, 1, true);
+  PrefixMatch n = store->Peek(kSharedSpace, Tokens{3, 3, 9}, 1, true);
   EXPECT_TRUE(n.named);
   EXPECT_EQ(n.name, "c");
   EXPECT_NE(n.entry_id, m.entry_id);
-  EXPECT_TRUE(store->Peek(Tokens{9, 9}, 1, true).empty());
-  EXPECT_TRUE(store->Peek(Tokens{1, 1}, 2, true).empty());  // the last token stays uncovered
+  EXPECT_TRUE(store->Peek(kSharedSpace, Tokens{9, 9}, 1, true).empty());
+  EXPECT_TRUE(
+      store->Peek(kSharedSpace, Tokens{1, 1}, 2, true).empty());  // the last token stays uncovered
 
   PrefixStoreStats stats = store->stats();
   EXPECT_EQ(stats.named_hits, 0);
@@ -480,7 +482,7 @@ TEST_F(PrefixStoreTest, PeekCountsNothingAndTouchesNothing) {
   m = {};
   n = {};
   // The LRU order is still the insertion order: [1 1] goes first.
-  ASSERT_TRUE(store->PutAutomatic(Snap({4, 4})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({4, 4})));
   EXPECT_FALSE(Stored(*store, {1, 1}));
   EXPECT_TRUE(Stored(*store, {2, 2}));
   EXPECT_EQ(store->stats().evictions, 1);
@@ -488,18 +490,18 @@ TEST_F(PrefixStoreTest, PeekCountsNothingAndTouchesNothing) {
 
 TEST_F(PrefixStoreTest, RecordUseCountsExactlyOneHitAndMakesTheEntryMostRecent) {
   auto store = Make(100);
-  ASSERT_TRUE(store->PutAutomatic(Snap({1, 1})));
-  ASSERT_TRUE(store->PutAutomatic(Snap({2, 2})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 1})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({2, 2})));
   ASSERT_TRUE(store->PutNamed("c", Snap({3, 3}), Named(false)).ok());
   clock_.Advance(absl::Seconds(5));
 
-  store->RecordUse(store->Peek(Tokens{1, 1, 9}, 1, false));
+  store->RecordUse(store->Peek(kSharedSpace, Tokens{1, 1, 9}, 1, false));
   PrefixStoreStats stats = store->stats();
   EXPECT_EQ(stats.automatic_hits, 1);
   EXPECT_EQ(stats.named_hits, 0);
   EXPECT_EQ(stats.automatic_misses, 0);
 
-  store->RecordUse(store->Peek(Tokens{3, 3, 9}, 1, false));
+  store->RecordUse(store->Peek(kSharedSpace, Tokens{3, 3, 9}, 1, false));
   EXPECT_EQ(store->stats().named_hits, 1);
   EXPECT_EQ(store->Info("c")->hits, 1);
   EXPECT_EQ(store->Info("c")->last_used_at, kStart + absl::Seconds(5));
@@ -516,7 +518,7 @@ TEST_F(PrefixStoreTest, RecordUseCountsExactlyOneHitAndMakesTheEntryMostRecent) 
   EXPECT_EQ(store->Info("c")->last_used_at, kStart + absl::Seconds(6));
 
   // Used: [1 1] and c are recent; [2 2] is the least recently used and goes first.
-  ASSERT_TRUE(store->PutAutomatic(Snap({4, 4})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({4, 4})));
   EXPECT_FALSE(Stored(*store, {2, 2}));
   EXPECT_TRUE(Stored(*store, {1, 1}));
   EXPECT_TRUE(store->Info("c").has_value());
@@ -525,18 +527,18 @@ TEST_F(PrefixStoreTest, RecordUseCountsExactlyOneHitAndMakesTheEntryMostRecent) 
 TEST_F(PrefixStoreTest, RecordUseOfAReplacedOrDroppedEntryCountsNothing) {
   auto store = Make(1000);
   ASSERT_TRUE(store->PutNamed("n", Snap({1, 2, 3})).ok());
-  PrefixMatch replaced = store->Peek(Tokens{1, 2, 3, 4}, 1, false);
+  PrefixMatch replaced = store->Peek(kSharedSpace, Tokens{1, 2, 3, 4}, 1, false);
   ASSERT_EQ(replaced.name, "n");
   ASSERT_TRUE(store->PutNamed("n", Snap({1, 2, 5})).ok());
   store->RecordUse(replaced);
 
   ASSERT_TRUE(store->PutNamed("d", Snap({7, 7})).ok());
-  PrefixMatch deleted = store->Peek(Tokens{7, 7, 7}, 1, false);
+  PrefixMatch deleted = store->Peek(kSharedSpace, Tokens{7, 7, 7}, 1, false);
   ASSERT_TRUE(store->DeleteNamed("d"));
   store->RecordUse(deleted);
 
   ASSERT_TRUE(store->PutNamed("t", Snap({8, 8}), Named(true, absl::Seconds(1))).ok());
-  PrefixMatch expired = store->Peek(Tokens{8, 8, 8}, 1, false);
+  PrefixMatch expired = store->Peek(kSharedSpace, Tokens{8, 8, 8}, 1, false);
   ASSERT_EQ(expired.name, "t");
   clock_.Advance(absl::Seconds(1));
   store->RecordUse(expired);
@@ -551,13 +553,14 @@ TEST_F(PrefixStoreTest, RecordUseOfAReplacedOrDroppedEntryCountsNothing) {
 TEST_F(PrefixStoreTest, ReclaimFreesUnusedEntriesLeastRecentlyUsedFirst) {
   std::vector<std::string> dropped;
   auto store = Make(1000, [&dropped](const std::string& name) { dropped.push_back(name); });
-  ASSERT_TRUE(store->PutAutomatic(Snap({1, 1})));                      // 32 bytes
-  ASSERT_TRUE(store->PutAutomatic(Snap({2, 2, 2})));                   // 48
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 1})));        // 32 bytes
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({2, 2, 2})));     // 48
   ASSERT_TRUE(store->PutNamed("p", Snap({3, 3})).ok());                // 32, pinned
   ASSERT_TRUE(store->PutNamed("u", Snap({4, 4}), Named(false)).ok());  // 32
   std::shared_ptr<const Snapshot> held = Snap({5, 5});
-  ASSERT_TRUE(store->PutAutomatic(held));                    // 32, in use
-  store->RecordUse(store->Peek(Tokens{1, 1, 9}, 1, false));  // [1 1] becomes the most recent
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, held));  // 32, in use
+  store->RecordUse(
+      store->Peek(kSharedSpace, Tokens{1, 1, 9}, 1, false));  // [1 1] becomes the most recent
   // Least recently used first: [2 2 2], p, u, [5 5], [1 1]; p is pinned, [5 5] held.
   EXPECT_EQ(store->ReclaimableBytes(), 48 + 32 + 32);
   EXPECT_EQ(store->stats().bytes_used, 176);
@@ -623,7 +626,7 @@ TEST_F(PrefixStoreTest, DroppedNamesAreReportedForEvictionsAndExpirationsOnly) {
   EXPECT_THAT(dropped, ElementsAre("t"));
 
   // 144 bytes: 136 free; the unpinned "e" is evicted for room.
-  ASSERT_TRUE(store->PutAutomatic(Snap(Tokens(9, 7))));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap(Tokens(9, 7))));
   EXPECT_THAT(dropped, ElementsAre("t", "e"));
   EXPECT_EQ(store->stats().evictions, 1);
   EXPECT_TRUE(store->Info("r").has_value());
@@ -665,7 +668,7 @@ TEST_F(PrefixStoreTest, ConcurrentReadersAndWriters) {
       for (int i = 0; i < kCalls; ++i) {
         EXPECT_NE(store->GetNamed("sys"), nullptr);
         EXPECT_EQ(store->List().size(), 1u);
-        store->PutAutomatic(Snap({100 + t, i, 0}));
+        store->PutAutomatic(kSharedSpace, Snap({100 + t, i, 0}));
       }
     });
   }
@@ -674,6 +677,76 @@ TEST_F(PrefixStoreTest, ConcurrentReadersAndWriters) {
   EXPECT_EQ(stats.named_hits, kThreads * kCalls);
   EXPECT_EQ(stats.automatic_entries, kThreads * kCalls);
   EXPECT_EQ(stats.bytes_used, (1 + kThreads * kCalls) * 3 * kBytesPerToken);
+}
+
+TEST(QualifiedPrefixNameTest, RoundTrips) {
+  EXPECT_EQ(QualifiedPrefixName("alice", "sys"), "alice/sys");
+  EXPECT_EQ(QualifiedPrefixName(kSharedSpace, "sys"), "sys");
+  EXPECT_EQ(SplitQualifiedPrefixName("alice/sys"),
+            std::make_pair(std::string_view("alice"), std::string_view("sys")));
+  EXPECT_EQ(SplitQualifiedPrefixName("sys"),
+            std::make_pair(std::string_view(kSharedSpace), std::string_view("sys")));
+}
+
+// Automatic entries are found only by their own namespace; shared entries by every one.
+TEST_F(PrefixStoreTest, LookupNeverCrossesNamespaces) {
+  auto store = Make(1 << 20);
+  ASSERT_TRUE(store->PutAutomatic("alice", Snap({1, 2, 3, 4})));
+  EXPECT_EQ(store->Lookup("alice", Tokens{1, 2, 3, 4, 5}, 1, true).num_tokens, 4);
+  EXPECT_TRUE(store->Peek("bob", Tokens{1, 2, 3, 4, 5}, 1, true).empty());
+  EXPECT_TRUE(store->Peek(kSharedSpace, Tokens{1, 2, 3, 4, 5}, 1, true).empty());
+  // Bob's identical prompt is kept for bob (alice's entry does not cover it for him).
+  EXPECT_TRUE(store->PutAutomatic("bob", Snap({1, 2, 3, 4})));
+  EXPECT_EQ(store->stats().automatic_entries, 2);
+  // A shared named entry serves both; each tenant's own longer entry wins over it.
+  ASSERT_TRUE(store->PutNamed("sys", Snap({1, 2})).ok());
+  ASSERT_TRUE(store->PutNamed("carol/sys", Snap({1, 2, 3})).ok());
+  PrefixMatch carol = store->Peek("carol", Tokens{1, 2, 3, 4, 5}, 1, true);
+  EXPECT_EQ(carol.name, "carol/sys");
+  EXPECT_EQ(carol.num_tokens, 3);
+  PrefixMatch dave = store->Peek("dave", Tokens{1, 2, 3, 4, 5}, 1, true);
+  EXPECT_EQ(dave.name, "sys");
+  EXPECT_EQ(dave.num_tokens, 2);
+  PrefixMatch alice = store->Peek("alice", Tokens{1, 2, 3, 4, 5}, 1, true);
+  EXPECT_FALSE(alice.named);
+  EXPECT_EQ(alice.num_tokens, 4);
+  // A shared entry covering a prompt makes an automatic copy pointless.
+  EXPECT_FALSE(store->PutAutomatic("dave", Snap({1, 2})));
+  EXPECT_TRUE(store->PeekNamed("carol/sys") != nullptr);
+  EXPECT_TRUE(store->PeekNamed("dave/sys") == nullptr);
+}
+
+// A namespace's byte limit evicts its own entries first and refuses a named put that cannot
+// fit, naming the limit; other namespaces and the shared one are untouched.
+TEST_F(PrefixStoreTest, NamespaceLimitEvictsItsOwnEntriesThenRefuses) {
+  PrefixStoreOptions options = StoreOptions(1 << 20);
+  options.space_budget_bytes = 6 * kBytesPerToken;
+  options.space_budget_name = "--tenant-max-prefix-bytes";
+  auto made = PrefixStore::Create(std::move(options), &clock_);
+  ASSERT_TRUE(made.ok());
+  PrefixStore& store = **made;
+  ASSERT_TRUE(store.PutAutomatic("bob", Snap({7, 7, 7, 7, 7})));
+  ASSERT_TRUE(store.PutAutomatic("alice", Snap({1, 1, 1, 1})));
+  EXPECT_EQ(store.space_bytes("alice"), 4 * kBytesPerToken);
+  // 4 + 4 > 6: alice's older automatic entry goes, bob's stays.
+  ASSERT_TRUE(store.PutAutomatic("alice", Snap({2, 2, 2, 2})));
+  EXPECT_TRUE(store.Peek("alice", Tokens{1, 1, 1, 1, 9}, 1, false).empty());
+  EXPECT_EQ(store.Peek("alice", Tokens{2, 2, 2, 2, 9}, 1, false).num_tokens, 4);
+  EXPECT_EQ(store.space_bytes("alice"), 4 * kBytesPerToken);
+  EXPECT_EQ(store.space_bytes("bob"), 5 * kBytesPerToken);
+  // Pinned entries are never evicted: a second pinned 4-token entry cannot fit.
+  ASSERT_TRUE(store.PutNamed("alice/a", Snap({3, 3, 3, 3})).ok());
+  absl::StatusOr<PrefixInfo> refused = store.PutNamed("alice/b", Snap({4, 4, 4, 4}));
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              AllOf(HasSubstr("--tenant-max-prefix-bytes"), HasSubstr("named prefix 'b'")));
+  EXPECT_EQ(store.stats().space_refusals, 1);
+  // The shared namespace and other tenants are not limited by it.
+  EXPECT_TRUE(store.PutNamed("big", Snap({5, 5, 5, 5, 5, 5, 5, 5})).ok());
+  EXPECT_TRUE(store.PutNamed("bob/b", Snap({6, 6, 6, 6, 6, 6})).ok());
+  // Alice's limit frees once her entry goes.
+  ASSERT_TRUE(store.DeleteNamed("alice/a"));
+  EXPECT_TRUE(store.PutNamed("alice/b", Snap({4, 4, 4, 4})).ok());
 }
 
 }  // namespace

@@ -198,22 +198,27 @@ TEST_F(PrefixCommandTest, TextOutput) {
       << err_.str();
   EXPECT_EQ(out_.str(),
             "name=sys num_tokens=3 bytes=768 hits=0 pinned=true ttl=60s "
-            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab\n");
+            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab shared=false\n");
   EXPECT_EQ(err_.str(), "");
   // Unset options stayed unset on the wire.
   const v1::RegisterPrefixRequest sent = server_.prefix_cache().last_register_request();
   EXPECT_FALSE(sent.options().has_pinned());
   EXPECT_EQ(sent.options().cache_implementation(), "");
+  EXPECT_FALSE(sent.shared());
+  ASSERT_EQ(Register({"--name", "common", "--token-ids", "5,6", "--shared"}), kExitOk)
+      << err_.str();
+  EXPECT_TRUE(server_.prefix_cache().last_register_request().shared());
+  ASSERT_EQ(Delete({"--name", "common"}), kExitOk) << err_.str();
 
   ASSERT_EQ(Get({"--name", "sys"}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(),
             "name=sys num_tokens=3 bytes=768 hits=0 pinned=true ttl=60s "
-            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab\n");
+            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab shared=false\n");
 
   ASSERT_EQ(List(), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(),
-            "NAME  TOKENS  BYTES  HITS  PINNED  TTL  CREATED_AT            FINGERPRINT\n"
-            "sys   3       768    0     true    60s  2023-11-14T22:13:20Z  0123456789ab\n");
+            "NAME  TOKENS  BYTES  HITS  PINNED  TTL  CREATED_AT            FINGERPRINT   SHARED\n"
+            "sys   3       768    0     true    60s  2023-11-14T22:13:20Z  0123456789ab  false\n");
 
   ASSERT_EQ(Delete({"--name", "sys"}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), "deleted sys\n");

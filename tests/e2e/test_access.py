@@ -425,7 +425,7 @@ class ApiKeysTest(unittest.TestCase):
                     tenants.setdefault(record.get("method"), []).append(
                         (record.get("tenant"), record.get("code")))
             self.assertIn(("alpha", "OK"), tenants["Generate"])
-            self.assertIn(("default", "UNAUTHENTICATED"), tenants["Generate"])
+            self.assertIn(("-", "UNAUTHENTICATED"), tenants["Generate"])
             self.assertIn(("ops", "OK"), tenants["GetModelInfo"])
             self.assertNotIn("alpha-secret", server.stderr())
             metrics = server.metrics()

@@ -54,6 +54,11 @@ TEST(CallRecordTest, StartsInTheDefaultTenantUncountedAndWithoutUsage) {
   EXPECT_EQ(record.generation()->finish_reason, "stop");
   EXPECT_EQ(record.generation()->prompt_tokens, 7);
   EXPECT_EQ(record.generation()->completion_tokens, 2);
+  // Nobody authenticated: the admin role; an authenticated caller brings its own.
+  EXPECT_EQ(record.role(), Role::kAdmin);
+  record.SetPrincipal({.tenant = "team-b", .role = Role::kUser});
+  EXPECT_EQ(record.tenant(), "team-b");
+  EXPECT_EQ(record.role(), Role::kUser);
 }
 
 TEST(CallContextTest, AnEscapedExceptionIsInternalNamingTheRequestIdNotItsText) {

@@ -211,7 +211,7 @@ TEST_F(PrefixServerTest, ConcurrentUsersOfOnePrefixEqualTheirSoloRunsAndLeaveItU
   const std::vector<int32_t> prefix = Ids(24, 1);
   ASSERT_TRUE(Register("sys", prefix).ok());
   std::shared_ptr<const cache::Snapshot> snapshot =
-      server_->engine()->catalog()->at("sys").snapshot.lock();
+      server_->engine()->catalog()->at("default/sys").snapshot.lock();
   ASSERT_NE(snapshot, nullptr);
   std::vector<at::Tensor> before;
   for (int l = 0; l < snapshot->num_layers(); ++l) {

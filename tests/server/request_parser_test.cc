@@ -669,14 +669,16 @@ class SessionParserTest : public RequestParserTest {
   }
 
   // Opens session `id` with `options`.
+  // A session of the default tenant (the parser's callers').
   void Open(const std::string& id, cache::SessionOptions options) {
+    if (options.tenant.empty()) options.tenant = "default";
     sessions_[id] = std::make_shared<const cache::SessionOptions>(std::move(options));
   }
 
   absl::StatusOr<cache::SessionOptions> ParseOptions(const std::string& text) {
     v1::SessionOptions options;
     EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &options)) << text;
-    return parser_->ParseSessionOptions(options);
+    return parser_->ParseSessionOptions(options, "default");
   }
 
   std::map<std::string, std::shared_ptr<const cache::SessionOptions>> sessions_;

@@ -20,6 +20,7 @@
 namespace kvserve::server {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -300,6 +301,46 @@ TEST(SchedulerTest, QueueLimitIsResourceExhausted) {
   EXPECT_TRUE(s->Abort(2));
   EXPECT_TRUE(s->Add(4, 2, 4).ok());
   EXPECT_EQ(s->num_waiting(), 2);
+}
+
+// A tenant at its running limit waits without blocking other tenants behind it; its queued
+// requests beyond the limit are refused naming the flag; requests without a tenant are not
+// limited.
+TEST(SchedulerTest, PerTenantRunningAndQueuedLimits) {
+  auto s = MakeScheduler({.max_batch_size = 8,
+                          .max_batch_tokens = 100,
+                          .max_running_per_tenant = 1,
+                          .max_queued_per_tenant = 1});
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->Add(1, 2, 4, 0, PrefillMode::kChunked, 1, "alice").ok());
+  EXPECT_EQ(Step(*s), "1:P2@0s+");
+  ASSERT_TRUE(Finish(*s, {1}).ok());
+  // Alice runs 1: her next waits (one may), a third is refused.
+  ASSERT_TRUE(s->Add(2, 2, 4, 0, PrefillMode::kChunked, 1, "alice").ok());
+  absl::Status refused = s->Add(3, 2, 4, 0, PrefillMode::kChunked, 1, "alice");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.message()),
+              AllOf(HasSubstr("tenant 'alice'"), HasSubstr("--tenant-max-queued-requests")));
+  // Bob and a request without a tenant pass alice's waiting one.
+  ASSERT_TRUE(s->Add(4, 3, 4, 0, PrefillMode::kChunked, 1, "bob").ok());
+  ASSERT_TRUE(s->Add(5, 1, 4).ok());
+  ASSERT_TRUE(s->Add(6, 1, 4).ok());
+  EXPECT_EQ(Step(*s), "1:D1@2s 4:P3@0s+ 5:P1@0s+ 6:P1@0s+");
+  EXPECT_EQ(s->num_waiting(), 1);
+  ASSERT_TRUE(Finish(*s, {1, 4, 5, 6}, {1}).ok());
+  // Alice's first finished: her second is admitted.
+  EXPECT_EQ(Step(*s), "4:D1@3s 5:D1@1s 6:D1@1s 2:P2@0s+");
+  ASSERT_TRUE(Finish(*s, {4, 5, 6, 2}).ok());
+  EXPECT_TRUE(s->Add(3, 2, 4, 0, PrefillMode::kChunked, 1, "alice").ok());
+  // An abort gives the place back.
+  EXPECT_TRUE(s->Abort(3));
+  EXPECT_TRUE(s->Add(7, 2, 4, 0, PrefillMode::kChunked, 1, "alice").ok());
+  EXPECT_EQ(s->num_waiting(), 1);
+}
+
+TEST(SchedulerTest, PerTenantLimitsMustNotBeNegative) {
+  EXPECT_FALSE(Scheduler::Create({.max_running_per_tenant = -1}).ok());
+  EXPECT_FALSE(Scheduler::Create({.max_queued_per_tenant = -1}).ok());
 }
 
 TEST(SchedulerTest, AbortWaitingRequest) {
