@@ -118,9 +118,11 @@ class PrefixPersistenceTest(unittest.TestCase):
                 records.append(json.loads(line))
             except ValueError:
                 self.assertEqual(i, len(lines) - 1, "only the last line may be torn")
+        # The journal names prefixes with their namespace: the caller's tenant ("default"
+        # without API keys) before a slash.
         names = [r["request"]["name"] for r in records if r.get("op") == "put"]
         for name in completed:
-            self.assertIn(name, names)
+            self.assertIn("default/" + name, names)
 
         restarted = self.start()
         listed = restarted.prefixes.ListPrefixes(prefix_pb2.ListPrefixesRequest(), timeout=10)
