@@ -68,11 +68,12 @@ void BM_Decode(benchmark::State& state, const std::string& preset) {
       static_cast<double>(state.iterations()) * kSteps, benchmark::Counter::kIsRate);
 }
 
-// Prefill: a 512-token prompt into an empty cache.
+// Prefill: a prompt of range(1) tokens (512 unless given) into an empty cache.
 void BM_Prefill(benchmark::State& state, const std::string& preset) {
   compat::SetNumThreads(static_cast<int>(state.range(0)));
   Transformer& model = BenchModel(preset);
-  const std::vector<int32_t> prompt = Tokens(512);
+  const int64_t tokens = state.range(1);
+  const std::vector<int32_t> prompt = Tokens(tokens);
   for (auto _ : state) {
     state.PauseTiming();
     auto cache = *cache::KvCache::CreateDynamic(model.info().layer_specs);
@@ -81,8 +82,9 @@ void BM_Prefill(benchmark::State& state, const std::string& preset) {
     batch.sequences.push_back({prompt, cache.get(), false});
     if (!model.Forward(batch).ok()) std::abort();
   }
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()) * 512,
-                                                      benchmark::Counter::kIsRate);
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(tokens),
+                         benchmark::Counter::kIsRate);
 }
 
 BENCHMARK_CAPTURE(BM_Decode, bench_small, std::string("bench-small"))
@@ -91,8 +93,10 @@ BENCHMARK_CAPTURE(BM_Decode, bench_small, std::string("bench-small"))
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, bench_small, std::string("bench-small"))
-    ->Arg(1)
-    ->Arg(2)
+    ->Args({1, 512})
+    ->Args({2, 512})
+    ->Args({1, 2048})
+    ->Args({2, 2048})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, bench_small_bf16, std::string("bench-small/bf16"))
@@ -101,8 +105,10 @@ BENCHMARK_CAPTURE(BM_Decode, bench_small_bf16, std::string("bench-small/bf16"))
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, bench_small_bf16, std::string("bench-small/bf16"))
-    ->Arg(1)
-    ->Arg(2)
+    ->Args({1, 512})
+    ->Args({2, 512})
+    ->Args({1, 2048})
+    ->Args({2, 2048})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, bench_medium, std::string("bench-medium"))
@@ -111,8 +117,10 @@ BENCHMARK_CAPTURE(BM_Decode, bench_medium, std::string("bench-medium"))
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, bench_medium, std::string("bench-medium"))
-    ->Arg(1)
-    ->Arg(2)
+    ->Args({1, 512})
+    ->Args({2, 512})
+    ->Args({1, 2048})
+    ->Args({2, 2048})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, bench_medium_bf16, std::string("bench-medium/bf16"))
@@ -121,8 +129,10 @@ BENCHMARK_CAPTURE(BM_Decode, bench_medium_bf16, std::string("bench-medium/bf16")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, bench_medium_bf16, std::string("bench-medium/bf16"))
-    ->Arg(1)
-    ->Arg(2)
+    ->Args({1, 512})
+    ->Args({2, 512})
+    ->Args({1, 2048})
+    ->Args({2, 2048})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -1,24 +1,58 @@
 // What kvserve's hand-vectorized CPU kernels need to know about the CPU they run on.
 //
-// The kernels are compiled for AVX2 + FMA (+ F16C) inside `#pragma GCC target` regions,
-// whatever the build's -march, and chosen at run time; other compilers and CPUs take the
-// portable loops. KVSERVE_SIMD_AVX2 is defined where those regions compile.
+// The kernels are compiled for AVX2 + FMA (+ F16C), or AVX-512, inside `#pragma GCC target`
+// regions, whatever the build's -march, and chosen at run time; other compilers and CPUs take
+// the portable loops. KVSERVE_SIMD_AVX2 and KVSERVE_SIMD_AVX512 are defined where those
+// regions compile.
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define KVSERVE_SIMD_AVX2 1
+#define KVSERVE_SIMD_AVX512 1
 #include <immintrin.h>
 #endif
 
+#include <cstdlib>
+#include <string_view>
+
 namespace kvserve::model {
 
+// Instruction-set levels of the kernels, lowest first.
+enum class SimdLevel { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// The highest level the environment allows: KVSERVE_CPU_ISA=portable|avx2|avx512 caps the
+// kernels chosen at run time (to compare them, or to rule one out); unset or anything else:
+// no cap. Read once.
+inline SimdLevel SimdLevelCap() {
+  static const SimdLevel cap = [] {
+    const char* value = std::getenv("KVSERVE_CPU_ISA");
+    const std::string_view isa = value == nullptr ? "" : value;
+    if (isa == "portable") return SimdLevel::kPortable;
+    if (isa == "avx2") return SimdLevel::kAvx2;
+    return SimdLevel::kAvx512;
+  }();
+  return cap;
+}
+
+// True when this CPU runs the AVX-512 (F, DQ, BW, VL) kernels and the cap allows them.
+inline bool CpuHasAvx512() {
+#if defined(KVSERVE_SIMD_AVX512)
+  static const bool avx512 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return avx512 && SimdLevelCap() >= SimdLevel::kAvx512;
+#else
+  return false;
+#endif
+}
+
 // True when this CPU runs the AVX2 + FMA + F16C kernels (always false without
-// KVSERVE_SIMD_AVX2).
+// KVSERVE_SIMD_AVX2) and the cap allows them.
 inline bool CpuHasAvx2() {
 #if defined(KVSERVE_SIMD_AVX2)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                            __builtin_cpu_supports("f16c");
-  return avx2;
+  return avx2 && SimdLevelCap() >= SimdLevel::kAvx2;
 #else
   return false;
 #endif

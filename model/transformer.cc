@@ -10,6 +10,7 @@
 #include "model/checkpoint.h"
 #include "model/cpu_kernels.h"
 #include "model/multi_row_gemv.h"
+#include "model/tiled_attention.h"
 
 namespace kvserve::model {
 namespace {
@@ -335,7 +336,8 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
     if (seq.cache != nullptr) seq.cache->PrepareForward();
   }
   const auto [cos, sin] = rope_.CosSin(pos_t, longest);
-  std::vector<MaskCache> masks(num_seqs);        // per sequence, shared by its layers
+  std::vector<MaskCache> masks(num_seqs);  // per sequence, shared by its layers
+  const SimdLevel tiled_level = TiledAttentionLevel();
   at::Tensor x = embed_.index_select(0, ids_t);  // [total, hidden]
   if (x.scalar_type() != info_.dtype) x = x.to(info_.dtype);
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
@@ -382,13 +384,16 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
           row_view.keys = view.keys.narrow(0, r, 1);
           row_view.values = view.values.narrow(0, r, 1);
         }
-        // A few queries (decode) take the fused loop; a prefill's many take batched GEMMs.
+        // A few queries (decode) take the fused loop; a prefill's many the tiled kernel
+        // (AVX-512), else batched GEMMs.
         at::Tensor out;
         const at::Tensor queries = q.narrow(0, begin + r * n, n);
-        if (n > kMultiRowGemvMaxRows ||
-            !FusedAttend(queries, row_view, starts[s], spec, scale, &out)) {
-          out = Attend(queries, row_view, starts[s], spec, scale, &masks[s]);
-        }
+        const bool fused = n <= kMultiRowGemvMaxRows &&
+                           FusedAttend(queries, row_view, starts[s], spec, scale, &out);
+        const bool tiled =
+            !fused && n > kMultiRowGemvMaxRows && tiled_level == SimdLevel::kAvx512 &&
+            TiledAttend(queries, row_view, starts[s], spec, scale, &out, tiled_level);
+        if (!fused && !tiled) out = Attend(queries, row_view, starts[s], spec, scale, &masks[s]);
         if (num_seqs == 1 && rows == 1) {
           attn = std::move(out);
         } else {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "cache/torch_compat.h"
 
 namespace kvserve::model {
@@ -38,7 +40,9 @@ TEST(MultiRowGemvTest, EqualsMatrixProductForEveryRowCountAndWeightDtype) {
           ThreadCount count(threads);
           const at::Tensor y = MultiRowGemv(x, w);
           ASSERT_EQ(y.sizes(), expected.sizes());
-          EXPECT_LT((y - expected).abs().max().item<float>(), 1e-4)
+          // Sums of `in` products (|y| up to ~4 sqrt(in)): float32 rounding of a sequential sum
+          // (the portable kernel) reaches ~1e-4 at 512 inputs, so the bound scales with in.
+          EXPECT_LT((y - expected).abs().max().item<float>(), 2e-4 * std::sqrt(in / 64.0 + 1))
               << rows << " rows, in " << in << ", " << dtype << ", " << threads << " threads";
         }
       }
