@@ -1,11 +1,28 @@
-// Prefill and decode speed of the Transformer on the tiny-model maker's bench presets.
-// Reports tokens/s as a counter; the argument is the number of threads.
+// Prefill and decode speed of the Transformer on the tiny-model maker's bench presets, or on
+// a Hugging Face model folder (--model DIR). Reports tokens/s as a counter; the arguments are
+// the number of threads and the prompt length (prefill) or context depth (decode).
+//
+//   kvserve_model_bench [--model DIR] [--depths 512,2048] [--threads 1,2] [google-benchmark flags]
+//
+// With --model only that folder's benchmarks run (BM_Prefill/model/THREADS/TOKENS: a prompt of
+// TOKENS into an empty cache; BM_Decode/model/THREADS/DEPTH: 64 single-token steps after a
+// DEPTH-token prompt), each after one untimed warm-up forward, so that kvserve and a peer can
+// be measured on the very same weights.
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <iostream>
 #include <map>
 #include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/model_source.h"
 
 #include "cache/kv_cache.h"
 #include "cache/torch_compat.h"
@@ -18,9 +35,23 @@ namespace {
 // Models are made once per preset and kept for the whole run. A preset name ending in
 // "/bf16" makes the checkpoint in bfloat16, as real checkpoints are shipped; kvserve keeps
 // those weights in bfloat16 and computes in float32.
+// A name "dir:PATH" loads the model folder PATH.
 Transformer& BenchModel(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Transformer>> models;
   auto& slot = models[name];
+  if (!slot && name.starts_with("dir:")) {
+    absl::StatusOr<base::ModelSource> source = base::ModelSource::FromDirectory(name.substr(4));
+    if (!source.ok()) {
+      std::cerr << source.status() << "\n";
+      std::abort();
+    }
+    auto model = Transformer::Load(*source, {});
+    if (!model.ok()) {
+      std::cerr << model.status() << "\n";
+      std::abort();
+    }
+    slot = *std::move(model);
+  }
   if (!slot) {
     const bool bf16 = name.ends_with("/bf16");
     const std::string preset = bf16 ? name.substr(0, name.size() - 5) : name;
@@ -36,17 +67,20 @@ Transformer& BenchModel(const std::string& name) {
   return *slot;
 }
 
-std::vector<int32_t> Tokens(int64_t n) {
+// n token ids spread over the vocabulary (any model's: below vocab_size).
+std::vector<int32_t> Tokens(int64_t n, int64_t vocab = 32000) {
+  const int64_t span = std::max<int64_t>(1, std::min<int64_t>(31000, vocab - 3));
   std::vector<int32_t> ids(n);
-  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7919) % 31000 + 3);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7919) % span + 3);
   return ids;
 }
 
-// Decode: one sequence, one token per step after a 32-token prompt.
+// Decode: one sequence, 64 single-token steps after a prompt of range(1) tokens (untimed; 32
+// for the presets).
 void BM_Decode(benchmark::State& state, const std::string& preset) {
   compat::SetNumThreads(static_cast<int>(state.range(0)));
   Transformer& model = BenchModel(preset);
-  const std::vector<int32_t> prompt = Tokens(32);
+  const std::vector<int32_t> prompt = Tokens(state.range(1), model.info().vocab_size);
   constexpr int kSteps = 64;
   for (auto _ : state) {
     state.PauseTiming();
@@ -73,7 +107,14 @@ void BM_Prefill(benchmark::State& state, const std::string& preset) {
   compat::SetNumThreads(static_cast<int>(state.range(0)));
   Transformer& model = BenchModel(preset);
   const int64_t tokens = state.range(1);
-  const std::vector<int32_t> prompt = Tokens(tokens);
+  const std::vector<int32_t> prompt = Tokens(tokens, model.info().vocab_size);
+  if (preset.starts_with("dir:")) {
+    // One untimed forward first (page faults of the weights, the thread pools' start).
+    auto cache = *cache::KvCache::CreateDynamic(model.info().layer_specs);
+    Batch warm;
+    warm.sequences.push_back({prompt, cache.get(), false});
+    if (!model.Forward(warm).ok()) std::abort();
+  }
   for (auto _ : state) {
     state.PauseTiming();
     auto cache = *cache::KvCache::CreateDynamic(model.info().layer_specs);
@@ -88,8 +129,8 @@ void BM_Prefill(benchmark::State& state, const std::string& preset) {
 }
 
 BENCHMARK_CAPTURE(BM_Decode, bench_small, std::string("bench-small"))
-    ->Arg(1)
-    ->Arg(2)
+    ->Args({1, 32})
+    ->Args({2, 32})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, bench_small, std::string("bench-small"))
@@ -100,8 +141,8 @@ BENCHMARK_CAPTURE(BM_Prefill, bench_small, std::string("bench-small"))
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, bench_small_bf16, std::string("bench-small/bf16"))
-    ->Arg(1)
-    ->Arg(2)
+    ->Args({1, 32})
+    ->Args({2, 32})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, bench_small_bf16, std::string("bench-small/bf16"))
@@ -112,8 +153,8 @@ BENCHMARK_CAPTURE(BM_Prefill, bench_small_bf16, std::string("bench-small/bf16"))
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, bench_medium, std::string("bench-medium"))
-    ->Arg(1)
-    ->Arg(2)
+    ->Args({1, 32})
+    ->Args({2, 32})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, bench_medium, std::string("bench-medium"))
@@ -124,8 +165,8 @@ BENCHMARK_CAPTURE(BM_Prefill, bench_medium, std::string("bench-medium"))
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, bench_medium_bf16, std::string("bench-medium/bf16"))
-    ->Arg(1)
-    ->Arg(2)
+    ->Args({1, 32})
+    ->Args({2, 32})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Prefill, bench_medium_bf16, std::string("bench-medium/bf16"))
@@ -139,4 +180,72 @@ BENCHMARK_CAPTURE(BM_Prefill, bench_medium_bf16, std::string("bench-medium/bf16"
 }  // namespace
 }  // namespace kvserve::model
 
-BENCHMARK_MAIN();
+// Comma-separated positive integers; exits naming the flag otherwise.
+std::vector<int64_t> IntList(std::string_view flag, std::string_view text) {
+  std::vector<int64_t> values;
+  const std::vector<std::string> parts = absl::StrSplit(std::string(text), ',');
+  for (const std::string& part : parts) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(part, &value) || value < 1) {
+      std::cerr << flag << ": '" << std::string(text) << "' is not a list of positive integers\n";
+      std::exit(2);
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+int main(int argc, char** argv) {
+  std::string model_dir;
+  std::vector<int64_t> depths = {512, 2048};
+  std::vector<int64_t> threads = {1, 2};
+  std::vector<char*> rest;
+  bool filtered = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto value = [&](std::string_view flag) -> std::string_view {
+      if (arg.size() > flag.size() && arg.starts_with(flag) && arg[flag.size()] == '=') {
+        return arg.substr(flag.size() + 1);
+      }
+      if (arg == flag && i + 1 < argc) return argv[++i];
+      std::cerr << flag << " needs a value\n";
+      std::exit(2);
+    };
+    if (arg.starts_with("--model")) {
+      model_dir = std::string(value("--model"));
+    } else if (arg.starts_with("--depths")) {
+      depths = IntList("--depths", value("--depths"));
+    } else if (arg.starts_with("--threads")) {
+      threads = IntList("--threads", value("--threads"));
+    } else {
+      filtered = filtered || arg.starts_with("--benchmark_filter");
+      rest.push_back(argv[i]);
+    }
+  }
+  static std::string filter = "--benchmark_filter=/model/";
+  if (!model_dir.empty()) {
+    const std::string name = "dir:" + model_dir;
+    for (int64_t depth : depths) {
+      for (int64_t t : threads) {
+        benchmark::RegisterBenchmark(
+            "BM_Prefill/model",
+            [name](benchmark::State& s) { kvserve::model::BM_Prefill(s, name); })
+            ->Args({t, depth})
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(
+            "BM_Decode/model", [name](benchmark::State& s) { kvserve::model::BM_Decode(s, name); })
+            ->Args({t, depth})
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
+    }
+    if (!filtered) rest.push_back(filter.data());
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -10,6 +10,7 @@
 #include "model/checkpoint.h"
 #include "model/cpu_kernels.h"
 #include "model/multi_row_gemv.h"
+#include "model/onednn_gemm.h"
 #include "model/tiled_attention.h"
 
 namespace kvserve::model {
@@ -34,6 +35,13 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
   at::Tensor weight = w;
   if (w.scalar_type() != x.scalar_type()) {
     weight = cpu_float ? WidenWeight(w, scratch) : w.to(x.scalar_type());
+  }
+  if (cpu_float && weight.is_contiguous()) {
+    at::Tensor y;
+    if (OnednnLinear(x.contiguous(), weight, &y)) {
+      if (b.defined()) y.add_(b);
+      return y;
+    }
   }
   return b.defined() ? at::addmm(b, x, weight.t()) : at::mm(x, weight.t());
 }

@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git clang-format
   clang-14 libclang-rt-14-dev
-  libtorch-dev libopenblas0-pthread
+  libtorch-dev libopenblas0-pthread libdnnl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libre2-dev prometheus-cpp-dev
