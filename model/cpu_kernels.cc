@@ -168,17 +168,19 @@ at::Tensor ParallelSoftmax(const at::Tensor& scores) {
   return out;
 }
 
+bool IsFloatAttentionInput(const at::Tensor& queries, const cache::LayerView& kv) {
+  return IsCpuFloat(queries) && IsCpuFloat(kv.keys) && IsCpuFloat(kv.values) &&
+         queries.dim() == 3 && queries.stride(2) == 1 && kv.keys.dim() == 4 &&
+         kv.keys.size(0) == 1 && kv.keys.stride(3) == 1 && kv.values.stride(3) == 1 &&
+         kv.values.sizes().equals(kv.keys.sizes()) && kv.keys.size(3) == queries.size(2) &&
+         kv.keys.size(1) > 0 && queries.size(1) % kv.keys.size(1) == 0;
+}
+
 bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
                  const cache::LayerSpec& layer, double scale, at::Tensor* out) {
-  if (!IsCpuFloat(queries) || !IsCpuFloat(kv.keys) || !IsCpuFloat(kv.values) ||
-      queries.dim() != 3 || queries.stride(2) != 1 || kv.keys.dim() != 4 || kv.keys.size(0) != 1 ||
-      kv.keys.stride(3) != 1 || kv.values.stride(3) != 1 ||
-      !kv.values.sizes().equals(kv.keys.sizes()) || kv.keys.size(3) != queries.size(2)) {
-    return false;
-  }
+  if (!IsFloatAttentionInput(queries, kv)) return false;
   const int64_t n = queries.size(0), heads = queries.size(1), d = queries.size(2);
   const int64_t kv_heads = kv.keys.size(1), kv_len = kv.keys.size(2);
-  if (kv_heads == 0 || heads % kv_heads != 0) return false;
   const int64_t group = heads / kv_heads;
   *out = at::empty({n, heads * d}, queries.options());
 

@@ -30,6 +30,12 @@ at::Tensor FusedSiluMul(const at::Tensor& gate_up, int64_t inter);
 // compat::SetNumThreads). Undefined when the input does not qualify.
 at::Tensor ParallelSoftmax(const at::Tensor& scores);
 
+// Whether queries ([n, heads, head_dim]) and a cache view qualify for the float32 CPU attention
+// kernels (FusedAttend, TiledAttend): float32 CPU tensors with contiguous last dimensions, a
+// one-row view whose keys and values have one shape and the queries' head_dim, and query
+// heads a multiple of the kv heads.
+bool IsFloatAttentionInput(const at::Tensor& queries, const cache::LayerView& kv);
+
 // Attention of n queries ([n, heads, head_dim], last dimension contiguous) at positions
 // q_start.. against a cache view (keys/values [1, kv_heads, kv_len, head_dim], last
 // dimension contiguous), with the layer's mask computed inline. Writes [n, heads *

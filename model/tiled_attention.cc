@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "model/cpu_kernels.h"
 #include "model/worker_pool.h"
 
 namespace kvserve::model {
@@ -105,6 +106,10 @@ void RowsPortable(const Problem& p, int64_t kh, const Row* rows, int64_t num_row
 #if defined(KVSERVE_SIMD_AVX512)
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma")
+// GCC 12's AVX-512 reduction intrinsics start from _mm512_undefined_ps(), which it then
+// reports as maybe uninitialized at every use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 // e^x for each lane (relative error about 1e-7 over the float range; lanes below -87.3 give
 // about 1e-38, callers zero masked lanes themselves).
@@ -285,15 +290,12 @@ RowsFn RowsAvx512For(int64_t d) {
   }
 }
 
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 #else
 using RowsFn = void (*)(const Problem&, int64_t, const Row*, int64_t);
 RowsFn RowsAvx512For(int64_t) { return nullptr; }
 #endif  // KVSERVE_SIMD_AVX512
-
-bool IsCpuFloat(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat;
-}
 
 }  // namespace
 
@@ -303,15 +305,10 @@ SimdLevel TiledAttentionLevel() {
 
 bool TiledAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
                  const cache::LayerSpec& layer, double scale, at::Tensor* out, SimdLevel level) {
-  if (!IsCpuFloat(queries) || !IsCpuFloat(kv.keys) || !IsCpuFloat(kv.values) ||
-      queries.dim() != 3 || queries.stride(2) != 1 || kv.keys.dim() != 4 || kv.keys.size(0) != 1 ||
-      kv.keys.stride(3) != 1 || kv.values.stride(3) != 1 ||
-      !kv.values.sizes().equals(kv.keys.sizes()) || kv.keys.size(3) != queries.size(2)) {
-    return false;
-  }
+  if (!IsFloatAttentionInput(queries, kv)) return false;
   const int64_t n = queries.size(0), heads = queries.size(1), d = queries.size(2);
   const int64_t kv_heads = kv.keys.size(1), kv_len = kv.keys.size(2);
-  if (n == 0 || d == 0 || kv_heads == 0 || heads % kv_heads != 0) return false;
+  if (n == 0 || d == 0) return false;
   RowsFn rows_fn = nullptr;
   if (level == SimdLevel::kAvx512) {
     if (d % 16 != 0 || d / 16 > kMaxVectorsPerRow || !CpuHasAvx512()) return false;

@@ -7,22 +7,10 @@
 
 #include <cmath>
 
-#include "cache/torch_compat.h"
+#include "tests/model/thread_count.h"
 
 namespace kvserve::model {
 namespace {
-
-// Restores the thread count a test changed.
-class ThreadCount {
- public:
-  explicit ThreadCount(int threads) : saved_(compat::NumThreads()) {
-    compat::SetNumThreads(threads);
-  }
-  ~ThreadCount() { compat::SetNumThreads(saved_); }
-
- private:
-  int saved_;
-};
 
 TEST(MultiRowGemvTest, EqualsMatrixProductForEveryRowCountAndWeightDtype) {
   at::manual_seed(3);

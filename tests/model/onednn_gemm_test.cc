@@ -8,21 +8,10 @@
 
 #include <cmath>
 
-#include "cache/torch_compat.h"
+#include "tests/model/thread_count.h"
 
 namespace kvserve::model {
 namespace {
-
-class ThreadCount {
- public:
-  explicit ThreadCount(int threads) : before_(compat::NumThreads()) {
-    compat::SetNumThreads(threads);
-  }
-  ~ThreadCount() { compat::SetNumThreads(before_); }
-
- private:
-  int before_;
-};
 
 TEST(OnednnGemmTest, EqualsMatrixProduct) {
   if (!OnednnAvailable()) GTEST_SKIP() << "built without oneDNN, or no AVX-512 on this CPU";
