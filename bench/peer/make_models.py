@@ -153,8 +153,9 @@ def write_gguf(path, peer, tensors, shape, dtype, name):
             elif module == "self_attn.k_proj":
                 a = permute(a, shape["kv_heads"])
         if dtype == "bf16" and a.ndim == 2:
+            # gguf-py takes a BF16 tensor as its bytes, [rows, 2 x cols].
             w.add_tensor(gg, to_bf16_bits(np.ascontiguousarray(a)).view(np.uint8).reshape(a.shape[0], -1),
-                         raw_shape=a.shape, raw_dtype=gguf.GGMLQuantizationType.BF16)
+                         raw_dtype=gguf.GGMLQuantizationType.BF16)
         else:
             w.add_tensor(gg, np.ascontiguousarray(a, dtype=np.float32))
     w.write_header_to_file()

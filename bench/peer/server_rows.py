@@ -9,7 +9,8 @@ model pair (make_models.py). Per round and side:
   cached  a 2,000-token prefix (fixed for the run) + 32 fresh ids, after the prefix was
           computed once: kvserve with the prefix registered as a named prefix; llama-server
           with cache_prompt (its slot keeps the previous prompt's KV).
-Prints median (min-max) seconds per side and the kvserve/llama.cpp ratio.
+Prints median (min-max) seconds per side and the kvserve/llama.cpp ratio, after checking that
+both servers generate the same 8 greedy tokens for one prompt (the same function).
 
   bench/peer/server_rows.py --peer /work/peer --build build --model bench-small-f32 --rounds 5
 """
@@ -38,9 +39,9 @@ def kvctl(args, target, *rest):
     return json.loads(out) if out.strip() else {}
 
 
-def llama_completion(port, ids):
-    body = json.dumps({"prompt": ids, "n_predict": 1, "cache_prompt": True,
-                       "temperature": 0}).encode()
+def llama_completion(port, ids, n_predict=1):
+    body = json.dumps({"prompt": ids, "n_predict": n_predict, "cache_prompt": True,
+                       "temperature": 0, "top_k": 1, "return_tokens": True}).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as response:
@@ -85,9 +86,18 @@ def main():
     results = {(side, row): [] for side in ("kvserve", "llama.cpp") for row in ("cold", "cached")}
     try:
         wait_until(lambda: subprocess.run([os.path.join(args.build, "client/kvctl"), "--target",
-                                           target, "health"]).returncode == 0, "kvserve")
+                                           target, "health"], capture_output=True).returncode == 0,
+                   "kvserve")
         wait_until(lambda: urllib.request.urlopen(f"http://127.0.0.1:{ll_port}/health",
                                                   timeout=2).status == 200, "llama-server")
+        # The two servers hold one function: the same greedy tokens for one prompt.
+        probe = [1, 450, 4996, 17354, 1701, 29916]
+        ours = kvctl(args, target, "generate", "--token-ids", ",".join(map(str, probe)),
+                     "--max-new-tokens", "8", "--ignore-eos")
+        ours_ids = [int(t) for t in ours.get("tokenIds", [])]
+        theirs_ids = llama_completion(ll_port, probe, n_predict=8).get("tokens", [])
+        print(f"greedy tokens of {probe}: kvserve {ours_ids}, llama-server {theirs_ids}: "
+              f"{'equal' if ours_ids == theirs_ids else 'DIFFERENT'}")
         prefix = fresh(2000)
         kvctl(args, target, "prefix", "register", "--name", "peer",
               "--token-ids", ",".join(map(str, prefix)))
