@@ -37,7 +37,9 @@ struct Sample {
   std::optional<double> ttft_ms;
   std::vector<double> itl_ms;  // one per token after the first message's
   int64_t tokens = 0;
-  std::string replica_id;  // who served it; empty when unknown
+  std::string replica_id;     // who served it; empty when unknown
+  int64_t prompt_tokens = 0;  // the server's usage, from the stream's last message
+  int64_t cached_tokens = 0;
 };
 
 Sample RunOne(const Client& client, const v1::GenerateRequest& request, const CallOptions& call) {
@@ -48,6 +50,10 @@ Sample RunOne(const Client& client, const v1::GenerateRequest& request, const Ca
   sample.status = client.GenerateStream(
       request,
       [&](const v1::GenerateStreamResponse& message) {
+        if (message.has_usage()) {
+          sample.prompt_tokens = message.usage().prompt_tokens();
+          sample.cached_tokens = message.usage().cached_tokens();
+        }
         const int n = message.token_ids_size();
         if (n == 0) return true;
         const SteadyClock::time_point now = SteadyClock::now();
@@ -80,9 +86,8 @@ std::vector<Sample> RunPhase(const Client& client, const BenchOptions& options,
   } finished;
   auto worker = [&] {
     for (int i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
-      const v1::GenerateRequest request = BenchRequest(
-          options,
-          SyntheticPrompt(first_index + i, options.prompt_tokens, info.vocab_size(), avoid));
+      const v1::GenerateRequest request =
+          BenchRequest(options, BenchPrompt(options, first_index + i, info.vocab_size(), avoid));
       samples[i] = RunOne(client, request, options.call);
       absl::MutexLock lock(&finished.mu);
       ++finished.count;
@@ -133,6 +138,14 @@ std::vector<cli::FlagSpec> BenchFlagSpecs() {
       {"prefix", "registered prefix every request starts with", ""},
       {"cache-implementation", "cache strategy of every request", "server: dynamic"},
       {"no-prefix-reuse", "compute every prompt in full (no cached-prefix copies)", "", true},
+      {"workload",
+       "random (every prompt its own) | shared-prefix (groups of prompts sharing a system "
+       "prompt, SGLang's generated-shared-prefix)",
+       "random"},
+      {"groups", "shared-prefix: system prompts (groups)", "4"},
+      {"prompts-per-group", "shared-prefix: requests per group", "8"},
+      {"system-prompt-tokens", "shared-prefix: tokens of each group's system prompt", "512"},
+      {"question-tokens", "shared-prefix: tokens each request adds to its system prompt", "64"},
   };
 }
 
@@ -147,7 +160,10 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(const ParsedFlags& flags) {
        {IntFlag{"concurrency", &options.concurrency, 1}, IntFlag{"requests", &options.requests, 1},
         IntFlag{"prompt-tokens", &options.prompt_tokens, 1},
         IntFlag{"max-new-tokens", &options.max_new_tokens, 1},
-        IntFlag{"warmup", &options.warmup, 0}}) {
+        IntFlag{"warmup", &options.warmup, 0}, IntFlag{"groups", &options.groups, 1},
+        IntFlag{"prompts-per-group", &options.prompts_per_group, 1},
+        IntFlag{"system-prompt-tokens", &options.system_prompt_tokens, 1},
+        IntFlag{"question-tokens", &options.question_tokens, 1}}) {
     absl::StatusOr<std::optional<int32_t>> value = flags.GetInt32(f.name);
     if (!value.ok()) return value.status();
     if (!value->has_value()) continue;
@@ -155,6 +171,22 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(const ParsedFlags& flags) {
       return absl::InvalidArgumentError(absl::StrCat("--", f.name, " must be >= ", f.min));
     }
     *f.out = **value;
+  }
+  const std::string workload = flags.flags.GetString("workload");
+  if (workload == "shared-prefix") {
+    options.workload = BenchWorkload::kSharedPrefix;
+    const bool sized = flags.flags.Has("requests") || flags.flags.Has("prompt-tokens");
+    if (sized) {
+      return absl::InvalidArgumentError(
+          "--workload shared-prefix sizes its requests with --groups, --prompts-per-group, "
+          "--system-prompt-tokens and --question-tokens; leave --requests and --prompt-tokens "
+          "unset");
+    }
+    options.requests = options.groups * options.prompts_per_group;
+    options.prompt_tokens = options.system_prompt_tokens + options.question_tokens;
+  } else if (!workload.empty() && workload != "random") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--workload must be random or shared-prefix, got '", workload.substr(0, 64), "'"));
   }
   options.prefix = flags.flags.GetString("prefix");
   options.cache_implementation = flags.flags.GetString("cache-implementation");
@@ -211,6 +243,22 @@ std::vector<int32_t> SyntheticPrompt(int64_t request_index, int length, int32_t 
   return ids;
 }
 
+std::vector<int32_t> BenchPrompt(const BenchOptions& options, int64_t index, int32_t vocab_size,
+                                 const std::vector<int32_t>& avoid_ids) {
+  if (options.workload == BenchWorkload::kRandom || index >= options.requests) {
+    return SyntheticPrompt(index, options.prompt_tokens, vocab_size, avoid_ids);
+  }
+  // System prompts and questions draw from index ranges of their own, past any request's.
+  const int64_t group = index % options.groups;
+  const int64_t base = int64_t{options.requests} + options.warmup;
+  std::vector<int32_t> prompt =
+      SyntheticPrompt(base + group, options.system_prompt_tokens, vocab_size, avoid_ids);
+  const std::vector<int32_t> question = SyntheticPrompt(
+      base + options.groups + index, options.question_tokens, vocab_size, avoid_ids);
+  prompt.insert(prompt.end(), question.begin(), question.end());
+  return prompt;
+}
+
 v1::GenerateRequest BenchRequest(const BenchOptions& options, const std::vector<int32_t>& prompt) {
   v1::GenerateRequest request;
   request.mutable_token_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
@@ -249,6 +297,11 @@ BenchReport RunBench(const Client& client, const BenchOptions& options, const v1
             absl::StrCat(absl::StatusCodeToString(s.status.code()), ": ", s.status.message());
       }
     }
+    if (s.status.ok()) {
+      report.prompt_tokens += s.prompt_tokens;
+      report.cached_tokens += s.cached_tokens;
+      if (s.cached_tokens > 0) ++report.requests_with_cache_hit;
+    }
     if (s.ttft_ms.has_value()) ttft_ms.push_back(*s.ttft_ms);
     itl_ms.insert(itl_ms.end(), s.itl_ms.begin(), s.itl_ms.end());
   }
@@ -258,6 +311,10 @@ BenchReport RunBench(const Client& client, const BenchOptions& options, const v1
   }
   report.ttft_ms = Summarize(ttft_ms);
   report.itl_ms = Summarize(itl_ms);
+  if (report.prompt_tokens > 0) {
+    report.cache_hit_rate =
+        static_cast<double>(report.cached_tokens) / static_cast<double>(report.prompt_tokens);
+  }
   return report;
 }
 
@@ -266,6 +323,12 @@ std::string BenchReportText(const BenchReport& r) {
   std::string out =
       absl::StrFormat("requests: %d (concurrency %d, prompt %d tokens, %d new tokens, warmup %d)\n",
                       o.requests, o.concurrency, o.prompt_tokens, o.max_new_tokens, o.warmup);
+  if (o.workload == BenchWorkload::kSharedPrefix) {
+    absl::StrAppend(&out, absl::StrFormat("workload: shared-prefix, %d groups x %d prompts, system "
+                                          "prompt %d tokens + question %d tokens\n",
+                                          o.groups, o.prompts_per_group, o.system_prompt_tokens,
+                                          o.question_tokens));
+  }
   absl::StrAppend(&out, "succeeded: ", r.succeeded, "  errors: ", r.errors, "\n");
   if (!r.first_error.empty()) absl::StrAppend(&out, "first error: ", r.first_error, "\n");
   absl::StrAppend(&out, "TTFT ms: p50 ", FormatMs(r.ttft_ms.p50), "  p99 ", FormatMs(r.ttft_ms.p99),
@@ -275,6 +338,10 @@ std::string BenchReportText(const BenchReport& r) {
   absl::StrAppend(
       &out, absl::StrFormat("output tokens: %d in %.3f s: %.1f tokens/s, %.2f requests/s\n",
                             r.output_tokens, r.wall_s, r.output_tokens_per_s, r.requests_per_s));
+  absl::StrAppend(&out,
+                  absl::StrFormat("cache hits: %d of %d prompt tokens (%.1f %%), %d requests\n",
+                                  r.cached_tokens, r.prompt_tokens, 100.0 * r.cache_hit_rate,
+                                  r.requests_with_cache_hit));
   // Through a gateway: how the requests spread over the replicas.
   const bool any_named = std::any_of(r.requests_by_replica.begin(), r.requests_by_replica.end(),
                                      [](const auto& entry) { return !entry.first.empty(); });
@@ -299,6 +366,15 @@ std::string BenchReportJson(const BenchReport& r) {
       {"prefix", o.prefix},
       {"cache_implementation", o.cache_implementation},
       {"skip_prefix_reuse", o.skip_prefix_reuse},
+      {"workload", o.workload == BenchWorkload::kSharedPrefix ? "shared-prefix" : "random"},
+      {"groups", o.groups},
+      {"prompts_per_group", o.prompts_per_group},
+      {"system_prompt_tokens", o.system_prompt_tokens},
+      {"question_tokens", o.question_tokens},
+      {"prompt_tokens_total", r.prompt_tokens},
+      {"cached_tokens", r.cached_tokens},
+      {"requests_with_cache_hit", r.requests_with_cache_hit},
+      {"cache_hit_rate", r.cache_hit_rate},
       {"succeeded", r.succeeded},
       {"errors", r.errors},
       {"first_error", r.first_error},

@@ -18,7 +18,24 @@
 
 namespace kvserve::client {
 
+// What the requests' prompts look like.
+enum class BenchWorkload {
+  // Every prompt its own: --prompt-tokens pseudo-random ids, no two sharing a prefix.
+  kRandom,
+  // SGLang's "generated-shared-prefix": groups x prompts_per_group requests; each group has its
+  // own system prompt of system_prompt_tokens, each request appends its own question of
+  // question_tokens. Requests go round-robin over the groups (request i: group i % groups),
+  // so a group's first request computes its system prompt while others of the group follow.
+  kSharedPrefix,
+};
+
 struct BenchOptions {
+  BenchWorkload workload = BenchWorkload::kRandom;
+  // kSharedPrefix (requests = groups * prompts_per_group; defaults scaled to a 2-core CPU).
+  int groups = 4;
+  int prompts_per_group = 8;
+  int system_prompt_tokens = 512;
+  int question_tokens = 64;
   int concurrency = 1;               // requests in flight at once, >= 1
   int requests = 16;                 // measured requests, >= 1
   int prompt_tokens = 32;            // synthetic input tokens per request, >= 1
@@ -42,6 +59,12 @@ struct BenchReport {
   double requests_per_s = 0;  // succeeded / wall_s
   LatencySummary ttft_ms;     // send to first message with tokens, per request
   LatencySummary itl_ms;      // gap between token arrivals, per token
+  // From the servers' usage (requests whose stream ended OK): prompt tokens, and of them those
+  // a cached prefix supplied; requests with any cached token.
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  int requests_with_cache_hit = 0;
+  double cache_hit_rate = 0;  // cached_tokens / prompt_tokens
   // Requests (failed ones included) by the replica that served them (x-kvserve-replica); those
   // whose server named none are under "".
   std::map<std::string, int> requests_by_replica;
@@ -63,6 +86,11 @@ absl::Status CheckBenchFitsModel(const BenchOptions& options, const v1::ModelInf
 // Requires vocab_size > avoid_ids.size().
 std::vector<int32_t> SyntheticPrompt(int64_t request_index, int length, int32_t vocab_size,
                                      const std::vector<int32_t>& avoid_ids);
+
+// The prompt of request `index` (measured requests 0..requests-1, warm-up ones after) under
+// options.workload; warm-up prompts never share a prefix with measured ones.
+std::vector<int32_t> BenchPrompt(const BenchOptions& options, int64_t index, int32_t vocab_size,
+                                 const std::vector<int32_t>& avoid_ids);
 
 // The streaming request bench sends: `prompt` as token ids, max_new_tokens, ignore_eos, and
 // the prefix and cache implementation when set.

@@ -104,6 +104,60 @@ TEST(ParseBenchOptionsTest, BadValuesNameTheFlag) {
               HasSubstr("--prompt-tokens"));
 }
 
+TEST(ParseBenchOptionsTest, SharedPrefixWorkloadSizesItsRequests) {
+  absl::StatusOr<BenchOptions> options =
+      ParseBench({"--workload", "shared-prefix", "--groups", "3", "--prompts-per-group", "5",
+                  "--system-prompt-tokens", "100", "--question-tokens", "20"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->workload, BenchWorkload::kSharedPrefix);
+  EXPECT_EQ(options->requests, 15);
+  EXPECT_EQ(options->prompt_tokens, 120);
+  absl::StatusOr<BenchOptions> defaults = ParseBench({"--workload", "shared-prefix"});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->requests, 32);
+  EXPECT_EQ(defaults->prompt_tokens, 576);
+  EXPECT_THAT(ParseBench({"--workload", "shared-prefix", "--requests", "4"}).status().message(),
+              HasSubstr("--requests"));
+  EXPECT_THAT(ParseBench({"--workload", "sharded"}).status().message(), HasSubstr("--workload"));
+  EXPECT_THAT(ParseBench({"--groups", "0"}).status().message(), HasSubstr("--groups"));
+}
+
+TEST(BenchPromptTest, SharedPrefixRequestsShareTheirGroupsSystemPromptOnly) {
+  BenchOptions options;
+  options.workload = BenchWorkload::kSharedPrefix;
+  options.groups = 3;
+  options.prompts_per_group = 4;
+  options.requests = 12;
+  options.system_prompt_tokens = 10;
+  options.question_tokens = 5;
+  options.prompt_tokens = 15;  // as ParseBenchOptions sets it
+  options.warmup = 2;
+  const std::vector<int32_t> avoid = {0, 2};
+  auto prompt = [&](int64_t i) { return BenchPrompt(options, i, 1000, avoid); };
+  for (int64_t i = 0; i < 12; ++i) {
+    const std::vector<int32_t> p = prompt(i);
+    ASSERT_EQ(p.size(), 15u);
+    EXPECT_THAT(p, Each(Not(::testing::AnyOf(0, 2))));
+    for (int64_t j = 0; j < 12; ++j) {
+      if (j == i) continue;
+      const std::vector<int32_t> q = prompt(j);
+      const bool same_group = i % 3 == j % 3;
+      // The same group: the same 10 system tokens, then different questions.
+      EXPECT_EQ(std::equal(p.begin(), p.begin() + 10, q.begin()), same_group) << i << " " << j;
+      EXPECT_NE(p[10], q[10]) << i << " " << j;
+      if (!same_group) {
+        EXPECT_NE(p[0], q[0]) << i << " " << j;
+      }
+    }
+  }
+  // Warm-up requests (after the measured ones) share no prefix with any measured one.
+  for (int64_t w = 12; w < 14; ++w) {
+    const std::vector<int32_t> p = prompt(w);
+    EXPECT_EQ(p.size(), 15u);
+    for (int64_t i = 0; i < 12; ++i) EXPECT_NE(p[0], prompt(i)[0]);
+  }
+}
+
 TEST(CheckBenchFitsModelTest, ContextAndLimit) {
   const v1::ModelInfo info = FakeModelInfo();  // context 64, limit 32
   BenchOptions options;
@@ -152,6 +206,12 @@ TEST(RunBenchTest, CountsEveryTokenAgainstAFakeServer) {
   EXPECT_TRUE(json["ttft_ms"]["p50"].is_number());
   EXPECT_TRUE(json["itl_ms"]["p99"].is_number());
   EXPECT_THAT(BenchReportText(report), HasSubstr("succeeded: 5  errors: 0"));
+  // The servers' usage: every prompt token, none cached (the fake caches nothing).
+  EXPECT_EQ(report.prompt_tokens, 30);
+  EXPECT_EQ(report.cached_tokens, 0);
+  EXPECT_EQ(json["prompt_tokens_total"], 30);
+  EXPECT_EQ(json["cache_hit_rate"], 0.0);
+  EXPECT_THAT(BenchReportText(report), HasSubstr("cache hits: 0 of 30 prompt tokens (0.0 %)"));
 
   // Every request (warm-up included) carried the route; the replica served the measured ones.
   EXPECT_EQ(server.replica().routes(), std::vector<std::string>(6, "bench-key"));
