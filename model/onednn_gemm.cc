@@ -132,11 +132,15 @@ bool OnednnLinear(const at::Tensor& x, const at::Tensor& w, at::Tensor* y) {
   ParallelFor(parts, [&](int64_t part) {
     const int64_t c0 = part * slice, cols = std::min(out, c0 + slice) - c0;
     if (cols <= 0) return;
-    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+    // One oneDNN thread here; the thread's OpenMP setting (LibTorch's, on the caller) is
+    // put back after.
+    const int omp_threads = omp_get_max_threads();
+    if (omp_threads != 1) omp_set_num_threads(1);
     Run(xp, wp + c0 * in, yp + c0, body, in, cols, out);
     if (body < rows) {
       Run(xp + body * in, wp + c0 * in, yp + body * out + c0, rows - body, in, cols, out);
     }
+    if (omp_threads != 1) omp_set_num_threads(omp_threads);
   });
   return true;
 }
