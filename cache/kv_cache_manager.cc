@@ -71,6 +71,18 @@ int64_t CommonPrefixLength(absl::Span<const int32_t> a, absl::Span<const int32_t
 
 }  // namespace
 
+const CatalogEntry* FindVisiblePrefix(const PrefixCatalog& catalog, std::string_view tenant,
+                                      std::string_view name, std::string* qualified) {
+  for (std::string_view space : {tenant, kSharedSpace}) {
+    std::string key = QualifiedPrefixName(space, name);
+    auto it = catalog.find(key);
+    if (it == catalog.end()) continue;
+    if (qualified != nullptr) *qualified = std::move(key);
+    return &it->second;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
     const KvCacheManagerOptions& options, KvModelShape shape, const Clock* clock) {
   if (options.prefix_cache_bytes < 1) {

@@ -216,6 +216,12 @@ struct CatalogEntry {
 // sorted by name; an immutable value.
 using PrefixCatalog = std::map<std::string, CatalogEntry>;
 
+// The entry the name `name` resolves to for `tenant`: the tenant's own prefix of that name,
+// else the shared one (see QualifiedPrefixName); null when neither exists. `*qualified` (may
+// be null) gets the entry's catalog key.
+const CatalogEntry* FindVisiblePrefix(const PrefixCatalog& catalog, std::string_view tenant,
+                                      std::string_view name, std::string* qualified = nullptr);
+
 // A named prefix that appeared (put or replaced: `info` and `snapshot` set) or went (deleted,
 // evicted or expired: both empty).
 struct CatalogChange {

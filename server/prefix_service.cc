@@ -24,17 +24,6 @@
 namespace kvserve::server {
 namespace {
 
-// The catalog entry `name` resolves to for `tenant`: its own, else the shared one.
-const cache::CatalogEntry* Resolve(const cache::PrefixCatalog& catalog, const std::string& tenant,
-                                   const std::string& name) {
-  for (const std::string& qualified : {cache::QualifiedPrefixName(tenant, name),
-                                       cache::QualifiedPrefixName(cache::kSharedSpace, name)}) {
-    auto it = catalog.find(qualified);
-    if (it != catalog.end()) return &it->second;
-  }
-  return nullptr;
-}
-
 absl::Status SharedNeedsAdmin(const char* what) {
   return absl::PermissionDeniedError(absl::StrCat(
       "shared: ", what, " a shared prefix needs the admin role (this caller is a user)"));
@@ -129,7 +118,7 @@ grpc::ServerUnaryReactor* PrefixService::GetPrefix(grpc::CallbackServerContext* 
         const ServedPrefixes* served = served_.get();
         if (served == nullptr) return ModelLoadingError();
         const std::shared_ptr<const cache::PrefixCatalog> catalog = served->engine->catalog();
-        const cache::CatalogEntry* entry = Resolve(*catalog, tenant, in.name());
+        const cache::CatalogEntry* entry = cache::FindVisiblePrefix(*catalog, tenant, in.name());
         if (entry == nullptr) return NotFound(in.name());
         *out = ToProto(entry->info);
         return absl::OkStatus();

@@ -486,12 +486,15 @@ std::shared_ptr<const cache::Snapshot> RequestParser::FindPrefix(
 
 std::optional<ResolvedPrefix> RequestParser::ResolvePrefix(const std::string& tenant,
                                                            const std::string& name) const {
-  for (const std::string& qualified : {cache::QualifiedPrefixName(tenant, name),
-                                       cache::QualifiedPrefixName(cache::kSharedSpace, name)}) {
-    std::shared_ptr<const cache::Snapshot> snapshot = FindPrefix(qualified);
-    if (snapshot != nullptr) return ResolvedPrefix{qualified, std::move(snapshot)};
-  }
-  return std::nullopt;
+  if (!catalog_) return std::nullopt;
+  const std::shared_ptr<const cache::PrefixCatalog> catalog = catalog_();
+  ResolvedPrefix resolved;
+  const cache::CatalogEntry* entry =
+      cache::FindVisiblePrefix(*catalog, tenant, name, &resolved.qualified_name);
+  if (entry == nullptr) return std::nullopt;
+  resolved.snapshot = entry->snapshot.lock();
+  if (resolved.snapshot == nullptr) return std::nullopt;
+  return resolved;
 }
 
 absl::StatusOr<cache::SessionOptions> RequestParser::ParseSessionOptions(
