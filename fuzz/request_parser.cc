@@ -237,7 +237,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   v1::SessionOptions options;
   if (options.ParseFromArray(data, static_cast<int>(size))) {
-    absl::StatusOr<cache::SessionOptions> session = parser.ParseSessionOptions(options, "default");
+    absl::StatusOr<cache::SessionOptions> session =
+        parser.ParseSessionOptions(options, kvserve::server::kDefaultTenant);
     if (!session.ok()) KVSERVE_CHECK(IsRefusal(session.status())) << session.status();
   }
   return 0;

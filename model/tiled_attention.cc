@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "model/cpu_kernels.h"
@@ -326,23 +327,25 @@ bool TiledAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t 
       std::max<int64_t>(0, std::min({kv.num_valid, kv_len, q_start + n - kv.kv_offset}));
   const int64_t lp = std::max<int64_t>(kKeyBlock, (used + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
   // Transposed keys, zero past `used` (those lanes are masked, but must be finite).
-  std::vector<float> kt(static_cast<size_t>(kv_heads * d * lp), 0.0f);
+  // Only the padding past `used` is zeroed; the rest is written below.
+  std::unique_ptr<float[]> kt(new float[static_cast<size_t>(kv_heads * d * lp)]);
   const float* kp = kv.keys.data_ptr<float>();
   const int64_t ks1 = kv.keys.stride(1), ks2 = kv.keys.stride(2);
   ParallelFor(kv_heads, [&](int64_t kh) {
-    float* dst = kt.data() + kh * d * lp;
+    float* dst = kt.get() + kh * d * lp;
     const float* src = kp + kh * ks1;
     for (int64_t j = 0; j < used; ++j) {
       const float* key = src + j * ks2;
       for (int64_t c = 0; c < d; ++c) dst[c * lp + j] = key[c];
     }
+    for (int64_t c = 0; c < d; ++c) std::fill(dst + c * lp + used, dst + (c + 1) * lp, 0.0f);
   });
 
   *out = at::empty({n, heads * d}, queries.options());
   Problem problem;
   problem.d = d;
   problem.scale = static_cast<float>(scale);
-  problem.kt = kt.data();
+  problem.kt = kt.get();
   problem.lp = lp;
   problem.values = kv.values.data_ptr<float>();
   problem.vs1 = kv.values.stride(1);

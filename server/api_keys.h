@@ -26,6 +26,10 @@ enum class Role { kUser, kAdmin };
 // "user" or "admin".
 const char* RoleName(Role role);
 
+// The tenant of every call when no caller is authenticated (no API keys, no tenants from
+// client certificates): one namespace, with the admin role.
+inline constexpr char kDefaultTenant[] = "default";
+
 // Who a call is made for.
 struct Principal {
   std::string tenant;

@@ -31,10 +31,6 @@ inline constexpr char kReplicaMetadata[] = "x-kvserve-replica";    // server →
 inline constexpr char kRequestIdMetadata[] = "x-request-id";       // both ways
 inline constexpr char kAuthorizationMetadata[] = "authorization";  // Bearer API key
 
-// The tenant of every call when no caller is authenticated (no API keys, no tenants from
-// client certificates): one namespace, with the admin role.
-inline constexpr char kDefaultTenant[] = "default";
-
 // The identity of this replica, shared by the services. Thread-safe.
 class ReplicaIdentity {
  public:

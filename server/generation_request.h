@@ -14,6 +14,7 @@
 #include "cache/cache_spec.h"
 #include "model/beam_search.h"
 #include "model/sampler.h"
+#include "server/api_keys.h"
 
 namespace kvserve::cache {
 class Snapshot;
@@ -26,7 +27,7 @@ struct GenerationRequest {
   // The whole prompt (a prefix's tokens included), >= 1 token, each in [0, vocab).
   std::vector<int32_t> prompt_ids;
   // The caller's tenant: its namespace for automatic prefix reuse, and its per-tenant limits.
-  std::string tenant = "default";
+  std::string tenant = kDefaultTenant;
   // Qualified name (cache::QualifiedPrefixName) of the registered prefix the prompt starts
   // with; empty: none.
   std::string prefix;

@@ -13,6 +13,7 @@
 #include "kvserve/v1/prefix.pb.h"
 #include "kvserve/v1/session.pb.h"
 #include "model/model.h"
+#include "server/api_keys.h"
 #include "server/generation_request.h"
 
 namespace kvserve::model {
@@ -62,7 +63,7 @@ struct ParseContext {
   std::function<bool()> cancelled;               // null: never cancelled
   // The caller's tenant: prefix names resolve in its namespace, then the shared one; another
   // tenant's sessions are NOT_FOUND.
-  std::string tenant = "default";
+  std::string tenant = kDefaultTenant;
 };
 
 // A named prefix resolved for a tenant.
