@@ -1,62 +1,110 @@
 #!/usr/bin/python3
 """Server rows against llama-server on identical weights, interleaved rounds.
 
-One kvserve (--threads T, 127.0.0.1:0) and one llama-server (-t T -c 4096 -np 1, KV f32,
-flash attention off: its best configuration for these rows in peer-llamacpp.md) on the same
-model pair (make_models.py). Per round and side:
+Single requests: one kvserve (--threads T, --no-auto-prefix-cache) and one llama-server (-t T
+-c 4096 -np 1, KV f32, flash attention off: its best configuration for these rows in
+peer-llamacpp.md) on the same model pair (make_models.py). Per round and side, on the same
+token ids for both sides:
   cold    a fresh prompt of 2,032 random token ids, one new token: kvserve's timings.ttft_ms;
           llama-server's timings.prompt_ms (its prompt processing, server side);
   cached  a 2,000-token prefix (fixed for the run) + 32 fresh ids, after the prefix was
           computed once: kvserve with the prefix registered as a named prefix; llama-server
           with cache_prompt (its slot keeps the previous prompt's KV).
-Prints median (min-max) seconds per side and the kvserve/llama.cpp ratio, after checking that
-both servers generate the same 8 greedy tokens for one prompt (the same function).
+Concurrent requests (then, on a second pair of servers: kvserve with its defaults, automatic
+prefix caching on; llama-server with -np 8, 8 x 2,560 tokens of context, continuous
+batching, cache_prompt):
+  concurrent  8 streamed requests sent at once from 8 client processes, whose prompts share a
+          fresh 2,000-token prefix (new every round, never seen by either server before) and
+          end with 32 ids of their own; 32 new tokens each (greedy, EOS ignored). Both sides
+          get the same ids. Reported: mean TTFT measured by the client (send to the first
+          token message), mean TTFT from the servers' timings (llama-server's prompt_ms then
+          leaves out the time a slot waits for the others' prompts: see servers.py), and the
+          generated tokens/s (all 8 x 32 tokens / first send to last answer).
+Prints median (min-max) per side and the kvserve/llama.cpp ratio of the medians, after
+checking that both servers generate the same 8 greedy tokens for one prompt (the same
+function). --json FILE keeps every sample (row, side, round, values).
 
-  bench/peer/server_rows.py --peer /work/peer --build build --model bench-small-f32 --rounds 5
+  bench/peer/server_rows.py --peer /work/peer --build build --model bench-small-f32 --rounds 5 \
+      [--rows single,concurrent] [--json server_rows.json]
 """
 import argparse
-import json
 import os
-import random
-import signal
-import socket
-import statistics
-import subprocess
-import time
-import urllib.request
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import servers  # noqa: E402  pylint: disable=wrong-import-position
+
+PREFIX_TOKENS = 2000
+OWN_TOKENS = 32
+CONCURRENT = 8
+CONCURRENT_NEW_TOKENS = 32
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def single_rows(args, model_dir, gguf, fresh, samples):
+    kv = servers.Kvserve(args.build, model_dir, args.threads, ["--no-auto-prefix-cache"])
+    try:
+        ll = servers.LlamaServer(args.peer, gguf, args.threads, parallel=1, ctx_per_slot=4096)
+    except BaseException:
+        kv.stop()
+        raise
+    try:
+        servers.check_same_function(kv, ll)
+        prefix = fresh(PREFIX_TOKENS)
+        kv.register_prefix("peer", prefix)
+        # Warm-ups: one cold prompt each.
+        kv.generate(fresh(64))
+        ll.completion(fresh(64))
+        for rnd in range(args.rounds):
+            cold, suffix, other = fresh(PREFIX_TOKENS + OWN_TOKENS), fresh(OWN_TOKENS), fresh(OWN_TOKENS)
+            for side in servers.side_order(rnd):
+                if side == servers.KVSERVE:
+                    out = kv.generate(cold)
+                    cold_values = {"ttft_s": kv.ttft_s(out),
+                                   "prompt_tokens_computed": len(cold) - kv.cached_tokens(out)}
+                    out = kv.generate(suffix, prefix="peer")
+                    cached_values = {"ttft_s": kv.ttft_s(out),
+                                     "prompt_tokens_computed": len(prefix) + len(suffix) - kv.cached_tokens(out)}
+                else:
+                    out = ll.completion(cold)
+                    cold_values = {"ttft_s": ll.ttft_s(out),
+                                   "prompt_tokens_computed": ll.computed_tokens(out)}
+                    ll.completion(prefix + other)  # the slot now holds the prefix
+                    out = ll.completion(prefix + suffix)
+                    assert out["timings"]["prompt_n"] <= OWN_TOKENS + 8, out["timings"]
+                    cached_values = {"ttft_s": ll.ttft_s(out),
+                                     "prompt_tokens_computed": ll.computed_tokens(out)}
+                samples.append({"row": "cold", "side": side, "round": rnd, "values": cold_values})
+                samples.append({"row": "cached", "side": side, "round": rnd, "values": cached_values})
+            print(f"round {rnd + 1}/{args.rounds}: single-request rows done", flush=True)
+    finally:
+        kv.stop()
+        ll.stop()
 
 
-def kvctl(args, target, *rest):
-    cmd = [os.path.join(args.build, "client/kvctl"), "--target", target, "--output", "json",
-           "--timeout-ms", "300000", *rest]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return json.loads(out) if out.strip() else {}
-
-
-def llama_completion(port, ids, n_predict=1):
-    body = json.dumps({"prompt": ids, "n_predict": n_predict, "cache_prompt": True,
-                       "temperature": 0, "top_k": 1, "return_tokens": True}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as response:
-        return json.loads(response.read())
-
-
-def wait_until(check, what):
-    for _ in range(1200):
-        try:
-            if check():
-                return
-        except Exception:  # pylint: disable=broad-except
-            pass
-        time.sleep(0.25)
-    raise SystemExit(f"{what} did not start")
+def concurrent_row(args, model_dir, gguf, fresh, samples):
+    pools = servers.SenderPools()
+    kv = ll = None
+    try:
+        kv = servers.Kvserve(args.build, model_dir, args.threads)
+        ll = servers.LlamaServer(args.peer, gguf, args.threads, parallel=CONCURRENT,
+                                 ctx_per_slot=servers.round_up(PREFIX_TOKENS + OWN_TOKENS +
+                                                               CONCURRENT_NEW_TOKENS + 64, 512))
+        by_side = {servers.KVSERVE: kv, servers.LLAMA: ll}
+        # Warm-up: one batch of short distinct prompts each (first-use costs, the connections).
+        for server in (kv, ll):
+            servers.run_batch(pools, server, [fresh(64) for _ in range(CONCURRENT)], 4)
+        for rnd in range(args.rounds):
+            prefix = fresh(PREFIX_TOKENS)
+            prompts = [prefix + fresh(OWN_TOKENS) for _ in range(CONCURRENT)]
+            for side in servers.side_order(rnd):
+                values = servers.run_batch(pools, by_side[side], prompts, CONCURRENT_NEW_TOKENS)
+                samples.append({"row": "concurrent", "side": side, "round": rnd, "values": values})
+            print(f"round {rnd + 1}/{args.rounds}: concurrent row done", flush=True)
+    finally:
+        pools.close()
+        for server in (kv, ll):
+            if server is not None:
+                server.stop()
 
 
 def main():
@@ -66,76 +114,46 @@ def main():
     parser.add_argument("--model", default="bench-small-f32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rows", default="single,concurrent",
+                        help="single (cold and cached rows), concurrent, or both")
+    parser.add_argument("--json", help="write every sample here")
     args = parser.parse_args()
-    rng = random.Random(11)
-    fresh = lambda n: [rng.randrange(3, 31000) for _ in range(n)]
+    rows = set(args.rows.split(","))
+    if not rows or rows - {"single", "concurrent"}:
+        parser.error("--rows takes single, concurrent or single,concurrent")
+    model_dir = os.path.join(args.peer, "models", args.model + "-hf")
+    gguf = os.path.join(args.peer, "models", args.model + ".gguf")
+    fresh = servers.fresh_ids(11)
+    samples = []
+    if "single" in rows:
+        single_rows(args, model_dir, gguf, fresh, samples)
+    if "concurrent" in rows:
+        concurrent_row(args, model_dir, gguf, fresh, samples)
 
-    kv_port, ll_port = free_port(), free_port()
-    kv = subprocess.Popen([os.path.join(args.build, "server/kvserve"), "--model",
-                           os.path.join(args.peer, "models", args.model + "-hf"), "--listen",
-                           f"127.0.0.1:{kv_port}", "--threads", str(args.threads),
-                           "--no-auto-prefix-cache"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ll = subprocess.Popen([os.path.join(args.peer, "llama.cpp/build/bin/llama-server"), "-m",
-                           os.path.join(args.peer, "models", args.model + ".gguf"), "--port",
-                           str(ll_port), "-t", str(args.threads), "-tb", str(args.threads), "-c",
-                           "4096", "-np", "1", "-fa", "off", "-ctk", "f32", "-ctv", "f32",
-                           "--no-warmup"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    target = f"127.0.0.1:{kv_port}"
-    results = {(side, row): [] for side in ("kvserve", "llama.cpp") for row in ("cold", "cached")}
-    try:
-        wait_until(lambda: subprocess.run([os.path.join(args.build, "client/kvctl"), "--target",
-                                           target, "health"], capture_output=True).returncode == 0,
-                   "kvserve")
-        wait_until(lambda: urllib.request.urlopen(f"http://127.0.0.1:{ll_port}/health",
-                                                  timeout=2).status == 200, "llama-server")
-        # The two servers hold one function: the same greedy tokens for one prompt.
-        probe = [1, 450, 4996, 17354, 1701, 29916]
-        ours = kvctl(args, target, "generate", "--token-ids", ",".join(map(str, probe)),
-                     "--max-new-tokens", "8", "--ignore-eos")
-        ours_ids = [int(t) for t in ours.get("tokenIds", [])]
-        theirs_ids = llama_completion(ll_port, probe, n_predict=8).get("tokens", [])
-        print(f"greedy tokens of {probe}: kvserve {ours_ids}, llama-server {theirs_ids}: "
-              f"{'equal' if ours_ids == theirs_ids else 'DIFFERENT'}")
-        prefix = fresh(2000)
-        kvctl(args, target, "prefix", "register", "--name", "peer",
-              "--token-ids", ",".join(map(str, prefix)))
-        # Warm-ups: one cold prompt each, and llama-server's first look at the prefix.
-        kvctl(args, target, "generate", "--token-ids", ",".join(map(str, fresh(64))),
-              "--max-new-tokens", "1")
-        llama_completion(ll_port, fresh(64))
-        for rnd in range(args.rounds):
-            order = ["kvserve", "llama.cpp"] if rnd % 2 == 0 else ["llama.cpp", "kvserve"]
-            for side in order:
-                cold = fresh(2032)
-                suffix = fresh(32)
-                if side == "kvserve":
-                    out = kvctl(args, target, "generate", "--token-ids", ",".join(map(str, cold)),
-                                "--max-new-tokens", "1")
-                    results[(side, "cold")].append(float(out["timings"]["ttftMs"]) / 1000)
-                    out = kvctl(args, target, "generate", "--prefix", "peer", "--token-ids",
-                                ",".join(map(str, suffix)), "--max-new-tokens", "1")
-                    results[(side, "cached")].append(float(out["timings"]["ttftMs"]) / 1000)
-                else:
-                    out = llama_completion(ll_port, cold)
-                    results[(side, "cold")].append(out["timings"]["prompt_ms"] / 1000)
-                    llama_completion(ll_port, prefix + fresh(32))  # the slot now holds the prefix
-                    out = llama_completion(ll_port, prefix + suffix)
-                    assert out["timings"]["prompt_n"] <= 40, out["timings"]
-                    results[(side, "cached")].append(out["timings"]["prompt_ms"] / 1000)
-    finally:
-        kv.send_signal(signal.SIGTERM)
-        ll.send_signal(signal.SIGTERM)
-        kv.wait()
-        ll.wait()
-    print(f"| {args.model}, {args.threads} threads | kvserve s | llama-server s | kvserve / llama.cpp |")
+    kv, ll = servers.KVSERVE, servers.LLAMA
+    print(f"| {args.model}, {args.threads} threads | kvserve | llama-server | kvserve / llama.cpp |")
     print("|---|---:|---:|---:|")
-    for row, what in (("cold", "cold TTFT, 2,032 tokens"), ("cached", "TTFT, 2,000 cached + 32 new")):
-        k, l = results[("kvserve", row)], results[("llama.cpp", row)]
-        mk, ml = statistics.median(k), statistics.median(l)
-        print(f"| {what} | {mk:.3f} ({min(k):.3f}-{max(k):.3f}) | {ml:.3f} ({min(l):.3f}-{max(l):.3f}) "
-              f"| {mk / ml:.2f} |")
+    if "single" in rows:
+        for row, label in (("cold", "cold TTFT, 2,032 tokens, s"),
+                           ("cached", "TTFT, 2,000 cached + 32 new, s")):
+            print(servers.ratio_row(label, servers.values_of(samples, kv, "ttft_s", row=row),
+                                    servers.values_of(samples, ll, "ttft_s", row=row)))
+    if "concurrent" in rows:
+        what = f"{CONCURRENT} at once, fresh shared {PREFIX_TOKENS:,} + {OWN_TOKENS} own, {CONCURRENT_NEW_TOKENS} new"
+        for key, label, digits in (
+                ("ttft_client_mean_s", "mean TTFT (client, streamed), s", 3),
+                ("ttft_server_mean_s", "mean TTFT (server timings), s", 3),
+                ("tokens_per_s", "generated tokens/s", 1),
+                ("prompt_tokens_computed", "prompt tokens computed", 0)):
+            print(servers.ratio_row(f"{what}: {label}",
+                                    servers.values_of(samples, kv, key, row="concurrent"),
+                                    servers.values_of(samples, ll, key, row="concurrent"), digits))
+    if args.json:
+        servers.write_json(args.json, {"script": "server_rows", "model": args.model,
+                                       "threads": args.threads, "rounds": args.rounds,
+                                       "concurrent": CONCURRENT, "prefix_tokens": PREFIX_TOKENS,
+                                       "own_tokens": OWN_TOKENS,
+                                       "concurrent_new_tokens": CONCURRENT_NEW_TOKENS}, samples)
 
 
 if __name__ == "__main__":
