@@ -50,7 +50,7 @@ RUN apt-get update \
       libopenblas0-pthread libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
       protobuf-compiler libspdlog-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev \
       nlohmann-json3-dev libre2-dev prometheus-cpp-dev libonig-dev libutf8proc-dev \
-      libyaml-cpp-dev python3-grpcio python3-protobuf python3-numpy \
+      libyaml-cpp-dev python3-grpcio python3-protobuf python3-numpy libdnnl-dev \
  && rm -rf /var/lib/apt/lists/*
 # Lists the packages owning the shared libraries that the given binaries load (one per line):
 # what a runtime stage must install. Libraries no package owns (the host's CUDA driver) are

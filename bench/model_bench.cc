@@ -2,7 +2,8 @@
 // a Hugging Face model folder (--model DIR). Reports tokens/s as a counter; the arguments are
 // the number of threads and the prompt length (prefill) or context depth (decode).
 //
-//   kvserve_model_bench [--model DIR] [--depths 512,2048] [--threads 1,2] [google-benchmark flags]
+//   kvserve_model_bench [--model DIR] [--depths 512,2048] [--threads 1,2]
+//                       [--bf16-compute auto|exact] [google-benchmark flags]
 //
 // With --model only that folder's benchmarks run (BM_Prefill/model/THREADS/TOKENS: a prompt of
 // TOKENS into an empty cache; BM_Decode/model/THREADS/DEPTH: 64 single-token steps after a
@@ -32,6 +33,12 @@
 namespace kvserve::model {
 namespace {
 
+// Every model's load options (--bf16-compute sets bf16_compute).
+TransformerOptions& LoadOptions() {
+  static TransformerOptions options;
+  return options;
+}
+
 // Models are made once per preset and kept for the whole run. A preset name ending in
 // "/bf16" makes the checkpoint in bfloat16, as real checkpoints are shipped; kvserve keeps
 // those weights in bfloat16 and computes in float32.
@@ -45,7 +52,7 @@ Transformer& BenchModel(const std::string& name) {
       std::cerr << source.status() << "\n";
       std::abort();
     }
-    auto model = Transformer::Load(*source, {});
+    auto model = Transformer::Load(*source, LoadOptions());
     if (!model.ok()) {
       std::cerr << model.status() << "\n";
       std::abort();
@@ -60,7 +67,7 @@ Transformer& BenchModel(const std::string& name) {
                                 .seed = 1,
                                 .weights_dtype = bf16 ? WeightsDtype::kBF16 : WeightsDtype::kF32});
     if (!files.ok()) std::abort();
-    auto model = Transformer::Load(base::ModelSource::FromMemory(*files), {});
+    auto model = Transformer::Load(base::ModelSource::FromMemory(*files), LoadOptions());
     if (!model.ok()) std::abort();
     slot = *std::move(model);
   }
@@ -215,6 +222,14 @@ int main(int argc, char** argv) {
       model_dir = std::string(value("--model"));
     } else if (arg.starts_with("--depths")) {
       depths = IntList("--depths", value("--depths"));
+    } else if (arg.starts_with("--bf16-compute")) {
+      absl::StatusOr<kvserve::model::Bf16Compute> mode =
+          kvserve::model::ParseBf16Compute(value("--bf16-compute"));
+      if (!mode.ok()) {
+        std::cerr << mode.status().message() << "\n";
+        return 2;
+      }
+      kvserve::model::LoadOptions().bf16_compute = *mode;
     } else if (arg.starts_with("--threads")) {
       threads = IntList("--threads", value("--threads"));
     } else {

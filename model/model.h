@@ -61,6 +61,9 @@ struct ModelInfo {
   // Storage dtype of the projection weights (the LM head's), which may be narrower than
   // `dtype` on the CPU (TransformerOptions::weight_dtype).
   at::ScalarType weight_dtype = at::kFloat;
+  // True when bfloat16 projection weights multiply activations rounded to bfloat16
+  // (TransformerOptions::bf16_compute resolved to kNative with bfloat16 weights).
+  bool bf16_activations = false;
   c10::Device device = c10::Device(c10::kCPU);
 };
 

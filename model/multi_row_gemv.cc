@@ -6,6 +6,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -190,6 +191,105 @@ void WidenAvx2(const void* w, float* dst, int64_t begin, int64_t end) {
 #pragma GCC pop_options
 #endif  // KVSERVE_SIMD_AVX2
 
+#if defined(KVSERVE_SIMD_AVX512)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512dq,avx512bw,avx512vl,avx512bf16")
+// GCC 12's AVX-512 cast and extract intrinsics start from an undefined vector, which it then
+// reports as maybe uninitialized at every use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+void RoundToBf16Avx512(const float* x, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), (__m256i)h);
+  }
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + i));
+    _mm256_mask_storeu_epi16(dst + i, mask, (__m256i)h);
+  }
+}
+
+inline __m512bh LoadBf16x32(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
+
+// The sum of a vector's sixteen lanes, in a fixed order.
+inline float Sum16(__m512 v) {
+  return HorizontalSum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+// y[r, j] for kRows rows of bfloat16 x against bfloat16 weight row j: vdpbf16ps over 64
+// elements per step into two accumulators per row, a 32-element step and a masked tail
+// after; y[r, j] is computed the same way for any kRows.
+template <int kRows>
+inline void RowTileBf16Native(const uint16_t* x, const uint16_t* w, float* y, int64_t in,
+                              int64_t out, int64_t j) {
+  const uint16_t* row = w + j * in;
+  __m512 a0[kRows], a1[kRows];
+  for (int r = 0; r < kRows; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 64 <= in; i += 64) {
+    const char* ahead = reinterpret_cast<const char*>(row + i) + kPrefetchBytes;
+    _mm_prefetch(ahead, _MM_HINT_T0);
+    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    const __m512bh w0 = LoadBf16x32(row + i), w1 = LoadBf16x32(row + i + 32);
+    for (int r = 0; r < kRows; ++r) {
+      a0[r] = _mm512_dpbf16_ps(a0[r], w0, LoadBf16x32(x + r * in + i));
+      a1[r] = _mm512_dpbf16_ps(a1[r], w1, LoadBf16x32(x + r * in + i + 32));
+    }
+  }
+  if (i + 32 <= in) {
+    const __m512bh w0 = LoadBf16x32(row + i);
+    for (int r = 0; r < kRows; ++r) {
+      a0[r] = _mm512_dpbf16_ps(a0[r], w0, LoadBf16x32(x + r * in + i));
+    }
+    i += 32;
+  }
+  if (i < in) {
+    const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << (in - i)) - 1);
+    const __m512bh w0 = (__m512bh)_mm512_maskz_loadu_epi16(mask, row + i);
+    for (int r = 0; r < kRows; ++r) {
+      a1[r] = _mm512_dpbf16_ps(a1[r], w0, (__m512bh)_mm512_maskz_loadu_epi16(mask, x + r * in + i));
+    }
+  }
+  for (int r = 0; r < kRows; ++r) y[r * out + j] = Sum16(_mm512_add_ps(a0[r], a1[r]));
+}
+
+template <int kRows>
+inline void RowGroupBf16Native(const uint16_t* x, const uint16_t* w, float* y, int64_t in,
+                               int64_t out, int64_t begin, int64_t end) {
+  for (int64_t j = begin; j < end; ++j) RowTileBf16Native<kRows>(x, w, y, in, out, j);
+}
+
+void KernelBf16Native(const uint16_t* x, const uint16_t* w, float* y, int64_t rows, int64_t in,
+                      int64_t out, int64_t begin, int64_t end) {
+  for (int64_t block = begin; block < end; block += kBlock) {
+    const int64_t block_end = std::min(end, block + kBlock);
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      RowGroupBf16Native<4>(x + r * in, w, y + r * out, in, out, block, block_end);
+    }
+    switch (rows - r) {
+      case 3:
+        RowGroupBf16Native<3>(x + r * in, w, y + r * out, in, out, block, block_end);
+        break;
+      case 2:
+        RowGroupBf16Native<2>(x + r * in, w, y + r * out, in, out, block, block_end);
+        break;
+      case 1:
+        RowGroupBf16Native<1>(x + r * in, w, y + r * out, in, out, block, block_end);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif  // KVSERVE_SIMD_AVX512
+
 template <WeightKind K>
 KernelFn PickKernel() {
 #if defined(KVSERVE_SIMD_AVX2)
@@ -246,11 +346,29 @@ WidenFn WidenFor(at::ScalarType dtype) {
 
 }  // namespace
 
+Bf16Compute ResolveBf16Compute(Bf16Compute wanted) {
+  return wanted == Bf16Compute::kNative && CpuHasAvx512Bf16() ? Bf16Compute::kNative
+                                                              : Bf16Compute::kExact;
+}
+
+void RoundToBf16(const float* x, uint16_t* dst, int64_t n) {
+#if defined(KVSERVE_SIMD_AVX512)
+  if (CpuHasAvx512Bf16()) {
+    RoundToBf16Avx512(x, dst, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::fpclassify(x[i]) == FP_SUBNORMAL ? std::copysign(0.0f, x[i]) : x[i];
+    dst[i] = c10::BFloat16(v).x;
+  }
+}
+
 bool IsGemvWeightDtype(at::ScalarType dtype) {
   return dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf;
 }
 
-at::Tensor MultiRowGemv(const at::Tensor& x, const at::Tensor& w) {
+at::Tensor MultiRowGemv(const at::Tensor& x, const at::Tensor& w, Bf16Compute bf16) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "MultiRowGemv: shapes");
   TORCH_CHECK(x.scalar_type() == at::kFloat, "MultiRowGemv: x must be float32");
   TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "MultiRowGemv: CPU only");
@@ -258,9 +376,23 @@ at::Tensor MultiRowGemv(const at::Tensor& x, const at::Tensor& w) {
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   TORCH_CHECK(rows >= 1 && rows <= kMultiRowGemvMaxRows, "MultiRowGemv: 1 to ",
               kMultiRowGemvMaxRows, " rows");
-  const KernelFn kernel = KernelFor(w.scalar_type());
   at::Tensor y = at::empty({rows, out}, x.options());
   const float* xp = x.data_ptr<float>();
+#if defined(KVSERVE_SIMD_AVX512)
+  if (w.scalar_type() == at::kBFloat16 && ResolveBf16Compute(bf16) == Bf16Compute::kNative) {
+    thread_local std::vector<uint16_t> rounded;  // reused: no allocation per projection
+    rounded.resize(static_cast<size_t>(rows * in));
+    RoundToBf16Avx512(xp, rounded.data(), rows * in);
+    const uint16_t* xb = rounded.data();
+    const uint16_t* wb = static_cast<const uint16_t*>(w.data_ptr());
+    float* yp = y.data_ptr<float>();
+    ParallelForRange(out, kBlock, [&](int64_t begin, int64_t end) {
+      KernelBf16Native(xb, wb, yp, rows, in, out, begin, end);
+    });
+    return y;
+  }
+#endif
+  const KernelFn kernel = KernelFor(w.scalar_type());
 #if defined(KVSERVE_SIMD_AVX2)
   thread_local std::vector<float> permuted;  // reused: no allocation per projection
   if (w.scalar_type() == at::kBFloat16 && CpuHasAvx2()) {

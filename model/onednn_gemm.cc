@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "cache/torch_compat.h"
+#include "model/multi_row_gemv.h"
 #include "model/simd.h"
 #include "model/worker_pool.h"
 
@@ -44,14 +45,15 @@ class GemmCache {
   const dnnl::engine& engine() const { return engine_; }
 
   // The primitive for y[rows, cols] = x[rows, in] w[cols, in]^T with y's rows `ld` apart,
-  // made on first use.
-  std::shared_ptr<const Gemm> For(int64_t rows, int64_t in, int64_t cols, int64_t ld) {
+  // x and w of type `type` (f32 or bf16), y f32; made on first use.
+  std::shared_ptr<const Gemm> For(dnnl::memory::data_type type, int64_t rows, int64_t in,
+                                  int64_t cols, int64_t ld) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& slot = gemms_[{rows, in, cols, ld}];
+    auto& slot = gemms_[{static_cast<int>(type), rows, in, cols, ld}];
     if (slot == nullptr) {
       using dt = dnnl::memory::data_type;
-      const dnnl::memory::desc x_md({rows, in}, dt::f32, dnnl::memory::dims{in, 1});
-      const dnnl::memory::desc w_md({in, cols}, dt::f32, dnnl::memory::dims{1, in});
+      const dnnl::memory::desc x_md({rows, in}, type, dnnl::memory::dims{in, 1});
+      const dnnl::memory::desc w_md({in, cols}, type, dnnl::memory::dims{1, in});
       const dnnl::memory::desc y_md({rows, cols}, dt::f32, dnnl::memory::dims{ld, 1});
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -73,21 +75,22 @@ class GemmCache {
 
   dnnl::engine engine_;
   std::mutex mu_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::shared_ptr<const Gemm>> gemms_;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, std::shared_ptr<const Gemm>> gemms_;
 };
 
-// y[rows, cols] (rows `ld` apart) = x[rows, in] w[cols, in]^T on the calling thread.
-void Run(const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t cols,
-         int64_t ld) {
+// y[rows, cols] (rows `ld` apart) = x[rows, in] w[cols, in]^T on the calling thread; x and w
+// hold elements of `type`.
+void Run(dnnl::memory::data_type type, const void* x, const void* w, float* y, int64_t rows,
+         int64_t in, int64_t cols, int64_t ld) {
   GemmCache& cache = GemmCache::Get();
-  const std::shared_ptr<const Gemm> shared = cache.For(rows, in, cols, ld);
+  const std::shared_ptr<const Gemm> shared = cache.For(type, rows, in, cols, ld);
   const Gemm& gemm = *shared;
   using dt = dnnl::memory::data_type;
-  const dnnl::memory::desc x_md({rows, in}, dt::f32, dnnl::memory::dims{in, 1});
-  const dnnl::memory::desc w_md({in, cols}, dt::f32, dnnl::memory::dims{1, in});
+  const dnnl::memory::desc x_md({rows, in}, type, dnnl::memory::dims{in, 1});
+  const dnnl::memory::desc w_md({in, cols}, type, dnnl::memory::dims{1, in});
   const dnnl::memory::desc y_md({rows, cols}, dt::f32, dnnl::memory::dims{ld, 1});
-  dnnl::memory xm(x_md, cache.engine(), const_cast<float*>(x));
-  dnnl::memory wm(w_md, cache.engine(), const_cast<float*>(w));
+  dnnl::memory xm(x_md, cache.engine(), const_cast<void*>(x));
+  dnnl::memory wm(w_md, cache.engine(), const_cast<void*>(w));
   dnnl::memory ym(y_md, cache.engine(), y);
   thread_local std::vector<uint8_t> scratch;
   if (static_cast<int64_t>(scratch.size()) < gemm.scratchpad_bytes) {
@@ -114,15 +117,32 @@ bool OnednnAvailable() {
 
 bool OnednnLinear(const at::Tensor& x, const at::Tensor& w, at::Tensor* y) {
   if (!OnednnAvailable() || !x.defined() || !w.defined() || !x.device().is_cpu() ||
-      !w.device().is_cpu() || x.scalar_type() != at::kFloat || w.scalar_type() != at::kFloat ||
-      x.dim() != 2 || w.dim() != 2 || x.size(1) != w.size(1) || x.stride(1) != 1 ||
-      x.stride(0) != x.size(1) || !w.is_contiguous() || x.size(0) == 0) {
+      !w.device().is_cpu() || x.scalar_type() != at::kFloat ||
+      (w.scalar_type() != at::kFloat && w.scalar_type() != at::kBFloat16) || x.dim() != 2 ||
+      w.dim() != 2 || x.size(1) != w.size(1) || x.stride(1) != 1 || x.stride(0) != x.size(1) ||
+      !w.is_contiguous() || x.size(0) == 0) {
     return false;
   }
+  const bool bf16 = w.scalar_type() == at::kBFloat16;
+  if (bf16 && ResolveBf16Compute(Bf16Compute::kNative) != Bf16Compute::kNative) return false;
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   *y = at::empty({rows, out}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
+  const void* xp = x.data_ptr<float>();
+  if (bf16) {
+    // x rounded to bfloat16 once for every part (Bf16Compute::kNative).
+    thread_local std::vector<uint16_t> rounded;
+    rounded.resize(static_cast<size_t>(rows * in));
+    const float* src = x.data_ptr<float>();
+    uint16_t* dst = rounded.data();
+    ParallelForRange(rows * in, int64_t{1} << 14, [&](int64_t begin, int64_t end) {
+      RoundToBf16(src + begin, dst + begin, end - begin);
+    });
+    xp = dst;
+  }
+  const dnnl::memory::data_type type =
+      bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+  const int64_t element = bf16 ? 2 : 4;
+  const char* wp = static_cast<const char*>(w.data_ptr());
   float* yp = y->data_ptr<float>();
   // The output columns are split over kvserve's worker threads, each running oneDNN on one
   // thread: a second (OpenMP) pool spinning beside the workers measured half speed.
@@ -136,9 +156,10 @@ bool OnednnLinear(const at::Tensor& x, const at::Tensor& w, at::Tensor* y) {
     // put back after.
     const int omp_threads = omp_get_max_threads();
     if (omp_threads != 1) omp_set_num_threads(1);
-    Run(xp, wp + c0 * in, yp + c0, body, in, cols, out);
+    Run(type, xp, wp + c0 * in * element, yp + c0, body, in, cols, out);
     if (body < rows) {
-      Run(xp + body * in, wp + c0 * in, yp + body * out + c0, rows - body, in, cols, out);
+      Run(type, static_cast<const char*>(xp) + body * in * element, wp + c0 * in * element,
+          yp + body * out + c0, rows - body, in, cols, out);
     }
     if (omp_threads != 1) omp_set_num_threads(omp_threads);
   });

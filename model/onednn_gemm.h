@@ -18,8 +18,11 @@ namespace kvserve::model {
 // KVSERVE_CPU_ISA cap), and KVSERVE_PREFILL_GEMM not set to "openblas".
 bool OnednnAvailable();
 
-// y = x w^T for x [rows, in] float32 (rows contiguous) and w [out, in] float32 contiguous, into
-// a new [rows, out] tensor. False, doing nothing, when unavailable or the inputs do not qualify.
+// y = x w^T for x [rows, in] float32 (rows contiguous) and w [out, in] contiguous, into a new
+// [rows, out] float32 tensor. w is float32, or bfloat16 where Bf16Compute::kNative resolves
+// (AVX512-BF16): x is then rounded to bfloat16 and oneDNN's bf16 kernels multiply, summing in
+// float32 (about twice the f32 rate; no widened copy of the weight). False, doing nothing,
+// when unavailable or the inputs do not qualify.
 bool OnednnLinear(const at::Tensor& x, const at::Tensor& w, at::Tensor* y);
 
 }  // namespace kvserve::model

@@ -46,6 +46,17 @@ inline bool CpuHasAvx512() {
 #endif
 }
 
+// True when this CPU also has AVX512-BF16 (vdpbf16ps: pairs of bfloat16 products summed into
+// float32) and the cap allows AVX-512 kernels.
+inline bool CpuHasAvx512Bf16() {
+#if defined(KVSERVE_SIMD_AVX512)
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  return bf16 && CpuHasAvx512();
+#else
+  return false;
+#endif
+}
+
 // True when this CPU runs the AVX2 + FMA + F16C kernels (always false without
 // KVSERVE_SIMD_AVX2) and the cap allows them.
 inline bool CpuHasAvx2() {

@@ -21,16 +21,29 @@ namespace {
 // for all rows in whatever dtype it is stored, and computes each row the same way whatever
 // it is batched with. OpenBLAS's GEMV takes one row only, and its GEMM repacks the weight,
 // several times slower for few rows (2 threads, the 32000x512 LM head: 4 rows 7.4 ms vs
-// 31 ms, 16 rows 22 vs 28 ms). More rows (a prefill) run GEMM, a 16-bit weight widened
-// into `scratch` first.
+// 31 ms, 16 rows 22 vs 28 ms). More rows (a prefill) run GEMM: a bfloat16 weight in
+// Bf16Compute::kNative goes to oneDNN's bf16 matmul as it is, other 16-bit weights are
+// widened into `scratch` first.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                  at::Tensor* scratch) {
+                  at::Tensor* scratch, Bf16Compute bf16) {
   const bool cpu_float = x.device().is_cpu() && x.scalar_type() == at::kFloat &&
                          IsGemvWeightDtype(w.scalar_type()) && w.is_contiguous();
   if (cpu_float && x.size(0) <= kMultiRowGemvMaxRows) {
-    at::Tensor y = MultiRowGemv(x.contiguous(), w);
+    at::Tensor y = MultiRowGemv(x.contiguous(), w, bf16);
     if (b.defined()) y.add_(b);
     return y;
+  }
+  if (cpu_float && w.scalar_type() == at::kBFloat16 && bf16 == Bf16Compute::kNative) {
+    at::Tensor y;
+    if (OnednnLinear(x.contiguous(), w, &y)) {
+      if (b.defined()) y.add_(b);
+      return y;
+    }
+    // Without oneDNN: bfloat16-rounded activations against the widened (exact) weight, so
+    // that a prefill computes what a decode step would.
+    const at::Tensor rounded = x.to(at::kBFloat16).to(at::kFloat);
+    const at::Tensor weight = WidenWeight(w, scratch);
+    return b.defined() ? at::addmm(b, rounded, weight.t()) : at::mm(rounded, weight.t());
   }
   at::Tensor weight = w;
   if (w.scalar_type() != x.scalar_type()) {
@@ -76,6 +89,13 @@ std::string LayerName(int64_t i, std::string_view suffix) {
 }
 
 }  // namespace
+
+absl::StatusOr<Bf16Compute> ParseBf16Compute(std::string_view name) {
+  if (name == "auto") return Bf16Compute::kNative;
+  if (name == "exact") return Bf16Compute::kExact;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--bf16-compute '", std::string(name), "' is not one of auto, exact"));
+}
 
 absl::StatusOr<std::optional<at::ScalarType>> ParseWeightDtype(std::string_view name) {
   if (name == "auto") return std::optional<at::ScalarType>();
@@ -278,7 +298,12 @@ absl::Status Transformer::LoadWeights(const base::ModelSource& source,
     }
     l.down_weight = load(LayerName(i, "mlp.down_proj.weight"), {hidden, inter}, true);
   }
-  if (status.ok()) info_.weight_dtype = lm_head_.scalar_type();
+  if (status.ok()) {
+    info_.weight_dtype = lm_head_.scalar_type();
+    bf16_compute_ = ResolveBf16Compute(options.bf16_compute);
+    info_.bf16_activations =
+        bf16_compute_ == Bf16Compute::kNative && info_.weight_dtype == at::kBFloat16;
+  }
   return status;
 }
 
@@ -351,8 +376,8 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     const cache::LayerSpec& spec = info_.layer_specs[li];
-    const at::Tensor qkv =
-        Linear(RmsNorm(x, l.input_norm, eps), l.qkv_weight, l.qkv_bias, &widen_scratch_);
+    const at::Tensor qkv = Linear(RmsNorm(x, l.input_norm, eps), l.qkv_weight, l.qkv_bias,
+                                  &widen_scratch_, bf16_compute_);
     at::Tensor q = qkv.narrow(1, 0, heads * head_dim).view({total, heads, head_dim});
     at::Tensor k =
         qkv.narrow(1, heads * head_dim, kv_heads * head_dim).view({total, kv_heads, head_dim});
@@ -410,14 +435,14 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
         }
       }
     }
-    x.add_(Linear(attn, l.o_weight, l.o_bias, &widen_scratch_));
+    x.add_(Linear(attn, l.o_weight, l.o_bias, &widen_scratch_, bf16_compute_));
     const at::Tensor gate_up =
-        Linear(RmsNorm(x, l.post_norm, eps), l.gate_up_weight, {}, &widen_scratch_);
+        Linear(RmsNorm(x, l.post_norm, eps), l.gate_up_weight, {}, &widen_scratch_, bf16_compute_);
     at::Tensor act = FusedSiluMul(gate_up, inter);
     if (!act.defined()) {
       act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
     }
-    x.add_(Linear(act, l.down_weight, {}, &widen_scratch_));
+    x.add_(Linear(act, l.down_weight, {}, &widen_scratch_, bf16_compute_));
   }
 
   // Logits only where asked: the last position of each sequence, or all of its positions.
@@ -440,7 +465,7 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
                               .to(info_.device));
   }
   const at::Tensor logits =
-      Linear(RmsNorm(selected, final_norm_, eps), lm_head_, {}, &widen_scratch_)
+      Linear(RmsNorm(selected, final_norm_, eps), lm_head_, {}, &widen_scratch_, bf16_compute_)
           .to(at::kFloat)
           .to(at::kCPU);
 

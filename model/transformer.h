@@ -14,6 +14,7 @@
 #include "base/model_source.h"
 #include "model/model.h"
 #include "model/model_config.h"
+#include "model/multi_row_gemv.h"
 #include "model/rotary_embedding.h"
 
 namespace kvserve::model {
@@ -28,6 +29,10 @@ struct TransformerOptions {
   // those is exact, and uses `dtype` otherwise. A value converts every such weight to it
   // (float32, bfloat16 or float16); anything but `dtype` needs float32 on the CPU.
   std::optional<at::ScalarType> weight_dtype;
+  // How float32 activations meet bfloat16 weights (Bf16Compute): kNative ("auto") rounds the
+  // activations to bfloat16 where the CPU has AVX512-BF16, as Transformers and llama.cpp do;
+  // kExact widens the weights instead.
+  Bf16Compute bf16_compute = Bf16Compute::kNative;
   // Device the weights and caches live on.
   c10::Device device = c10::Device(c10::kCPU);
 };
@@ -40,6 +45,17 @@ inline constexpr char kWeightDtypeFlagHelp[] =
 // Parses a --weight-dtype value: "auto" (nullopt), "float32", "bfloat16" or "float16"
 // (also fp32, bf16, fp16). InvalidArgument naming the flag and the accepted values.
 absl::StatusOr<std::optional<at::ScalarType>> ParseWeightDtype(std::string_view name);
+
+// The --bf16-compute flag's help text, shared by kvserve and kvserve-generate.
+inline constexpr char kBf16ComputeFlagHelp[] =
+    "auto | exact: how bfloat16 projection weights multiply float32 activations on the CPU "
+    "(auto: the activations rounded to bfloat16 and multiplied by AVX512-BF16 instructions "
+    "where the CPU has them, products summed in float32, as Transformers and llama.cpp do; "
+    "exact: the weights widened to float32, as a float32 copy of the checkpoint computes)";
+
+// Parses a --bf16-compute value: "auto" (kNative) or "exact". InvalidArgument naming the flag
+// and the accepted values.
+absl::StatusOr<Bf16Compute> ParseBf16Compute(std::string_view name);
 
 // Weights are stored fused (q/k/v in one matrix, gate/up in one) so that a step runs two
 // GEMMs (GEMVs for a single token) per block instead of five. Immutable after Load, but
@@ -81,6 +97,8 @@ class Transformer final : public Model {
   at::Tensor lm_head_;     // [vocab, hidden] (the embedding when tied)
   // Float32 copy of a 16-bit weight for a prefill's GEMM, reused across projections.
   at::Tensor widen_scratch_;
+  // options.bf16_compute as it resolved on this CPU (ResolveBf16Compute).
+  Bf16Compute bf16_compute_ = Bf16Compute::kExact;
 };
 
 }  // namespace kvserve::model

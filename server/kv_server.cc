@@ -92,6 +92,7 @@ v1::ModelInfo ToProto(const model::ModelInfo& info, const std::string& name,
   if (info.bos_token_id) out.set_bos_token_id(*info.bos_token_id);
   out.set_dtype(DtypeName(info.dtype));
   out.set_weight_dtype(DtypeName(info.weight_dtype));
+  out.set_bf16_activations(info.bf16_activations);
   out.set_device(info.device.str());
   out.set_max_new_tokens_limit(static_cast<int32_t>(limits.max_new_tokens_limit));
   return out;
@@ -255,6 +256,9 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
       model::ParseWeightDtype(options.weight_dtype);
   if (!weight_dtype.ok()) return weight_dtype.status();
   transformer.weight_dtype = *weight_dtype;
+  absl::StatusOr<model::Bf16Compute> bf16_compute = model::ParseBf16Compute(options.bf16_compute);
+  if (!bf16_compute.ok()) return bf16_compute.status();
+  transformer.bf16_compute = *bf16_compute;
   try {
     transformer.device = c10::Device(options.device);
   } catch (const c10::Error&) {

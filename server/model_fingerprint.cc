@@ -83,6 +83,8 @@ absl::StatusOr<std::string> ModelFingerprint(const base::ModelSource& source,
   std::string runtime =
       absl::StrCat("dtype=", static_cast<int>(info.dtype),
                    ";weight_dtype=", static_cast<int>(info.weight_dtype), ";layers=");
+  // Snapshots computed with bfloat16-rounded activations differ from exact ones.
+  if (info.bf16_activations) absl::StrAppend(&runtime, "bf16_activations;");
   for (const cache::LayerSpec& layer : info.layer_specs) {
     absl::StrAppend(&runtime, cache::LayerTypeName(layer.type), ":", layer.window, ",");
   }

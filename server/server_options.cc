@@ -62,6 +62,7 @@ std::vector<cli::FlagSpec> Flags() {
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
       {"weight-dtype", model::kWeightDtypeFlagHelp, "auto"},
+      {"bf16-compute", model::kBf16ComputeFlagHelp, "auto"},
       {"threads", "CPU threads for LibTorch (0: every core)", "0"},
       {"max-batch-size", "sequences in the running batch at most", "32"},
       {"max-batch-tokens", "tokens per step at most (long prefills are chunked to fit)", "2048"},
@@ -268,6 +269,7 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.device = cl->GetString("device", o.device);
   o.dtype = cl->GetString("dtype", o.dtype);
   o.weight_dtype = cl->GetString("weight-dtype", o.weight_dtype);
+  o.bf16_compute = cl->GetString("bf16-compute", o.bf16_compute);
   o.log_format = cl->GetString("log-format", o.log_format);
   o.log_level = cl->GetString("log-level", o.log_level);
   absl::StatusOr<int64_t> request_bytes = cl->GetInt("max-request-bytes", o.max_request_bytes);
@@ -382,6 +384,9 @@ absl::Status ServerOptions::Validate() const {
   if (absl::StatusOr<std::optional<at::ScalarType>> w = model::ParseWeightDtype(weight_dtype);
       !w.ok()) {
     return w.status();
+  }
+  if (absl::StatusOr<model::Bf16Compute> b = model::ParseBf16Compute(bf16_compute); !b.ok()) {
+    return b.status();
   }
   if (log_format != "text" && log_format != "json") {
     return absl::InvalidArgumentError(

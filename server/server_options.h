@@ -48,6 +48,8 @@ struct ServerOptions {
   std::string dtype = "float32";
   // --weight-dtype: "auto", "float32", "bfloat16" or "float16" (TransformerOptions).
   std::string weight_dtype = "auto";
+  // --bf16-compute: "auto" or "exact" (TransformerOptions::bf16_compute).
+  std::string bf16_compute = "auto";
   // --threads: CPU threads for LibTorch; 0: every core.
   int threads = 0;
   // --max-batch-size, --max-batch-tokens, --max-queue.

@@ -36,6 +36,7 @@ std::vector<kvserve::cli::FlagSpec> Flags() {
       {"threads", "CPU threads for LibTorch", "all cores"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
       {"weight-dtype", kvserve::model::kWeightDtypeFlagHelp, "auto"},
+      {"bf16-compute", kvserve::model::kBf16ComputeFlagHelp, "auto"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"do-sample", "sample instead of greedy decoding", "", true},
       {"temperature", "sampling temperature", "1.0"},
@@ -82,6 +83,10 @@ absl::Status Run(const CommandLine& cl) {
       m::ParseWeightDtype(cl.GetString("weight-dtype", "auto"));
   if (!weight_dtype.ok()) return weight_dtype.status();
   options.weight_dtype = *weight_dtype;
+  absl::StatusOr<m::Bf16Compute> bf16_compute =
+      m::ParseBf16Compute(cl.GetString("bf16-compute", "auto"));
+  if (!bf16_compute.ok()) return bf16_compute.status();
+  options.bf16_compute = *bf16_compute;
   try {
     options.device = c10::Device(cl.GetString("device", "cpu"));
   } catch (const c10::Error&) {

@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <c10/util/BFloat16.h>
+
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "tests/model/thread_count.h"
 
@@ -54,6 +58,82 @@ TEST(MultiRowGemvTest, ARowsResultDoesNotDependOnItsBatch) {
       EXPECT_TRUE(at::equal(part.narrow(0, r - start, 1), together.narrow(0, r, 1)))
           << dtype << " row " << r;
     }
+  }
+}
+
+// Bf16Compute::kNative: x rounded to bfloat16, products of bfloat16 pairs (exact in float32)
+// summed in float32. Compared with the same product in double, and shown to differ from the
+// exact (widened-weight) product by about bfloat16's rounding of x, so the rounding did happen.
+TEST(MultiRowGemvTest, Bf16NativeMultipliesActivationsRoundedToBf16) {
+  if (ResolveBf16Compute(Bf16Compute::kNative) != Bf16Compute::kNative) {
+    GTEST_SKIP() << "no AVX512-BF16 on this CPU (or KVSERVE_CPU_ISA caps it)";
+  }
+  at::manual_seed(6);
+  // Around the kernel's 64- and 32-element steps and its masked tail.
+  for (int64_t in : {1, 31, 32, 33, 63, 64, 65, 100, 512, 1376}) {
+    const at::Tensor w = at::randn({300, in}).to(at::kBFloat16);
+    const at::Tensor w64 = w.to(at::kDouble);
+    for (int64_t rows : {1, 2, 3, 4, 5, 8, 13, 16}) {
+      const at::Tensor x = at::randn({rows, in});
+      const at::Tensor rounded = at::mm(x.to(at::kBFloat16).to(at::kDouble), w64.t());
+      const at::Tensor exact = at::mm(x.to(at::kDouble), w64.t());
+      for (int threads : {1, 2, 3}) {
+        ThreadCount count(threads);
+        const at::Tensor y = MultiRowGemv(x, w, Bf16Compute::kNative).to(at::kDouble);
+        const double bound = 2e-5 * std::sqrt(static_cast<double>(in));
+        EXPECT_LT((y - rounded).abs().max().item<double>(), bound)
+            << rows << " rows, in " << in << ", " << threads << " threads";
+        if (in >= 32) {
+          EXPECT_GT((y - exact).abs().max().item<double>(), 10 * bound)
+              << "x was not rounded: " << rows << " rows, in " << in;
+        }
+      }
+      // Each row is computed alone as in any batch.
+      const at::Tensor together = MultiRowGemv(x, w, Bf16Compute::kNative);
+      for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_TRUE(at::equal(MultiRowGemv(x.narrow(0, r, 1), w, Bf16Compute::kNative),
+                              together.narrow(0, r, 1)))
+            << "row " << r << " of " << rows << ", in " << in;
+      }
+    }
+  }
+}
+
+TEST(MultiRowGemvTest, RoundToBf16RoundsToNearestEven) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               -2.5f,
+                               1.00390625f /* tie: down to 1 */,
+                               1.01171875f /* tie: up */,
+                               3.4e38f,
+                               -inf,
+                               inf,
+                               1.2e-38f,
+                               1e-40f,
+                               -1e-40f,
+                               std::numeric_limits<float>::quiet_NaN()};
+  at::manual_seed(7);
+  const at::Tensor random = at::randn({40}) * 1000;
+  for (int64_t i = 0; i < random.numel(); ++i) values.push_back(random[i].item<float>());
+  // Every length up to the whole list: the vector body and its masked tail.
+  for (size_t n = 1; n <= values.size(); ++n) {
+    std::vector<uint16_t> out(n + 1, 0xABCD);
+    RoundToBf16(values.data(), out.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i) {
+      // Subnormals become zero of their sign (the instruction's behaviour).
+      const float v =
+          std::fpclassify(values[i]) == FP_SUBNORMAL ? std::copysign(0.0f, values[i]) : values[i];
+      const c10::BFloat16 expected(v);
+      if (std::isnan(values[i])) {
+        EXPECT_TRUE(
+            std::isnan(static_cast<float>(c10::BFloat16(out[i], c10::BFloat16::from_bits()))));
+      } else {
+        EXPECT_EQ(out[i], expected.x) << values[i] << " (length " << n << ")";
+      }
+    }
+    EXPECT_EQ(out[n], 0xABCD) << "wrote past the end, length " << n;
   }
 }
 

@@ -278,14 +278,17 @@ TEST(TransformerTest, Bf16CheckpointLoadsAsFloat32) {
   EXPECT_EQ(la->logits[0].argmax().item<int64_t>(), lb->logits[0].argmax().item<int64_t>());
 }
 
-// A bfloat16 checkpoint keeps its projection weights in bfloat16 (auto), which widens
-// exactly: its logits equal those of the same checkpoint converted to float32 at load, up to
-// summation order; prefill (GEMM on widened weights) and decode (the 16-bit kernel) agree
-// with recomputation as for float32.
+// A bfloat16 checkpoint keeps its projection weights in bfloat16 (auto); with
+// --bf16-compute exact they are widened exactly: its logits equal those of the same checkpoint
+// converted to float32 at load, up to summation order; prefill (GEMM on widened weights) and
+// decode (the 16-bit kernel) agree with recomputation as for float32.
 TEST(TransformerTest, Bf16WeightsStayBf16AndComputeLikeFloat32) {
   auto config = *PresetConfig("qwen3", "tiny");
   auto files = *MakeModelFiles(config, 5, WeightsDtype::kBF16);
-  auto narrow = *Transformer::Load(base::ModelSource::FromMemory(files), {});
+  TransformerOptions exact_options;
+  exact_options.bf16_compute = Bf16Compute::kExact;
+  auto narrow = *Transformer::Load(base::ModelSource::FromMemory(files), exact_options);
+  EXPECT_FALSE(narrow->info().bf16_activations);
   TransformerOptions wide_options;
   wide_options.weight_dtype = at::kFloat;
   auto wide = *Transformer::Load(base::ModelSource::FromMemory(files), wide_options);
@@ -327,6 +330,66 @@ TEST(TransformerTest, Bf16WeightsStayBf16AndComputeLikeFloat32) {
   auto b = half->Forward(batch);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->logits[0].argmax().item<int64_t>(), b->logits[0].argmax().item<int64_t>());
+}
+
+// --bf16-compute auto on a CPU with AVX512-BF16: activations rounded to bfloat16 for the
+// products. Logits stay close to the exact ones with the same argmax; a prefill (oneDNN's
+// bf16 matmul over > 16 rows) then single-token steps (the vdpbf16ps kernel) agree with
+// recomputing the whole prompt, to bfloat16's precision; a float32 checkpoint is unaffected.
+TEST(TransformerTest, Bf16NativeComputeStaysCloseAndConsistent) {
+  if (ResolveBf16Compute(Bf16Compute::kNative) != Bf16Compute::kNative) {
+    GTEST_SKIP() << "no AVX512-BF16 on this CPU (or KVSERVE_CPU_ISA caps it)";
+  }
+  for (const char* arch : {"llama", "qwen3"}) {
+    auto config = *PresetConfig(arch, "tiny");
+    auto files = *MakeModelFiles(config, 8, WeightsDtype::kBF16);
+    auto native = *Transformer::Load(base::ModelSource::FromMemory(files), {});
+    TransformerOptions exact_options;
+    exact_options.bf16_compute = Bf16Compute::kExact;
+    auto exact = *Transformer::Load(base::ModelSource::FromMemory(files), exact_options);
+    EXPECT_TRUE(native->info().bf16_activations);
+    EXPECT_FALSE(exact->info().bf16_activations);
+
+    const std::vector<int32_t> ids = Prompt(48);
+    auto cache = *cache::KvCache::CreateDynamic(native->info().layer_specs);
+    std::vector<int32_t> prompt(ids.begin(), ids.begin() + 40);
+    Batch prefill;
+    prefill.sequences.push_back({prompt, cache.get(), false});
+    ASSERT_TRUE(native->Forward(prefill).ok());
+    double largest_rounding = 0;
+    for (size_t t = 40; t < ids.size(); ++t) {
+      Batch step;
+      step.sequences.push_back({absl::MakeConstSpan(&ids[t], 1), cache.get(), false});
+      auto cached = native->Forward(step);
+      std::vector<int32_t> upto(ids.begin(), ids.begin() + static_cast<int64_t>(t) + 1);
+      Batch full;
+      full.sequences.push_back({upto, nullptr, false});
+      auto recomputed = native->Forward(full);
+      auto reference = exact->Forward(full);
+      ASSERT_TRUE(cached.ok() && recomputed.ok() && reference.ok());
+      EXPECT_LT(MaxAbsDiff(cached->logits[0], recomputed->logits[0]), 0.05) << arch << " " << t;
+      const double rounding = MaxAbsDiff(recomputed->logits[0], reference->logits[0]);
+      EXPECT_LT(rounding, 0.1) << arch << " " << t;
+      largest_rounding = std::max(largest_rounding, rounding);
+      EXPECT_EQ(recomputed->logits[0].argmax().item<int64_t>(),
+                reference->logits[0].argmax().item<int64_t>())
+          << arch << " " << t;
+    }
+    EXPECT_GT(largest_rounding, 1e-4) << arch << ": the activations were not rounded";
+  }
+  auto f32 = *Transformer::Load(base::ModelSource::FromMemory(*MakeModelFiles(
+                                    *PresetConfig("llama", "tiny"), 8, WeightsDtype::kF32)),
+                                {});
+  EXPECT_FALSE(f32->info().bf16_activations);
+}
+
+TEST(TransformerTest, Bf16ComputeFlagValues) {
+  EXPECT_EQ(*ParseBf16Compute("auto"), Bf16Compute::kNative);
+  EXPECT_EQ(*ParseBf16Compute("exact"), Bf16Compute::kExact);
+  const absl::Status bad = ParseBf16Compute("fast").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("--bf16-compute"));
+  EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("auto, exact"));
 }
 
 TEST(TransformerTest, WeightDtypeCombinationsItCannotRunAreRefused) {
