@@ -12,6 +12,7 @@
 #include "model/multi_row_gemv.h"
 #include "model/onednn_gemm.h"
 #include "model/tiled_attention.h"
+#include "model/weight_arena.h"
 
 namespace kvserve::model {
 namespace {
@@ -297,6 +298,16 @@ absl::Status Transformer::LoadWeights(const base::ModelSource& source,
       if (status.ok()) l.gate_up_weight = at::cat({gate, up}, 0);
     }
     l.down_weight = load(LayerName(i, "mlp.down_proj.weight"), {hidden, inter}, true);
+  }
+  if (status.ok() && options.device.is_cpu()) {
+    // The projection and embedding weights into one huge-page arena (weight_arena.h).
+    std::vector<at::Tensor*> weights = {&embed_, &lm_head_};
+    for (Layer& l : layers_) {
+      for (at::Tensor* w : {&l.qkv_weight, &l.o_weight, &l.gate_up_weight, &l.down_weight}) {
+        weights.push_back(w);
+      }
+    }
+    MoveToHugePageArena(weights);
   }
   if (status.ok()) {
     info_.weight_dtype = lm_head_.scalar_type();
