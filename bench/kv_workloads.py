@@ -49,7 +49,6 @@ itself; scripts/bench_kv_workloads.sh sets both):
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import queue
 import random
@@ -79,6 +78,9 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     prefix_pb2_grpc,
 )
 from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+
+sys.path.insert(0, os.path.join(HERE, "peer"))
+import servers as peer_servers  # noqa: E402  pylint: disable=wrong-import-position
 
 WORKLOADS = ("burst", "registration", "throughput", "tight")
 METRICS_PORT = re.compile(r"metrics on http://\S+ \(port (\d+)\)|metrics on http://[^\s:]+:(\d+)/")
@@ -278,43 +280,16 @@ def sender_main(tasks, results, barrier):
         results.put(out)
 
 
-class Senders:
-    """N client processes (spawned, each with its own connection) that send one request each
-    at the same moment: the way N independent clients send "at once". Threads of one Python
-    process would start the calls one after another under the GIL, and the engine, woken by
-    the first, would often see it alone."""
+class Senders(peer_servers.Senders):
+    """N sender processes released together (bench/peer/servers.py), running sender_main."""
 
     def __init__(self, n):
-        context = multiprocessing.get_context("spawn")
-        self.n = n
-        self.tasks = [context.Queue() for _ in range(n)]
-        self.results = context.Queue()
-        self.barrier = context.Barrier(n + 1)
-        self.procs = [context.Process(target=sender_main, daemon=True,
-                                      args=(self.tasks[i], self.results, self.barrier))
-                      for i in range(n)]
-        for proc in self.procs:
-            proc.start()
+        super().__init__(n, sender_main)
 
     def send(self, target, kind, prompts, max_new_tokens):
         """Sends prompts[i] from sender i, all released together (once every sender has
         connected); returns (release time, the answers in any order)."""
-        if len(prompts) != self.n:
-            raise ValueError(f"{self.n} senders need {self.n} prompts, got {len(prompts)}")
-        for i, prompt in enumerate(prompts):
-            self.tasks[i].put((target, kind, prompt, max_new_tokens))
-        self.barrier.wait(timeout=180)
-        released = time.monotonic()
-        answers = [self.results.get(timeout=CALL_TIMEOUT_S + 60) for _ in prompts]
-        return released, answers
-
-    def close(self):
-        for q in self.tasks:
-            q.put(None)
-        for proc in self.procs:
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.kill()
+        return self.release([(target, kind, prompt, max_new_tokens) for prompt in prompts])
 
 
 SENDERS = {}

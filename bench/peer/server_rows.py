@@ -109,20 +109,14 @@ def concurrent_row(args, model_dir, gguf, fresh, samples):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--peer", required=True)
-    parser.add_argument("--build", default="build")
-    parser.add_argument("--model", default="bench-small-f32")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=5)
+    servers.add_common_arguments(parser, rounds=5)
     parser.add_argument("--rows", default="single,concurrent",
                         help="single (cold and cached rows), concurrent, or both")
-    parser.add_argument("--json", help="write every sample here")
     args = parser.parse_args()
     rows = set(args.rows.split(","))
     if not rows or rows - {"single", "concurrent"}:
         parser.error("--rows takes single, concurrent or single,concurrent")
-    model_dir = os.path.join(args.peer, "models", args.model + "-hf")
-    gguf = os.path.join(args.peer, "models", args.model + ".gguf")
+    model_dir, gguf = servers.model_files(args)
     fresh = servers.fresh_ids(11)
     samples = []
     if "single" in rows:

@@ -119,11 +119,7 @@ def int_list(text):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--peer", required=True)
-    parser.add_argument("--build", default="build")
-    parser.add_argument("--model", default="bench-small-f32")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
+    servers.add_common_arguments(parser, rounds=3)
     parser.add_argument("--lengths", type=int_list, default=int_list("128,512,1024,2032"),
                         help="prompt lengths of the TTFT part (each > 32, <= 4,000)")
     parser.add_argument("--concurrency", type=int_list, default=int_list("1,2,4,8"),
@@ -134,7 +130,6 @@ def main():
                         help="tokens generated per request in the concurrency part")
     parser.add_argument("--parts", default="ttft,concurrency",
                         help="ttft, concurrency, or both")
-    parser.add_argument("--json", help="write every sample here")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     if not parts or parts - {"ttft", "concurrency"}:
@@ -143,8 +138,7 @@ def main():
         parser.error(f"--lengths must lie in ({NEW_IN_HIT + 1}, {SINGLE_CONTEXT - 96}]")
     if not args.concurrency or min(args.concurrency) < 1:
         parser.error("--concurrency needs positive counts")
-    model_dir = os.path.join(args.peer, "models", args.model + "-hf")
-    gguf = os.path.join(args.peer, "models", args.model + ".gguf")
+    model_dir, gguf = servers.model_files(args)
     fresh = servers.fresh_ids(23)
     samples = []
     if "ttft" in parts:

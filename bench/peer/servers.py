@@ -41,6 +41,23 @@ LLAMA = "llama.cpp"
 SIDES = (KVSERVE, LLAMA)
 
 
+def add_common_arguments(parser, rounds):
+    """The options every server script takes: --peer, --build, --model, --threads, --rounds,
+    --json."""
+    parser.add_argument("--peer", required=True)
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--model", default="bench-small-f32")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--json", help="write every sample here")
+
+
+def model_files(args):
+    """(the Hugging Face folder for kvserve, the GGUF for llama.cpp) of --model under --peer."""
+    models = os.path.join(args.peer, "models")
+    return os.path.join(models, args.model + "-hf"), os.path.join(models, args.model + ".gguf")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -323,23 +340,28 @@ def _sender_main(tasks, results, barrier):
 
 class Senders:
     """n client processes (spawned, each with its own connection per request) that send one
-    request each at the same moment."""
+    request each at the same moment: the way n independent clients send "at once". Threads of
+    one Python process would start the calls one after another under the GIL, and a server
+    woken by the first would often see it alone. `target(tasks, results, barrier)` is a
+    sender's main loop (a module-level function, for spawn): per task from its queue (None
+    ends it) it connects, waits at the barrier, sends, and puts one answer on results;
+    bench/kv_workloads.py brings its own."""
 
-    def __init__(self, n):
+    def __init__(self, n, target=None):
         context = multiprocessing.get_context("spawn")
         self.n = n
         self.tasks = [context.Queue() for _ in range(n)]
         self.results = context.Queue()
         self.barrier = context.Barrier(n + 1)
-        self.procs = [context.Process(target=_sender_main, daemon=True,
+        self.procs = [context.Process(target=target or _sender_main, daemon=True,
                                       args=(self.tasks[i], self.results, self.barrier))
                       for i in range(n)]
         for proc in self.procs:
             proc.start()
 
-    def send(self, tasks):
+    def release(self, tasks):
         """Sends tasks[i] from sender i, all released together once every sender is
-        connected; returns the answers (in any order)."""
+        connected; returns (the release time, the answers in any order)."""
         if len(tasks) != self.n:
             raise ValueError(f"{self.n} senders need {self.n} tasks, got {len(tasks)}")
         for q, task in zip(self.tasks, tasks):
@@ -348,7 +370,12 @@ class Senders:
             self.barrier.wait(timeout=300)
         except Exception:  # pylint: disable=broad-except
             pass  # a sender failed before the barrier: its answer says why
-        return [self.results.get(timeout=CALL_TIMEOUT_S + 120) for _ in tasks]
+        released = time.monotonic()
+        return released, [self.results.get(timeout=CALL_TIMEOUT_S + 120) for _ in tasks]
+
+    def send(self, tasks):
+        """release() without the release time."""
+        return self.release(tasks)[1]
 
     def close(self):
         for q in self.tasks:
