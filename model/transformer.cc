@@ -42,7 +42,10 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
     }
     // Without oneDNN: bfloat16-rounded activations against the widened (exact) weight, so
     // that a prefill computes what a decode step would.
-    const at::Tensor rounded = x.to(at::kBFloat16).to(at::kFloat);
+    const at::Tensor xc = x.contiguous();
+    at::Tensor rounded = at::empty(xc.sizes(), xc.options().dtype(at::kBFloat16));
+    RoundToBf16(xc.data_ptr<float>(), static_cast<uint16_t*>(rounded.data_ptr()), xc.numel());
+    rounded = rounded.to(at::kFloat);
     const at::Tensor weight = WidenWeight(w, scratch);
     return b.defined() ? at::addmm(b, rounded, weight.t()) : at::mm(rounded, weight.t());
   }
