@@ -99,6 +99,14 @@ def grouped_bars(ax, groups, series, ylabel, labels, digits=0, log=False):
 
 
 
+def save(fig, out, name):
+    """Writes fig as out/name (PNG), closes it and returns the path."""
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def bottom_legend(fig, ax):
     """The figure's legend in one row under the axes (no overlap with bars or labels)."""
     handles, labels = ax.get_legend_handles_labels()
@@ -129,10 +137,7 @@ def plot_peer(records, out):
         ax.set_title(f"{what}\nmedian, min-max over {rounds} round{'s' if rounds != 1 else ''}; "
                      "ratio = kvserve / llama.cpp", fontsize=9)
         bottom_legend(fig, ax)
-        path = os.path.join(out, name)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save(fig, out, name))
     return written
 
 
@@ -176,10 +181,7 @@ def plot_rows(data, out):
     fig.suptitle(f"server rows, {data['model']}, {data['threads']} threads; median, min-max over "
                  f"{rounds} round{'s' if rounds != 1 else ''}", fontsize=10)
     bottom_legend(fig, axes[0])
-    path = os.path.join(out, "server_rows.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save(fig, out, "server_rows.png")]
 
 
 def line(ax, xs, per_x, side, label, style):
@@ -216,10 +218,7 @@ def plot_sweep(data, out):
         ax.set_title(f"TTFT against prompt length, {data['model']}, {data['threads']} threads\n"
                      f"{over}", fontsize=9)
         fig.tight_layout()
-        path = os.path.join(out, "ttft_vs_prompt_length.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save(fig, out, "ttft_vs_prompt_length.png"))
     counts = sorted({s["concurrency"] for s in samples if "concurrency" in s})
     if counts:
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
@@ -242,10 +241,7 @@ def plot_sweep(data, out):
                      f"prompts, {data.get('new_tokens', '?')} new tokens each; {data['model']}, "
                      f"{data['threads']} threads; {over}", fontsize=9)
         fig.tight_layout()
-        path = os.path.join(out, "throughput_vs_concurrency.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(save(fig, out, "throughput_vs_concurrency.png"))
     return written
 
 
