@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace kvserve::cli {
+namespace kvserve::base {
 
 absl::StatusOr<CommandLine> CommandLine::Parse(int argc, char** argv, std::vector<FlagSpec> specs) {
   CommandLine cl;
@@ -111,4 +111,4 @@ std::string CommandLine::Usage(const std::string& program, const std::string& su
   return out;
 }
 
-}  // namespace kvserve::cli
+}  // namespace kvserve::base

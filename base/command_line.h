@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kvserve::cli {
+namespace kvserve::base {
 
 struct FlagSpec {
   std::string name;          // without the leading dashes
@@ -44,4 +44,4 @@ class CommandLine {
   bool help_ = false;
 };
 
-}  // namespace kvserve::cli
+}  // namespace kvserve::base

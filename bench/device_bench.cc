@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<c::KvCache>> NewCache(const std::string& implemen
   return c::MakeCache(*spec, model.info().layer_specs);
 }
 
-absl::Status Run(const kvserve::cli::CommandLine& cl) {
+absl::Status Run(const kvserve::base::CommandLine& cl) {
   const std::string device_flag = cl.GetString("device", "cuda:0");
   if (absl::Status s = m::CheckDeviceUsable(device_flag); !s.ok()) return s;
   const c10::Device device(device_flag);
@@ -172,7 +172,7 @@ absl::Status Run(const kvserve::cli::CommandLine& cl) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::StatusOr<kvserve::cli::CommandLine> cl = kvserve::cli::CommandLine::Parse(
+  absl::StatusOr<kvserve::base::CommandLine> cl = kvserve::base::CommandLine::Parse(
       argc, argv,
       {{"device", "cuda:N or cpu", "cuda:0"},
        {"arch", "llama | mistral | qwen2 | qwen3 | phi3", "llama"},

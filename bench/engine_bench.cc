@@ -62,7 +62,7 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(rank, v.size()) - 1];
 }
 
-int Run(const kvserve::cli::CommandLine& cl) {
+int Run(const kvserve::base::CommandLine& cl) {
   const int concurrency = static_cast<int>(cl.GetInt("concurrency", 1).value_or(1));
   const int requests = static_cast<int>(cl.GetInt("requests", 16).value_or(16));
   const int prompt_tokens = static_cast<int>(cl.GetInt("prompt-tokens", 32).value_or(32));
@@ -235,7 +235,7 @@ int Run(const kvserve::cli::CommandLine& cl) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto cl = kvserve::cli::CommandLine::Parse(
+  auto cl = kvserve::base::CommandLine::Parse(
       argc, argv,
       {{"concurrency", "requests in flight at once", "1"},
        {"requests", "requests to run", "16"},

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cache/layer_type.h"
+#include "cache/memory_usage.h"
 
 namespace kvserve::cache {
 
@@ -21,21 +22,6 @@ struct LayerView {
   at::Tensor values;  // [batch, kv_heads, kv_len, head_dim]
   int64_t kv_offset = 0;
   int64_t num_valid = 0;
-};
-
-// Bytes a cache holds, by where they live. On CPU builds "device" is host memory too, but the
-// split is kept so that offloading and the device budget behave the same as on a GPU.
-struct MemoryUsage {
-  int64_t device_bytes = 0;
-  int64_t host_bytes = 0;
-
-  int64_t total() const { return device_bytes + host_bytes; }
-  MemoryUsage& operator+=(const MemoryUsage& o) {
-    device_bytes += o.device_bytes;
-    host_bytes += o.host_bytes;
-    return *this;
-  }
-  bool operator==(const MemoryUsage&) const = default;
 };
 
 // One layer's K/V store. Storage is allocated lazily on the first Update; dtype, device,

@@ -12,22 +12,8 @@
 
 namespace kvserve::cache {
 
-std::string QualifiedPrefixName(std::string_view space, std::string_view name) {
-  if (space.empty()) return std::string(name);
-  std::string qualified(space);
-  qualified += '/';
-  qualified += name;
-  return qualified;
-}
-
-std::pair<std::string_view, std::string_view> SplitQualifiedPrefixName(std::string_view qualified) {
-  const size_t slash = qualified.find('/');
-  if (slash == std::string_view::npos) return {kSharedSpace, qualified};
-  return {qualified.substr(0, slash), qualified.substr(slash + 1)};
-}
-
 absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Create(PrefixStoreOptions options,
-                                                                 const Clock* clock) {
+                                                                 const base::Clock* clock) {
   if (options.budget_bytes <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("prefix store budget_bytes must be > 0, got ", options.budget_bytes));
@@ -39,28 +25,31 @@ absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Create(PrefixStoreOpti
   return std::unique_ptr<PrefixStore>(new PrefixStore(std::move(options), clock));
 }
 
-PrefixStore::PrefixStore(PrefixStoreOptions options, const Clock* clock)
-    : options_(std::move(options)), clock_(clock) {}
-
-PrefixStore::Released::~Released() {
-  // The snapshots go first: a listener may look at the store again.
-  snapshots.clear();
-  if (on_named_dropped == nullptr || !*on_named_dropped) return;
-  for (const std::string& name : dropped_named) (*on_named_dropped)(name);
-}
+PrefixStore::PrefixStore(PrefixStoreOptions options, const base::Clock* clock)
+    : options_(std::move(options)),
+      clock_(clock),
+      events_(static_cast<uint64_t>(std::max<int64_t>(1, absl::ToUnixMillis(clock->Now())))) {}
 
 void PrefixStore::DropExpiredLocked(absl::Time now, Released* released) {
   while (!expiries_.empty() && expiries_.begin()->first <= now) {
-    const Entry& entry = entries_.at(expiries_.begin()->second);
-    if (entry.named) released->dropped_named.push_back(entry.name);
-    RemoveLocked(expiries_.begin()->second, released);
+    RemoveLocked(expiries_.begin()->second, RemovalCause::kExpired, released);
     ++counters_.expirations;
   }
 }
 
-void PrefixStore::RemoveLocked(EntryId id, Released* released) {
+void PrefixStore::RemoveLocked(EntryId id, RemovalCause cause, Released* released) {
   auto it = entries_.find(id);
   Entry& entry = it->second;
+  PrefixEvent removed;
+  removed.kind = PrefixEventKind::kRemoved;
+  removed.cause = cause;
+  removed.named = entry.named;
+  removed.space = entry.space;
+  removed.name = entry.name;
+  removed.tokens.assign(entry.snapshot->token_ids().begin(), entry.snapshot->token_ids().end());
+  removed.entry_id = id;
+  events_.Append(std::move(removed));
+  if (entry.named) ++named_generation_;
   if (auto tree = trees_.find(entry.space); tree != trees_.end()) {
     tree->second.Erase(entry.snapshot->token_ids(), id);
     if (tree->second.empty()) trees_.erase(tree);
@@ -96,13 +85,27 @@ PrefixStore::EntryId PrefixStore::InsertLocked(Entry entry) {
   SpaceUsage& space = spaces_[entry.space];
   if (space.holders[entry.snapshot.get()]++ == 0) space.bytes += entry.snapshot->bytes();
   trees_[entry.space].Insert(entry.snapshot->token_ids(), id);
-  if (entry.named) named_[entry.name] = id;
+  if (entry.named) {
+    named_[entry.name] = id;
+    ++named_generation_;
+  }
+  PrefixEvent stored;
+  stored.kind = PrefixEventKind::kStored;
+  stored.named = entry.named;
+  stored.space = entry.space;
+  stored.name = entry.name;
+  stored.tokens.assign(entry.snapshot->token_ids().begin(), entry.snapshot->token_ids().end());
+  stored.entry_id = id;
+  stored.options = entry.options;
+  stored.created_at = entry.created_at;
+  events_.Append(std::move(stored));
   entries_.emplace(id, std::move(entry));
   return id;
 }
 
 void PrefixStore::TouchLocked(Entry& entry, absl::Time now) {
   entry.last_used_at = now;
+  if (entry.named) ++named_generation_;
   lru_.splice(lru_.end(), lru_, entry.lru_position);
 }
 
@@ -210,7 +213,7 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
         absl::StrCat("named prefix '", name, "' was computed by model '", snapshot->fingerprint(),
                      "' but this store serves model '", options_.model_fingerprint, "'"));
   }
-  Released released(&options_.on_named_dropped);  // destroyed after the lock is released
+  Released released;  // destroyed after the lock is released
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropExpiredLocked(now, &released);
@@ -232,12 +235,10 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
     return victims.status();
   }
   for (EntryId id : *victims) {
-    const Entry& victim = entries_.at(id);
-    if (victim.named) released.dropped_named.push_back(victim.name);
-    RemoveLocked(id, &released);
+    RemoveLocked(id, RemovalCause::kEvicted, &released);
     ++counters_.evictions;
   }
-  if (existing) RemoveLocked(*existing, &released);
+  if (existing) RemoveLocked(*existing, RemovalCause::kReplaced, &released);
   Entry entry;
   entry.snapshot = std::move(snapshot);
   entry.space = std::string(space);
@@ -249,7 +250,7 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
 }
 
 std::shared_ptr<const Snapshot> PrefixStore::GetNamed(const std::string& name) {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropExpiredLocked(now, &released);
@@ -266,7 +267,7 @@ std::shared_ptr<const Snapshot> PrefixStore::GetNamed(const std::string& name) {
 }
 
 std::optional<PrefixInfo> PrefixStore::Info(const std::string& name) {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   auto it = named_.find(name);
@@ -275,7 +276,7 @@ std::optional<PrefixInfo> PrefixStore::Info(const std::string& name) {
 }
 
 std::vector<PrefixInfo> PrefixStore::List() {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   std::vector<PrefixInfo> infos;
@@ -285,18 +286,49 @@ std::vector<PrefixInfo> PrefixStore::List() {
 }
 
 bool PrefixStore::DeleteNamed(const std::string& name) {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   auto it = named_.find(name);
   if (it == named_.end()) return false;
-  RemoveLocked(it->second, &released);
+  RemoveLocked(it->second, RemovalCause::kDeleted, &released);
+  return true;
+}
+
+bool PrefixStore::RestoreNamed(const PrefixInfo& info, std::shared_ptr<const Snapshot> snapshot) {
+  if (snapshot == nullptr || snapshot->fingerprint() != options_.model_fingerprint) return false;
+  Released released;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  DropExpiredLocked(now, &released);
+  if (named_.contains(info.name)) return false;
+  if (info.options.ttl != absl::InfiniteDuration() && info.created_at + info.options.ttl <= now) {
+    return false;
+  }
+  const std::string_view space = SplitQualifiedPrefixName(info.name).first;
+  absl::StatusOr<std::vector<EntryId>> victims =
+      PlanRoomLocked(*snapshot, space, std::nullopt, "restored prefix");
+  if (!victims.ok()) return false;
+  for (EntryId id : *victims) {
+    RemoveLocked(id, RemovalCause::kEvicted, &released);
+    ++counters_.evictions;
+  }
+  Entry entry;
+  entry.snapshot = std::move(snapshot);
+  entry.space = std::string(space);
+  entry.named = true;
+  entry.name = info.name;
+  entry.options = info.options;
+  entry.created_at = info.created_at;
+  entry.last_used_at = now;
+  entry.hits = info.hits;
+  InsertLocked(std::move(entry));
   return true;
 }
 
 bool PrefixStore::PutAutomatic(std::string_view space, std::shared_ptr<const Snapshot> snapshot) {
   if (snapshot == nullptr || snapshot->fingerprint() != options_.model_fingerprint) return false;
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropExpiredLocked(now, &released);
@@ -318,9 +350,7 @@ bool PrefixStore::PutAutomatic(std::string_view space, std::shared_ptr<const Sna
     return false;
   }
   for (EntryId id : *victims) {
-    const Entry& victim = entries_.at(id);
-    if (victim.named) released.dropped_named.push_back(victim.name);
-    RemoveLocked(id, &released);
+    RemoveLocked(id, RemovalCause::kEvicted, &released);
     ++counters_.evictions;
   }
   Entry entry;
@@ -391,7 +421,7 @@ void PrefixStore::RecordUseLocked(const PrefixMatch& match, absl::Time now) {
 
 PrefixMatch PrefixStore::Lookup(std::string_view space, absl::Span<const int32_t> tokens,
                                 int64_t min_tokens, bool allow_partial) {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropExpiredLocked(now, &released);
@@ -402,14 +432,19 @@ PrefixMatch PrefixStore::Lookup(std::string_view space, absl::Span<const int32_t
 
 PrefixMatch PrefixStore::Peek(std::string_view space, absl::Span<const int32_t> tokens,
                               int64_t min_tokens, bool allow_partial) {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   return PeekLocked(space, tokens, min_tokens, allow_partial);
 }
 
+void PrefixStore::RecordNamedMiss() {
+  absl::MutexLock lock(&mu_);
+  ++counters_.named_misses;
+}
+
 void PrefixStore::RecordUse(const PrefixMatch& match) {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropExpiredLocked(now, &released);
@@ -417,7 +452,7 @@ void PrefixStore::RecordUse(const PrefixMatch& match) {
 }
 
 int64_t PrefixStore::Reclaim(int64_t bytes) {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   // Plan, then remove: a removed entry's snapshot waits in `released`, which would make
@@ -436,16 +471,14 @@ int64_t PrefixStore::Reclaim(int64_t bytes) {
   }
   const int64_t before = bytes_used_;
   for (EntryId id : victims) {
-    const Entry& entry = entries_.at(id);
-    if (entry.named) released.dropped_named.push_back(entry.name);
-    RemoveLocked(id, &released);
+    RemoveLocked(id, RemovalCause::kEvicted, &released);
     ++counters_.evictions;
   }
   return before - bytes_used_;
 }
 
 int64_t PrefixStore::ReclaimableBytes() {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   // A snapshot's bytes come free when every entry holding it can go (one snapshot may be held
@@ -463,7 +496,7 @@ int64_t PrefixStore::ReclaimableBytes() {
 }
 
 std::shared_ptr<const Snapshot> PrefixStore::PeekNamed(const std::string& name) {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   auto it = named_.find(name);
@@ -471,14 +504,21 @@ std::shared_ptr<const Snapshot> PrefixStore::PeekNamed(const std::string& name) 
 }
 
 int64_t PrefixStore::space_bytes(std::string_view space) {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   return SpaceBytesLocked(space);
 }
 
+uint64_t PrefixStore::named_generation() {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  return named_generation_;
+}
+
 PrefixStoreStats PrefixStore::stats() {
-  Released released(&options_.on_named_dropped);
+  Released released;
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   PrefixStoreStats stats = counters_;

@@ -18,25 +18,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "cache/clock.h"
+#include "base/clock.h"
+#include "cache/prefix_events.h"
+#include "cache/prefix_info.h"
 #include "cache/token_radix_tree.h"
 
 namespace kvserve::cache {
 
 class Snapshot;
-
-// Namespaces. Every entry belongs to one: a tenant's (named after the tenant) or the shared
-// one (kSharedSpace), which every tenant reads. Named entries are stored under qualified names,
-// "<tenant>/<name>" in a tenant's namespace and "<name>" alone in the shared one (names and
-// tenants hold no '/'); automatic entries belong to the namespace of the sequence that
-// computed them. A lookup for a tenant sees its own namespace and the shared one, never
-// another tenant's.
-inline constexpr std::string_view kSharedSpace = "";
-
-// The qualified name of `name` in namespace `space`.
-std::string QualifiedPrefixName(std::string_view space, std::string_view name);
-// {namespace, name} of a qualified name (the text before the first '/', if any).
-std::pair<std::string_view, std::string_view> SplitQualifiedPrefixName(std::string_view qualified);
 
 struct PrefixStoreOptions {
   // Most bytes of snapshot K/V the store keeps (Snapshot::bytes(), a snapshot held by several
@@ -46,10 +35,6 @@ struct PrefixStoreOptions {
   // Fingerprint of the serving model; only snapshots with exactly this fingerprint are
   // stored. Non-empty.
   std::string model_fingerprint;
-  // Told the name of every named entry the store drops by itself (evicted for room or past
-  // its TTL), after the store's lock is released, on the thread of the call that dropped it.
-  // May be null.
-  std::function<void(const std::string& name)> on_named_dropped;
   // Most bytes of snapshots one tenant's namespace may hold (its named and automatic entries;
   // a snapshot held by several of its entries counted once); 0: no limit. The shared
   // namespace is not limited. A put beyond it first evicts the namespace's own evictable
@@ -57,30 +42,6 @@ struct PrefixStoreOptions {
   // `space_budget_name` (the server's flag).
   int64_t space_budget_bytes = 0;
   std::string space_budget_name = "space_budget_bytes";
-};
-
-struct NamedPrefixOptions {
-  // A pinned entry is never evicted for space (its TTL still applies).
-  bool pinned = true;
-  // > 0. The entry is dropped once created_at + ttl has been reached.
-  absl::Duration ttl = absl::InfiniteDuration();
-  // The cache strategy the prefix was registered for ("static", ...), as it was given.
-  std::string cache_implementation;
-
-  bool operator==(const NamedPrefixOptions&) const = default;
-};
-
-// What the store knows about a named entry.
-struct PrefixInfo {
-  std::string name;  // qualified (see QualifiedPrefixName)
-  int64_t num_tokens = 0;
-  int64_t bytes = 0;
-  std::string fingerprint;
-  absl::Time created_at;    // when this content was put (a replacement resets it)
-  absl::Time last_used_at;  // last put, GetNamed or Lookup hit
-  int64_t hits = 0;         // GetNamed and Lookup hits on this content
-  NamedPrefixOptions options;
-  bool referenced = false;  // someone outside the store holds the snapshot now
 };
 
 // The result of Lookup: empty (no snapshot) when nothing usable matched.
@@ -114,7 +75,9 @@ struct PrefixStoreStats {
 // budget, all reachable by longest-prefix lookup through a token radix tree. Entries that
 // are unpinned and unreferenced (nobody outside the store holds the snapshot) are evicted
 // in least-recently-used order when a put needs room; pinned or referenced ones never are.
-// Entries past their TTL are dropped at the start of the next call of any method.
+// Entries past their TTL are dropped at the start of the next call of any method. Every entry
+// stored or removed, named or automatic, for whatever cause, is appended to events() in the
+// order it happened.
 // Thread-safe: every method may be called from any thread (gRPC threads list and get while
 // the engine thread looks up). The store never touches tensors, but the last reference to a
 // dropped snapshot may be released on the calling thread (outside the lock), freeing its
@@ -123,8 +86,8 @@ class PrefixStore {
  public:
   // InvalidArgument when budget_bytes <= 0, model_fingerprint is empty or clock is null.
   // `clock` is not owned and must outlive the store.
-  static absl::StatusOr<std::unique_ptr<PrefixStore>> Create(PrefixStoreOptions options,
-                                                             const Clock* clock = RealClock::Get());
+  static absl::StatusOr<std::unique_ptr<PrefixStore>> Create(
+      PrefixStoreOptions options, const base::Clock* clock = base::RealClock::Get());
 
   // Stores `snapshot` under the qualified `name` (in the namespace it names). The same name with
   // the same tokens and options again is idempotent: the existing entry (and its snapshot) stays
@@ -149,6 +112,10 @@ class PrefixStore {
   std::vector<PrefixInfo> List();
   // Removes the named entry; false when absent. Readers holding its snapshot keep it.
   bool DeleteNamed(const std::string& name);
+  // Puts back a named entry a caller removed (the undo of a deletion that could not be
+  // recorded): `snapshot` under `info.name` with info's options, created_at and hits, when the
+  // name is absent and it fits. False, changing nothing, otherwise.
+  bool RestoreNamed(const PrefixInfo& info, std::shared_ptr<const Snapshot> snapshot);
 
   // Keeps `snapshot` as an unpinned automatic entry of namespace `space`, evicting LRU
   // evictable entries to fit. Returns false, changing nothing, when the snapshot is null, has
@@ -175,6 +142,8 @@ class PrefixStore {
   // recently used, when the entry still holds that snapshot; an automatic miss for an empty
   // match.
   void RecordUse(const PrefixMatch& match);
+  // Counts a named query that reused nothing of its named entry (a named miss).
+  void RecordNamedMiss();
 
   // Evicts unpinned, unreferenced entries, least recently used first, until at least `bytes`
   // of snapshots are freed or none is left to evict (to make room for live caches under a
@@ -184,21 +153,20 @@ class PrefixStore {
   int64_t ReclaimableBytes();
 
   PrefixStoreStats stats();
+  // The log of entries stored and removed (see PrefixEventLog).
+  PrefixEventLog& events() { return events_; }
+  // Changes whenever a named entry is stored, removed or hit: the published catalog is stale.
+  uint64_t named_generation();
   // Bytes the entries of namespace `space` hold (each snapshot once).
   int64_t space_bytes(std::string_view space);
   const PrefixStoreOptions& options() const { return options_; }
 
  private:
   using EntryId = TokenRadixTree::EntryId;
-  // What a call releases, acted on after the lock: snapshots (whose last reference may free
-  // tensors) and the names of named entries dropped by eviction or expiry.
+  // What a call releases, dropped after the lock: snapshots whose last reference may free
+  // tensors.
   struct Released {
-    explicit Released(const std::function<void(const std::string&)>* on_named_dropped)
-        : on_named_dropped(on_named_dropped) {}
-    ~Released();
     std::vector<std::shared_ptr<const Snapshot>> snapshots;
-    std::vector<std::string> dropped_named;
-    const std::function<void(const std::string&)>* on_named_dropped;
   };
 
   struct Entry {
@@ -214,7 +182,7 @@ class PrefixStore {
     std::optional<std::multimap<absl::Time, EntryId>::iterator> expiry_position;
   };
 
-  PrefixStore(PrefixStoreOptions options, const Clock* clock);
+  PrefixStore(PrefixStoreOptions options, const base::Clock* clock);
 
   // Peek under the lock.
   PrefixMatch PeekLocked(std::string_view space, absl::Span<const int32_t> tokens,
@@ -223,10 +191,11 @@ class PrefixStore {
   void RecordUseLocked(const PrefixMatch& match, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops every entry whose TTL has run out at `now`.
   void DropExpiredLocked(absl::Time now, Released* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes entry `id` from every index; its snapshot goes to `released` when no other
-  // entry holds it.
-  void RemoveLocked(EntryId id, Released* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds an entry and returns its id.
+  // Removes entry `id` from every index and logs why; its snapshot goes to `released` when no
+  // other entry holds it.
+  void RemoveLocked(EntryId id, RemovalCause cause, Released* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds an entry, logs it and returns its id.
   EntryId InsertLocked(Entry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TouchLocked(Entry& entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when someone outside the store holds the entry's snapshot.
@@ -245,7 +214,7 @@ class PrefixStore {
   PrefixInfo InfoLocked(const Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PrefixStoreOptions options_;
-  const Clock* const clock_;
+  const base::Clock* const clock_;
 
   mutable absl::Mutex mu_;
   // Node-based, so references to entries stay valid while others are added and removed.
@@ -266,6 +235,8 @@ class PrefixStore {
   EntryId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t bytes_used_ ABSL_GUARDED_BY(mu_) = 0;
   PrefixStoreStats counters_ ABSL_GUARDED_BY(mu_);  // hits, misses, evictions, expirations
+  uint64_t named_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  PrefixEventLog events_;
 };
 
 }  // namespace kvserve::cache

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cache/cache_layer.h"
+#include "cache/static_buffers.h"
 
 namespace kvserve::cache {
 
@@ -22,7 +23,7 @@ class StaticLayer final : public CacheLayer {
   absl::StatusOr<LayerView> Update(const at::Tensor& keys, const at::Tensor& values) override;
   int64_t SeqLength() const override { return length_; }
   int64_t MaxLength() const override { return max_cache_len_; }
-  int64_t BatchSize() const override { return keys_.defined() ? keys_.size(0) : 0; }
+  int64_t BatchSize() const override { return buffers_.batch_size(); }
   absl::Status Crop(int64_t n) override;
   absl::Status Reorder(const at::Tensor& beam_idx) override;
   absl::Status SelectIndices(const at::Tensor& indices) override;
@@ -35,15 +36,8 @@ class StaticLayer final : public CacheLayer {
 
  private:
   int64_t max_cache_len_;
-  int64_t length_ = 0;  // tokens written, in slots [0, length_)
-  at::Tensor keys_;     // [batch, kv_heads, max_cache_len, key_head_dim]
-  at::Tensor values_;   // [batch, kv_heads, max_cache_len, value_head_dim]
+  int64_t length_ = 0;     // tokens written, in slots [0, length_)
+  StaticBuffers buffers_;  // max_cache_len slots
 };
-
-// Checks a static layer update: 4-D keys/values with equal batch, heads and token count,
-// matching the stored buffers (batch, heads, head_dims, dtype, device) when those exist.
-// InvalidArgument describing the mismatch otherwise. Shared by the static layer classes.
-absl::Status CheckStaticUpdate(const at::Tensor& keys, const at::Tensor& values,
-                               const at::Tensor& stored_keys, const at::Tensor& stored_values);
 
 }  // namespace kvserve::cache

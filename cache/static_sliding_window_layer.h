@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cache/cache_layer.h"
+#include "cache/static_buffers.h"
 
 namespace kvserve::cache {
 
@@ -27,7 +28,7 @@ class StaticSlidingWindowLayer final : public CacheLayer {
   absl::StatusOr<LayerView> Update(const at::Tensor& keys, const at::Tensor& values) override;
   int64_t SeqLength() const override { return length_; }
   int64_t MaxLength() const override { return capacity_; }
-  int64_t BatchSize() const override { return keys_.defined() ? keys_.size(0) : 0; }
+  int64_t BatchSize() const override { return buffers_.batch_size(); }
   absl::Status Crop(int64_t n) override;
   absl::Status CheckCrop(int64_t n) const override;
   absl::Status Reorder(const at::Tensor& beam_idx) override;
@@ -44,10 +45,9 @@ class StaticSlidingWindowLayer final : public CacheLayer {
  private:
   LayerType type_;
   int64_t window_;
-  int64_t capacity_;    // E = min(window, max_cache_len)
-  int64_t length_ = 0;  // tokens ever seen (c)
-  at::Tensor keys_;     // [batch, kv_heads, E, key_head_dim]: the last min(c, E) tokens
-  at::Tensor values_;   // [batch, kv_heads, E, value_head_dim]
+  int64_t capacity_;       // E = min(window, max_cache_len)
+  int64_t length_ = 0;     // tokens ever seen (c)
+  StaticBuffers buffers_;  // E slots: the last min(c, E) tokens
 };
 
 }  // namespace kvserve::cache

@@ -14,8 +14,8 @@ bool Contains(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-const cli::FlagSpec* FindSpec(const std::vector<cli::FlagSpec>& specs, const std::string& name) {
-  for (const cli::FlagSpec& spec : specs) {
+const base::FlagSpec* FindSpec(const std::vector<base::FlagSpec>& specs, const std::string& name) {
+  for (const base::FlagSpec& spec : specs) {
     if (spec.name == name) return &spec;
   }
   return nullptr;
@@ -23,7 +23,7 @@ const cli::FlagSpec* FindSpec(const std::vector<cli::FlagSpec>& specs, const std
 
 // Parses `text` with absl's SimpleAtoi-style `parse` into T, or InvalidArgument naming `flag`.
 template <typename T, typename Parse>
-absl::StatusOr<std::optional<T>> ParseValue(const cli::CommandLine& flags, const std::string& flag,
+absl::StatusOr<std::optional<T>> ParseValue(const base::CommandLine& flags, const std::string& flag,
                                             const char* what, Parse parse) {
   if (!flags.Has(flag)) return std::optional<T>();
   const std::string text = flags.GetString(flag);
@@ -76,7 +76,7 @@ std::optional<bool> ParsedFlags::GetSwitch(const std::string& name) const {
 }
 
 absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
-                                       std::vector<cli::FlagSpec> specs,
+                                       std::vector<base::FlagSpec> specs,
                                        const std::vector<std::string>& repeatable,
                                        const std::vector<std::string>& arguments) {
   ParsedFlags parsed;
@@ -94,7 +94,7 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
     }
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    const cli::FlagSpec* spec = FindSpec(specs, name);
+    const base::FlagSpec* spec = FindSpec(specs, name);
     if (Contains(repeatable, name)) {
       if (eq != std::string::npos) {
         parsed.repeated[name].push_back(arg.substr(eq + 1));
@@ -114,8 +114,8 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
   std::vector<char*> argv;
   argv.reserve(rest.size());
   for (std::string& s : rest) argv.push_back(s.data());
-  absl::StatusOr<cli::CommandLine> flags =
-      cli::CommandLine::Parse(static_cast<int>(argv.size()), argv.data(), std::move(specs));
+  absl::StatusOr<base::CommandLine> flags =
+      base::CommandLine::Parse(static_cast<int>(argv.size()), argv.data(), std::move(specs));
   if (!flags.ok()) return flags.status();
   parsed.flags = *std::move(flags);
   return parsed;

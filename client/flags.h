@@ -1,4 +1,4 @@
-// ParsedFlags: kvctl's flag parsing on top of cli::CommandLine, adding repeatable flags
+// ParsedFlags: kvctl's flag parsing on top of base::CommandLine, adding repeatable flags
 // (--stop a --stop b) and typed getters that check a value's range and name the flag.
 #pragma once
 
@@ -14,7 +14,7 @@
 namespace kvserve::client {
 
 struct ParsedFlags {
-  cli::CommandLine flags;
+  base::CommandLine flags;
   // Every value of each repeatable flag, in the order given; a flag never given is absent.
   std::map<std::string, std::vector<std::string>> repeated;
   // The positional arguments, in the order given (at most as many as the command names).
@@ -42,7 +42,7 @@ struct ParsedFlags {
 // the flags; fewer is for the command to refuse. Errors (unknown flag, missing value, one
 // positional argument too many) are InvalidArgument naming the flag or the argument.
 absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
-                                       std::vector<cli::FlagSpec> specs,
+                                       std::vector<base::FlagSpec> specs,
                                        const std::vector<std::string>& repeatable = {},
                                        const std::vector<std::string>& arguments = {});
 

@@ -128,7 +128,7 @@ std::string FormatMs(const std::optional<double>& value) {
 
 }  // namespace
 
-std::vector<cli::FlagSpec> BenchFlagSpecs() {
+std::vector<base::FlagSpec> BenchFlagSpecs() {
   return {
       {"concurrency", "requests in flight at once", "1"},
       {"requests", "measured requests", "16"},

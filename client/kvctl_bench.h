@@ -71,7 +71,7 @@ struct BenchReport {
 };
 
 // The flags of `kvctl bench`.
-std::vector<cli::FlagSpec> BenchFlagSpecs();
+std::vector<base::FlagSpec> BenchFlagSpecs();
 
 // Options from flags parsed with BenchFlagSpecs() (the per-call timeout is the caller's);
 // InvalidArgument naming the flag when a value is malformed or out of range.

@@ -95,11 +95,11 @@ Next RunTurn(ChatSession& chat, const std::string& line, std::ostream& out, std:
 
 }  // namespace
 
-std::vector<cli::FlagSpec> ChatFlagSpecs() {
-  std::vector<cli::FlagSpec> specs = {
+std::vector<base::FlagSpec> ChatFlagSpecs() {
+  std::vector<base::FlagSpec> specs = {
       {"system", "content of the system message the conversation starts with", "none"},
   };
-  for (const std::vector<cli::FlagSpec>& group : {SessionCreateFlagSpecs(), SamplingFlagSpecs()}) {
+  for (const std::vector<base::FlagSpec>& group : {SessionCreateFlagSpecs(), SamplingFlagSpecs()}) {
     specs.insert(specs.end(), group.begin(), group.end());
   }
   specs.push_back({"template-kwargs",

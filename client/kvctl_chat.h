@@ -18,7 +18,7 @@ namespace kvserve::client {
 
 // The flags of `kvctl chat`: --system, those of `session create` (cache strategy, --prefix,
 // --ttl-seconds), the sampling flags of generate and --template-kwargs.
-std::vector<cli::FlagSpec> ChatFlagSpecs();
+std::vector<base::FlagSpec> ChatFlagSpecs();
 // Those of them that may be given several times (--stop).
 std::vector<std::string> ChatRepeatableFlags();
 

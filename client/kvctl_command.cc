@@ -53,7 +53,7 @@ absl::Status CheckApiKey(const std::string& source, const std::string& key) {
 
 }  // namespace
 
-std::vector<cli::FlagSpec> GlobalFlagSpecs() {
+std::vector<base::FlagSpec> GlobalFlagSpecs() {
   return {
       {"target", "server (or gateway) address HOST:PORT", "127.0.0.1:50051"},
       {"timeout-ms", "deadline of each call in milliseconds", "none"},

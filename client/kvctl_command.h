@@ -35,7 +35,7 @@ struct Globals {
 
 // The flags every command takes (--target, --timeout-ms, --output, --route, the TLS flags and
 // --api-key), before or after the command's name.
-std::vector<cli::FlagSpec> GlobalFlagSpecs();
+std::vector<base::FlagSpec> GlobalFlagSpecs();
 
 // The global flags' values from a command's parsed flags. The routing key is --route when
 // given (`--route=` sends none), else the command's --prefix, else its --name (prefix
@@ -56,7 +56,7 @@ using RunFn = int (*)(const Globals&, const ParsedFlags&);
 struct Command {
   std::string name;                     // as typed: "generate", "register"
   std::string summary;                  // one line for --help
-  std::vector<cli::FlagSpec> specs;     // its own flags (kvctl adds the global ones)
+  std::vector<base::FlagSpec> specs;    // its own flags (kvctl adds the global ones)
   std::vector<std::string> repeatable;  // those of `specs` that may be given several times
   RunFn run;
   // Names of its positional arguments, in order, as --help shows them ("ID", "N"); they land

@@ -28,7 +28,7 @@ namespace kvserve::client {
 namespace {
 
 bool IsGlobalValueFlag(const std::string& name) {
-  for (const cli::FlagSpec& spec : GlobalFlagSpecs()) {
+  for (const base::FlagSpec& spec : GlobalFlagSpecs()) {
     if (spec.name == name) return true;
   }
   return false;
@@ -100,7 +100,7 @@ int RunBenchCommand(const Globals& globals, const ParsedFlags& flags) {
 
 // Puts the global flags first in the specs of `command`.
 void AddGlobalFlags(Command& command) {
-  std::vector<cli::FlagSpec> specs = GlobalFlagSpecs();
+  std::vector<base::FlagSpec> specs = GlobalFlagSpecs();
   specs.insert(specs.end(), command.specs.begin(), command.specs.end());
   command.specs = std::move(specs);
 }
@@ -164,7 +164,7 @@ std::string TopUsage(const std::vector<Command>& commands,
                                           absl::StrJoin(names, ", ")));
   }
   absl::StrAppend(&out, "\nglobal flags (before or after the command):\n");
-  for (const cli::FlagSpec& spec : GlobalFlagSpecs()) {
+  for (const base::FlagSpec& spec : GlobalFlagSpecs()) {
     absl::StrAppend(&out, absl::StrFormat("  --%-15s %s (default: %s)\n", spec.name, spec.help,
                                           spec.default_text));
   }

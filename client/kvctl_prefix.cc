@@ -36,7 +36,7 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
 
 // Sets the request's content oneof from exactly one of the content flags.
 absl::Status SetContent(const ParsedFlags& parsed, v1::RegisterPrefixRequest& request) {
-  const cli::CommandLine& flags = parsed.flags;
+  const base::CommandLine& flags = parsed.flags;
   const int given =
       flags.Has("text") + flags.Has("file") + flags.Has("token-ids") + flags.Has("messages");
   if (given != 1) {
@@ -72,11 +72,11 @@ absl::Status SetOptions(const ParsedFlags& parsed, v1::RegisterPrefixRequest& re
   return absl::OkStatus();
 }
 
-std::vector<cli::FlagSpec> NameFlagSpecs() { return {{"name", "the prefix's name", ""}}; }
+std::vector<base::FlagSpec> NameFlagSpecs() { return {{"name", "the prefix's name", ""}}; }
 
 }  // namespace
 
-std::vector<cli::FlagSpec> PrefixRegisterFlagSpecs() {
+std::vector<base::FlagSpec> PrefixRegisterFlagSpecs() {
   return {
       {"name", "name that requests give as --prefix: 1 to 128 characters of [A-Za-z0-9._-]", ""},
       {"text", "content as text (tokenized with the model's special tokens, e.g. BOS)", ""},

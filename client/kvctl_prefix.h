@@ -15,7 +15,7 @@
 namespace kvserve::client {
 
 // The flags of `kvctl prefix register`.
-std::vector<cli::FlagSpec> PrefixRegisterFlagSpecs();
+std::vector<base::FlagSpec> PrefixRegisterFlagSpecs();
 
 // Builds the request from flags parsed with PrefixRegisterFlagSpecs(). --name and exactly one of
 // --text, --file (the file's whole content as the text), --token-ids, --messages are required.

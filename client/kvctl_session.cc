@@ -13,8 +13,8 @@
 
 namespace kvserve::client {
 
-std::vector<cli::FlagSpec> SessionCreateFlagSpecs() {
-  std::vector<cli::FlagSpec> specs = CacheStrategyFlagSpecs();
+std::vector<base::FlagSpec> SessionCreateFlagSpecs() {
+  std::vector<base::FlagSpec> specs = CacheStrategyFlagSpecs();
   specs.push_back({"prefix", "name of a registered prefix the conversation starts with", ""});
   specs.push_back({"ttl-seconds", "closed this many seconds after its last use (0: the server's)",
                    "server: --session-ttl-seconds"});

@@ -17,7 +17,7 @@ namespace kvserve::client {
 
 // The flags of `kvctl session create` (and of the sessions `kvctl chat` opens): the cache
 // strategy flags of generate, --prefix and --ttl-seconds.
-std::vector<cli::FlagSpec> SessionCreateFlagSpecs();
+std::vector<base::FlagSpec> SessionCreateFlagSpecs();
 
 // Builds the request from flags parsed against specs that include SessionCreateFlagSpecs().
 // `options` stays unset when none of its flags is given, `options.cache` when none of the

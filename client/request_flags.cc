@@ -50,7 +50,7 @@ absl::StatusOr<int64_t> JsonInteger(const Json& object, const std::string& key, 
 
 // Sets the request's input oneof from --prompt, --token-ids or --messages (exactly one).
 absl::Status SetInput(const ParsedFlags& parsed, v1::GenerateRequest& request) {
-  const cli::CommandLine& flags = parsed.flags;
+  const base::CommandLine& flags = parsed.flags;
   const int given = flags.Has("prompt") + flags.Has("token-ids") + flags.Has("messages");
   if (given != 1) {
     return absl::InvalidArgumentError(given == 0
@@ -64,8 +64,8 @@ absl::Status SetInput(const ParsedFlags& parsed, v1::GenerateRequest& request) {
   return SetTokenIdsOrMessages(flags, request);
 }
 
-bool AnyGiven(const ParsedFlags& parsed, const std::vector<cli::FlagSpec>& specs) {
-  for (const cli::FlagSpec& spec : specs) {
+bool AnyGiven(const ParsedFlags& parsed, const std::vector<base::FlagSpec>& specs) {
+  for (const base::FlagSpec& spec : specs) {
     if (parsed.flags.Has(spec.name) || parsed.repeated.contains(spec.name)) return true;
   }
   return false;
@@ -148,10 +148,10 @@ absl::Status SetCache(const ParsedFlags& p, v1::CacheOptions& c) {
 }
 
 // The flags of a request's own cache that are not its strategy (a session refuses both).
-cli::FlagSpec NoCacheFlagSpec() {
+base::FlagSpec NoCacheFlagSpec() {
   return {"no-cache", "no KV cache: recompute the whole sequence every step", "", true};
 }
-cli::FlagSpec NoPrefixReuseFlagSpec() {
+base::FlagSpec NoPrefixReuseFlagSpec() {
   return {"no-prefix-reuse", "compute the whole prompt even when a cached prefix matches", "",
           true};
 }
@@ -164,7 +164,7 @@ absl::Status CheckTemplateKwargsHasMessages(const ParsedFlags& flags) {
   return absl::OkStatus();
 }
 
-cli::FlagSpec TemplateKwargsFlagSpec() {
+base::FlagSpec TemplateKwargsFlagSpec() {
   return {"template-kwargs",
           "--messages only: chat-template keyword arguments, a JSON object: "
           "{\"enable_thinking\":false}",
@@ -173,7 +173,7 @@ cli::FlagSpec TemplateKwargsFlagSpec() {
 
 }  // namespace
 
-std::vector<cli::FlagSpec> SamplingFlagSpecs() {
+std::vector<base::FlagSpec> SamplingFlagSpecs() {
   return {
       {"max-new-tokens", "tokens to generate at most", "server: 16"},
       {"do-sample", "sample instead of greedy decoding", "", true},
@@ -189,7 +189,7 @@ std::vector<cli::FlagSpec> SamplingFlagSpecs() {
   };
 }
 
-std::vector<cli::FlagSpec> SequenceFlagSpecs() {
+std::vector<base::FlagSpec> SequenceFlagSpecs() {
   return {
       {"num-beams", "beam search with this many beams (1: none; needs greedy decoding)",
        "server: 1"},
@@ -205,7 +205,7 @@ std::vector<cli::FlagSpec> SequenceFlagSpecs() {
   };
 }
 
-std::vector<cli::FlagSpec> CacheStrategyFlagSpecs() {
+std::vector<base::FlagSpec> CacheStrategyFlagSpecs() {
   return {
       {"cache-implementation", "dynamic, static, offloaded, offloaded_static or quantized",
        "server: dynamic"},
@@ -249,8 +249,8 @@ absl::StatusOr<std::string> TemplateKwargsFlag(const ParsedFlags& flags) {
   return text;
 }
 
-std::vector<cli::FlagSpec> GenerateFlagSpecs() {
-  std::vector<cli::FlagSpec> specs = {
+std::vector<base::FlagSpec> GenerateFlagSpecs() {
+  std::vector<base::FlagSpec> specs = {
       {"prompt", "input text (tokenized with the model's special tokens)", ""},
       {"token-ids", "input token ids, comma-separated: 1,450,29", ""},
       {"messages", "input conversation, JSON: [{\"role\":\"user\",\"content\":\"Hi\"}]", ""},
@@ -261,9 +261,9 @@ std::vector<cli::FlagSpec> GenerateFlagSpecs() {
        "conversation, --prompt or --token-ids are appended to its history",
        ""},
   };
-  const std::vector<cli::FlagSpec> sampling = SamplingFlagSpecs();
-  const std::vector<cli::FlagSpec> sequences = SequenceFlagSpecs();
-  const std::vector<cli::FlagSpec> strategy = CacheStrategyFlagSpecs();
+  const std::vector<base::FlagSpec> sampling = SamplingFlagSpecs();
+  const std::vector<base::FlagSpec> sequences = SequenceFlagSpecs();
+  const std::vector<base::FlagSpec> strategy = CacheStrategyFlagSpecs();
   specs.insert(specs.end(), sampling.begin(), sampling.end());
   specs.insert(specs.end(), sequences.begin(), sequences.end());
   specs.push_back(NoCacheFlagSpec());
@@ -364,7 +364,7 @@ absl::StatusOr<v1::QuantizationConfig> ParseCacheConfig(const std::string& json)
   return config;
 }
 
-std::vector<cli::FlagSpec> TokenizeFlagSpecs() {
+std::vector<base::FlagSpec> TokenizeFlagSpecs() {
   return {
       {"text", "text to tokenize", ""},
       {"messages", "conversation to render and tokenize, JSON (as for generate)", ""},

@@ -15,7 +15,7 @@
 namespace kvserve::client {
 
 // The flags of `kvctl generate` and `kvctl stream`, one per GenerateRequest field.
-std::vector<cli::FlagSpec> GenerateFlagSpecs();
+std::vector<base::FlagSpec> GenerateFlagSpecs();
 // Those of them that may be given several times (--stop).
 std::vector<std::string> GenerateRepeatableFlags();
 
@@ -27,12 +27,12 @@ std::vector<std::string> GenerateRepeatableFlags();
 absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flags);
 
 // The sampling flags (--max-new-tokens ... --ignore-eos), as GenerateFlagSpecs() has them.
-std::vector<cli::FlagSpec> SamplingFlagSpecs();
+std::vector<base::FlagSpec> SamplingFlagSpecs();
 
 // The flags of beam search, several sequences and log-probabilities (--num-beams,
 // --num-return-sequences, --early-stopping, --length-penalty, --logprobs, --top-logprobs), as
 // GenerateFlagSpecs() has them after the sampling flags. Only generate and stream take them.
-std::vector<cli::FlagSpec> SequenceFlagSpecs();
+std::vector<base::FlagSpec> SequenceFlagSpecs();
 
 // SamplingParams from the flags of SamplingFlagSpecs() (and --stop as repeatable) and, where
 // the command has them, SequenceFlagSpecs(); nullopt when none is given. --early-stopping
@@ -42,7 +42,7 @@ absl::StatusOr<std::optional<v1::SamplingParams>> BuildSamplingParams(const Pars
 
 // The flags of a cache's strategy (--cache-implementation, --cache-config, --max-cache-len,
 // --offload-only-non-sliding), as GenerateFlagSpecs() has them.
-std::vector<cli::FlagSpec> CacheStrategyFlagSpecs();
+std::vector<base::FlagSpec> CacheStrategyFlagSpecs();
 
 // CacheOptions from the flags of CacheStrategyFlagSpecs() and, when `flags` has them,
 // --no-cache and --no-prefix-reuse; nullopt when none is given. InvalidArgument naming the
@@ -63,7 +63,7 @@ absl::StatusOr<v1::ChatMessages> ParseChatMessages(const std::string& json,
 // caller has checked that exactly one input flag is given). Shared by the requests with these
 // inputs (GenerateRequest, RegisterPrefixRequest). InvalidArgument naming the flag.
 template <typename Request>
-absl::Status SetTokenIdsOrMessages(const cli::CommandLine& flags, Request& request) {
+absl::Status SetTokenIdsOrMessages(const base::CommandLine& flags, Request& request) {
   if (flags.Has("token-ids")) {
     absl::StatusOr<std::vector<int32_t>> ids = flags.GetIntList("token-ids");
     if (!ids.ok()) return ids.status();
@@ -83,7 +83,7 @@ absl::Status SetTokenIdsOrMessages(const cli::CommandLine& flags, Request& reque
 absl::StatusOr<v1::QuantizationConfig> ParseCacheConfig(const std::string& json);
 
 // The flags of `kvctl tokenize`.
-std::vector<cli::FlagSpec> TokenizeFlagSpecs();
+std::vector<base::FlagSpec> TokenizeFlagSpecs();
 
 // Builds the request from flags parsed with TokenizeFlagSpecs(): exactly one of --text and
 // --messages; --no-special-tokens sets add_special_tokens=false (unset otherwise);

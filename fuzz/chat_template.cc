@@ -23,9 +23,9 @@
 
 namespace {
 
-using kvserve::model::ChatMessage;
-using kvserve::model::ChatTemplate;
-using kvserve::model::RenderBudget;
+using kvserve::tokenizer::ChatMessage;
+using kvserve::tokenizer::ChatTemplate;
+using kvserve::tokenizer::RenderBudget;
 
 // Smaller than the default so that a run stays fast; the limits are what is under test.
 RenderBudget FuzzBudget() {

@@ -8,7 +8,7 @@
 # one test, fuzz_unavailable, is registered and skips itself.
 
 set(KVSERVE_FUZZ_TARGETS safetensors model_config tokenizer chat_template prefixes_file
-                         request_parser)
+                         request_builder)
 set(KVSERVE_FUZZ_SECONDS 8 CACHE STRING "Seconds each fuzz target runs in make test")
 
 # The main build's part in the fuzz tree: the libraries it links as they are.

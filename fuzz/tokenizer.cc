@@ -29,8 +29,8 @@
 
 namespace {
 
-using kvserve::model::IncrementalDetokenizer;
-using kvserve::model::Tokenizer;
+using kvserve::tokenizer::IncrementalDetokenizer;
+using kvserve::tokenizer::Tokenizer;
 using Json = nlohmann::ordered_json;
 
 // Well-formed UTF-8 (no surrogates, no overlongs, at most U+10FFFF), written here rather than
@@ -127,7 +127,7 @@ std::string SentencePieceJson() {
 // The tiny byte-level tokenizer behind NFKC, lowercase and strip normalizers and a digits and
 // a GPT-4-style regex split, with an lstrip/rstrip single-word added token.
 std::string NormalizedByteLevelJson() {
-  Json tokenizer = Json::parse(kvserve::model::MakeTinyTokenizerJson(400));
+  Json tokenizer = Json::parse(kvserve::tokenizer::MakeTinyTokenizerJson(400));
   tokenizer["normalizer"] = {
       {"type", "Sequence"},
       {"normalizers",
@@ -226,8 +226,8 @@ void Exercise(const Tokenizer& t, std::string_view text, bool round_trips) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   built_ins = new std::vector<BuiltIn>();
-  built_ins->push_back({MustLoad(kvserve::model::MakeTinyTokenizerJson(400),
-                                 kvserve::model::MakeTinyTokenizerConfigJson()),
+  built_ins->push_back({MustLoad(kvserve::tokenizer::MakeTinyTokenizerJson(400),
+                                 kvserve::tokenizer::MakeTinyTokenizerConfigJson()),
                         true});
   built_ins->push_back({MustLoad(SentencePieceJson(), ""), false});
   built_ins->push_back({MustLoad(NormalizedByteLevelJson(), ""), false});
@@ -259,7 +259,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   Exercise(**t, text, false);
   if (!config.empty() && (*t)->CheckChatTemplate().ok()) {
-    kvserve::model::RenderBudget budget;
+    kvserve::tokenizer::RenderBudget budget;
     budget.max_steps = 100'000;
     budget.max_output_bytes = 1 << 20;
     (void)(*t)->ApplyChatTemplate({{"user", std::string(text)}}, true, budget);

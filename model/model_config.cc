@@ -427,7 +427,7 @@ const std::vector<std::string>& ModelConfig::SupportedModelTypes() {
 }
 
 absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
-  if (absl::Status s = CheckJsonDepth(json_text, kMaxJsonDepth); !s.ok()) {
+  if (absl::Status s = tokenizer::CheckJsonDepth(json_text, tokenizer::kMaxJsonDepth); !s.ok()) {
     return absl::InvalidArgumentError(Cat("config.json: ", s.message()));
   }
   Json json;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/check.h"
 #include "model/simd.h"
 #include "model/worker_pool.h"
 
@@ -315,8 +316,8 @@ WeightKind KindOf(at::ScalarType dtype) {
     case at::kHalf:
       return WeightKind::kF16;
     default:
-      TORCH_CHECK(false, "MultiRowGemv: weight dtype ", dtype,
-                  " is not float32, bfloat16 or float16");
+      KVSERVE_CHECK(false) << "MultiRowGemv: weight dtype " << dtype
+                           << " is not float32, bfloat16 or float16";
   }
 }
 
@@ -369,13 +370,13 @@ bool IsGemvWeightDtype(at::ScalarType dtype) {
 }
 
 at::Tensor MultiRowGemv(const at::Tensor& x, const at::Tensor& w, Bf16Compute bf16) {
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "MultiRowGemv: shapes");
-  TORCH_CHECK(x.scalar_type() == at::kFloat, "MultiRowGemv: x must be float32");
-  TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "MultiRowGemv: CPU only");
-  TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "MultiRowGemv: contiguous inputs only");
+  KVSERVE_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1)) << "MultiRowGemv: shapes";
+  KVSERVE_CHECK(x.scalar_type() == at::kFloat) << "MultiRowGemv: x must be float32";
+  KVSERVE_CHECK(x.device().is_cpu() && w.device().is_cpu()) << "MultiRowGemv: CPU only";
+  KVSERVE_CHECK(x.is_contiguous() && w.is_contiguous()) << "MultiRowGemv: contiguous inputs only";
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
-  TORCH_CHECK(rows >= 1 && rows <= kMultiRowGemvMaxRows, "MultiRowGemv: 1 to ",
-              kMultiRowGemvMaxRows, " rows");
+  KVSERVE_CHECK(rows >= 1 && rows <= kMultiRowGemvMaxRows)
+      << "MultiRowGemv: 1 to " << kMultiRowGemvMaxRows << " rows";
   at::Tensor y = at::empty({rows, out}, x.options());
   const float* xp = x.data_ptr<float>();
 #if defined(KVSERVE_SIMD_AVX512)
@@ -410,7 +411,7 @@ at::Tensor MultiRowGemv(const at::Tensor& x, const at::Tensor& w, Bf16Compute bf
 }
 
 at::Tensor WidenWeight(const at::Tensor& w, at::Tensor* scratch) {
-  TORCH_CHECK(w.device().is_cpu() && w.is_contiguous(), "WidenWeight: contiguous CPU weight");
+  KVSERVE_CHECK(w.device().is_cpu() && w.is_contiguous()) << "WidenWeight: contiguous CPU weight";
   const WidenFn widen = WidenFor(w.scalar_type());
   const int64_t n = w.numel();
   if (!scratch->defined() || scratch->numel() < n) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "base/string_cat.h"
 #include "tokenizer/tokenizer_json_util.h"
 
@@ -51,13 +52,13 @@ const DtypeInfo& InfoOf(SafetensorsDtype dtype) {
   for (const DtypeInfo& info : kDtypes) {
     if (info.dtype == dtype) return info;
   }
-  std::fprintf(stderr, "kvserve: invalid SafetensorsDtype %d\n", static_cast<int>(dtype));
-  std::abort();
+  KVSERVE_CHECK(false) << "invalid SafetensorsDtype " << static_cast<int>(dtype);
+  __builtin_unreachable();
 }
 
 [[noreturn]] void Fail(std::string_view message) {
-  std::fprintf(stderr, "kvserve: %.*s\n", static_cast<int>(message.size()), message.data());
-  std::abort();
+  KVSERVE_CHECK(false) << message;
+  __builtin_unreachable();
 }
 
 // Builds "<file>: <problem>" errors.
@@ -256,7 +257,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
   const std::string_view header_text(header_begin, header_size);
   // nlohmann parses any depth, but printing a value (the errors below) recurses once per level:
   // a 100 MB header of nested arrays would overflow the stack. Real headers nest 3 levels.
-  if (absl::Status depth = CheckJsonDepth(header_text, kMaxJsonDepth); !depth.ok()) {
+  if (absl::Status depth = tokenizer::CheckJsonDepth(header_text, tokenizer::kMaxJsonDepth);
+      !depth.ok()) {
     return error.Invalid("header is ", depth.message());
   }
   Json header;

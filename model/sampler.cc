@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 
 namespace kvserve::model {
 namespace {
@@ -62,7 +63,7 @@ absl::Status SamplingParams::Validate() const {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
   const absl::Status status = params.Validate();
-  TORCH_CHECK(status.ok(), "invalid SamplingParams: ", std::string(status.message()));
+  KVSERVE_CHECK(status.ok()) << "invalid SamplingParams: " << status.message();
   uint64_t seed_state = params.seed;
   for (uint64_t& word : rng_state_) word = SplitMix64(seed_state);
 }
@@ -81,8 +82,8 @@ double Sampler::NextUniform() {
 }
 
 int32_t Sampler::Sample(const at::Tensor& logits, absl::Span<const int32_t> context) {
-  TORCH_CHECK(logits.dim() == 1 && logits.numel() > 0,
-              "Sampler::Sample wants a non-empty [vocab] tensor, got shape ", logits.sizes());
+  KVSERVE_CHECK(logits.dim() == 1 && logits.numel() > 0)
+      << "Sampler::Sample wants a non-empty [vocab] tensor, got shape " << logits.sizes();
   at::Tensor row = logits;
   if (!row.device().is_cpu() || row.scalar_type() != at::kFloat) {
     row = row.to(at::kCPU, at::kFloat);
@@ -93,7 +94,7 @@ int32_t Sampler::Sample(const at::Tensor& logits, absl::Span<const int32_t> cont
 }
 
 int32_t Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t> context) {
-  TORCH_CHECK(!logits.empty(), "Sampler::Sample got an empty logits row");
+  KVSERVE_CHECK(!logits.empty()) << "Sampler::Sample got an empty logits row";
   const auto vocab = static_cast<int32_t>(logits.size());
   // NaN would break the orderings below; it can never be the best choice anyway.
   scores_.resize(logits.size());

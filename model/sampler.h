@@ -9,31 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "model/sampling_params.h"
 
 namespace kvserve::model {
-
-// How one request picks its tokens. Defaults are Transformers' GenerationConfig defaults.
-struct SamplingParams {
-  // false: greedy (argmax after the repetition penalty); temperature/top_k/top_p/min_p and
-  // seed are then ignored.
-  bool do_sample = false;
-  // Divides the logits before filtering; must be > 0 when do_sample.
-  double temperature = 1.0;
-  // Keep the top_k highest logits (ties with the k-th are all kept); 0 turns it off.
-  int32_t top_k = 50;
-  // Keep the smallest most-likely set whose probability reaches top_p; in (0, 1], 1 = off.
-  double top_p = 1.0;
-  // Drop tokens whose probability is below min_p times the top probability; in [0, 1].
-  double min_p = 0.0;
-  // Divides positive (multiplies negative) logits of tokens already in the context; > 0,
-  // 1 = off.
-  double repetition_penalty = 1.0;
-  // Seeds the request's own generator: the same seed gives the same tokens everywhere.
-  uint64_t seed = 0;
-
-  // Returns InvalidArgument naming the first offending field, OK otherwise.
-  absl::Status Validate() const;
-};
 
 // Picks next tokens for one request. Owns its generator, so one Sampler per request; not
 // thread-safe (the engine thread calls it). Processing order is Transformers': repetition
@@ -42,13 +20,13 @@ struct SamplingParams {
 // a seed gives the same tokens on every platform and LibTorch version.
 class Sampler {
  public:
-  // Throws c10::Error when params fails Validate(); call Validate() first to get a Status.
+  // `params` must pass Validate() (a broken invariant otherwise: KVSERVE_CHECK).
   explicit Sampler(const SamplingParams& params);
 
   // logits: [vocab] floating tensor on any device (copied to float32 CPU when it is not
   // already). context: prompt + generated ids, for the repetition penalty; ids outside
   // [0, vocab) are ignored. Returns a token id in [0, vocab); greedy picks the lowest id on
-  // ties. Throws c10::Error on an empty or non-1-D tensor.
+  // ties. An empty or non-1-D tensor is a broken invariant (KVSERVE_CHECK).
   int32_t Sample(const at::Tensor& logits, absl::Span<const int32_t> context);
 
   // Same as above on a contiguous row of float32 logits [vocab].

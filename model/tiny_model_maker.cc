@@ -181,7 +181,7 @@ absl::StatusOr<ModelConfig> PresetConfig(const std::string& arch, const std::str
       ", \"num_key_value_heads\": ", sizes->kv_heads,
       ", \"head_dim\": ", sizes->hidden / sizes->heads,
       ", \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0",
-      ", \"bos_token_id\": ", kTinyBosId, ", \"eos_token_id\": ", kTinyEosId,
+      ", \"bos_token_id\": ", tokenizer::kTinyBosId, ", \"eos_token_id\": ", tokenizer::kTinyEosId,
       ", \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"");
   if (arch == "mistral") {
     absl::StrAppend(&json, ", \"sliding_window\": ", sizes->mistral_window);
@@ -197,9 +197,9 @@ absl::StatusOr<ModelConfig> PresetConfig(const std::string& arch, const std::str
 absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelConfig& c,
                                                                   uint64_t seed,
                                                                   WeightsDtype weights_dtype) {
-  if (c.vocab_size < kTinyEosId + 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("vocab_size must be at least ", kTinyEosId + 1, " for the tiny tokenizer"));
+  if (c.vocab_size < tokenizer::kTinyEosId + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_size must be at least ", tokenizer::kTinyEosId + 1, " for the tiny tokenizer"));
   }
   constexpr double kStd = 0.02;
   const double head_std = 4.0 / std::sqrt(static_cast<double>(c.hidden_size));
@@ -248,8 +248,8 @@ absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelCon
   std::map<std::string, std::string> files;
   files["config.json"] = c.ToJson();
   files["model.safetensors"] = w.Serialize();
-  files["tokenizer.json"] = MakeTinyTokenizerJson(static_cast<int32_t>(c.vocab_size));
-  files["tokenizer_config.json"] = MakeTinyTokenizerConfigJson();
+  files["tokenizer.json"] = tokenizer::MakeTinyTokenizerJson(static_cast<int32_t>(c.vocab_size));
+  files["tokenizer_config.json"] = tokenizer::MakeTinyTokenizerConfigJson();
   return files;
 }
 

@@ -10,7 +10,7 @@
 #   --minutes      run time per target (default 10)
 #   --seconds      run time per target in seconds instead (make test uses 8)
 #   --only         a target to run (repeatable; default all): safetensors model_config tokenizer
-#                  chat_template prefixes_file request_parser
+#                  chat_template prefixes_file request_builder
 #   --build-dir    the main (gcc) build tree (default build); the fuzz tree is DIR/fuzz
 #   --jobs         parallel compile jobs, under nice (default: nproc)
 #   --skip-build   run what DIR/fuzz holds
@@ -28,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 
-all_targets=(safetensors model_config tokenizer chat_template prefixes_file request_parser)
+all_targets=(safetensors model_config tokenizer chat_template prefixes_file request_builder)
 seconds=600
 targets=()
 build_dir=build

@@ -11,7 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/prefixes_file.h"
+#include "base/regular_file.h"
 
 namespace kvserve::server {
 namespace {
@@ -161,12 +161,8 @@ absl::StatusOr<std::shared_ptr<const ApiKeys>> ApiKeys::Parse(std::string_view t
 }
 
 absl::StatusOr<std::shared_ptr<const ApiKeys>> ApiKeys::Load(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadPrefixFileBytes(path);
+  absl::StatusOr<std::string> text = base::ReadRegularFile(path, kMaxKeysFileBytes);
   if (!text.ok()) return text.status();
-  if (static_cast<int64_t>(text->size()) > kMaxKeysFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": ", text->size(), " bytes; a keys file holds at most ", kMaxKeysFileBytes));
-  }
   return Parse(*text, path);
 }
 

@@ -1,7 +1,9 @@
 // Engine: the continuous-batching loop on its own thread. KV memory decisions belong to the
-// KvCacheManager; the engine keeps the inbox, the scheduler, the forward, sampling and sinks.
+// KvCacheManager, each request's decoding to its RequestOutput, named prefixes' persistence to
+// the PrefixRegistrar; the engine keeps the inbox, the scheduler, the forward and the hand-out.
 #include "server/engine.h"
 
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
@@ -15,15 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "cache/kv_cache.h"
-#include "cache/snapshot.h"
 #include "cache/torch_compat.h"
 #include "model/model.h"
-#include "model/sampler.h"
 #include "server/metrics.h"
-#include "server/prefix_persistence.h"
-#include "server/stop_string_matcher.h"
-#include "tokenizer/incremental_detokenizer.h"
-#include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
 namespace {
@@ -38,12 +34,6 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 // The batch rows a request decodes in: its beams, or its samples.
 int64_t RowsOf(const GenerationRequest& r) {
   return std::max<int64_t>(r.num_beams, r.num_return_sequences);
-}
-
-// A float32 CPU row of logits as a span (made contiguous first when it is not).
-absl::Span<const float> FloatRow(const at::Tensor& logits, at::Tensor* holder) {
-  *holder = logits.to(at::kFloat).contiguous();
-  return {holder->data_ptr<float>(), static_cast<size_t>(holder->numel())};
 }
 
 cache::KvModelShape ShapeOf(const model::ModelInfo& info, const std::string& fingerprint) {
@@ -96,42 +86,24 @@ class Engine::Admission final : public AdmissionPolicy {
 };
 
 struct Engine::Live {
-  // A request (sink set) or a registration (done set).
+  // A request (sink set) or a registration (registration_done set).
   GenerationRequest request;
   std::shared_ptr<RequestSink> sink;
   RegisterCallback registration_done;
-  std::string prefix_name;  // the named prefix copied into its cache; empty: none
+  // The whole prompt (a session turn's history included) until the output takes over.
+  std::vector<int32_t> prompt;
+  std::unique_ptr<RequestOutput> output;  // a request's, once admitted
+  std::string prefix_name;                // the named prefix its reused tokens include; empty: none
   int64_t num_cached_tokens = 0;
   std::string session_recompute_reason;  // a session turn's: why its cache was not reused
-  std::unique_ptr<model::Sampler> sampler;
-  std::unique_ptr<model::IncrementalDetokenizer> detokenizer;  // null without a tokenizer
-  StopStringMatcher stop;
-  std::vector<int32_t> tokens;  // prompt, then every generated token (one-sequence requests)
-  int64_t num_generated = 0;    // steps that sampled
-  // Requests with several rows (beams or samples): the cache holds `rows` batch rows once
-  // the prompt is done, row i running row_tokens[i] next.
-  struct Sample {  // one returned sequence drawn independently
-    std::unique_ptr<model::Sampler> sampler;
-    std::unique_ptr<model::IncrementalDetokenizer> detokenizer;  // null without a tokenizer
-    StopStringMatcher stop;
-    std::vector<int32_t> context;  // prompt + its tokens (the repetition penalty's)
-    int64_t num_generated = 0;
-    std::optional<FinishReason> finish;
-  };
-  std::vector<Sample> samples;               // num_return_sequences > 1 with sampling
-  std::vector<int> row_sample;               // per cache row: its sample
-  std::unique_ptr<model::BeamSearch> beams;  // num_beams > 1
-  std::vector<int32_t> row_tokens;
-  int64_t rows = 1;
-  int64_t completion_tokens = 0;  // several sequences: tokens over those returned
-  std::vector<float> log_probs;   // scratch for log-probabilities
   bool admitted = false;
   absl::Time admitted_at;
   absl::Time first_token_at;
   absl::Time last_token_at;
 
   bool is_registration() const { return sink == nullptr; }
-  bool multi_row() const { return beams != nullptr || !samples.empty(); }
+  // The one row's tokens: the prompt, then every generated token.
+  const std::vector<int32_t>& tokens() const { return output ? output->tokens() : prompt; }
 };
 
 struct Engine::ForwardResult {
@@ -142,7 +114,7 @@ struct Engine::ForwardResult {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
                                                        model::Model* model,
-                                                       const model::Tokenizer* tokenizer,
+                                                       const tokenizer::Tokenizer* tokenizer,
                                                        ServerMetrics* metrics) {
   if (model == nullptr || metrics == nullptr) {
     return absl::InvalidArgumentError("Engine::Create: model and metrics are required");
@@ -165,17 +137,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   return engine;
 }
 
-Engine::Engine(const EngineOptions& options, model::Model* model, const model::Tokenizer* tokenizer,
-               ServerMetrics* metrics, std::unique_ptr<cache::KvCacheManager> kv)
+Engine::Engine(const EngineOptions& options, model::Model* model,
+               const tokenizer::Tokenizer* tokenizer, ServerMetrics* metrics,
+               std::unique_ptr<cache::KvCacheManager> kv)
     : options_(options),
       model_(model),
-      tokenizer_(tokenizer),
       metrics_(metrics),
       clock_(options.clock),
+      output_model_{.eos_token_ids = model->info().eos_token_ids,
+                    .vocab_size = model->info().vocab_size,
+                    .tokenizer = tokenizer},
       kv_(std::move(kv)),
-      persistence_(options.persistence) {
-  kv_->SetCatalogListener([this](const cache::CatalogChange& change) { OnCatalogChange(change); });
-}
+      registrar_(kv_.get(), options.persistence,
+                 [this](std::function<void()> work) { return Post(std::move(work)); }) {}
 
 Engine::~Engine() { Shutdown(absl::ZeroDuration()); }
 
@@ -239,110 +213,30 @@ void Engine::DeletePrefix(std::string name, DeleteCallback done) {
   {
     absl::MutexLock lock(&mu_);
     if (!draining_) {
-      deletions_.push_back({std::move(name), std::move(done)});
+      deletions_.emplace_back(std::move(name), std::move(done));
       return;
     }
   }
   done(absl::UnavailableError("the server is shutting down"));
 }
 
-void Engine::ApplyDeletion(Deletion deletion) {
-  // Named as the caller named it (without its namespace).
-  const std::string name(cache::SplitQualifiedPrefixName(deletion.name).second);
-  constexpr size_t kMaxQuoted = 128;
-  const absl::Status not_found = absl::NotFoundError(absl::StrCat(
-      "name: no prefix named '", name.substr(0, kMaxQuoted),
-      name.size() > kMaxQuoted ? absl::StrCat("... (", name.size(), " bytes)") : std::string(),
-      "' is registered"));
-  if (persistence_ != nullptr && deletion.kind == Deletion::Kind::kClient) {
-    if (!kv_->HasPrefix(deletion.name)) {
-      deletion.done(not_found);
-      return;
-    }
-    // Recorded first: a deletion that cannot be saved leaves the prefix registered.
-    const std::string name = deletion.name;
-    persistence_->RecordDelete(
-        name, [this, name, done = std::move(deletion.done)](absl::Status saved) mutable {
-          if (!saved.ok()) {
-            done(saved);
-            return;
-          }
-          absl::MutexLock lock(&mu_);
-          deletions_.push_back({name, std::move(done), Deletion::Kind::kRecorded});
-        });
-    return;
-  }
-  // Recorded already (or nothing records): the listener must not record it again. An undone
-  // put's deletion is recorded by the listener, so that the record follows the catalog.
-  const bool record = deletion.kind == Deletion::Kind::kUndo;
-  if (!record) deleting_.push_back(deletion.name);
-  const bool found = kv_->DeletePrefix(deletion.name);
-  if (!record) deleting_.pop_back();
-  kv_->PublishCatalog();
-  deletion.done(found ? absl::OkStatus() : not_found);
-}
-
-void Engine::OnCatalogChange(const cache::CatalogChange& change) {
-  if (persistence_ == nullptr) return;
-  if (change.info) {
-    // CompleteRegistration records its own put, with the client's reply.
-    if (change.name == registering_) return;
-    persistence_->RecordPut(change.name,
-                            std::vector<int32_t>(change.snapshot->token_ids().begin(),
-                                                 change.snapshot->token_ids().end()),
-                            change.info->options, change.info->created_at, nullptr);
-    return;
-  }
-  // A deletion the engine recorded before making it needs no second record.
-  if (std::find(deleting_.begin(), deleting_.end(), change.name) != deleting_.end()) return;
-  persistence_->RecordDelete(change.name, nullptr);
-}
-
-void Engine::CompleteRegistration(RequestId id) {
-  Live& live = *live_.at(id);
-  RegisterCallback done = std::move(live.registration_done);
-  const std::string name = kv_->registration_name(id);
-  registering_ = name;
-  absl::StatusOr<cache::PrefixInfo> stored = kv_->CompleteRegistration(id);
-  registering_.clear();
-  Forget(id);
-  // Requests naming it may follow the reply at once: they must find it.
-  kv_->PublishCatalog();
-  std::shared_ptr<const cache::Snapshot> snapshot =
-      stored.ok() ? kv_->prefix_snapshot(name) : nullptr;
-  if (persistence_ == nullptr || snapshot == nullptr) {
-    done(std::move(stored));
-    return;
-  }
-  // The reply waits until the prefix is durable; one that cannot be saved is undone.
-  persistence_->RecordPut(
-      name, std::vector<int32_t>(snapshot->token_ids().begin(), snapshot->token_ids().end()),
-      stored->options, stored->created_at,
-      [this, done = std::move(done), info = *stored, name](absl::Status saved) {
-        if (saved.ok()) {
-          done(info);
-          return;
-        }
-        {
-          absl::MutexLock lock(&mu_);
-          deletions_.push_back({name, [](absl::Status) {}, Deletion::Kind::kUndo});
-        }
-        done(saved);
-      });
-}
-
-std::shared_ptr<const cache::PrefixCatalog> Engine::catalog() const { return kv_->catalog(); }
-
-std::shared_ptr<const cache::SessionOptions> Engine::session_options(const std::string& id) const {
-  return kv_->session_options(id);
-}
-
-bool Engine::RunOnEngineThread(EngineTask task) {
+bool Engine::RunSessionCall(SessionTask task) {
   absl::MutexLock lock(&mu_);
   if (draining_) return false;
-  tasks_.push_back(std::move(task));
+  session_calls_.push_back(std::move(task));
   return true;
 }
+
+bool Engine::Post(std::function<void()> work) {
+  absl::MutexLock lock(&mu_);
+  if (loop_ended_) return false;
+  posted_.push_back(std::move(work));
+  return true;
+}
+
+std::shared_ptr<const cache::PrefixCatalog> Engine::catalog() const { return kv_->catalog().Get(); }
+
+const cache::SessionDirectory& Engine::sessions() const { return kv_->sessions().directory(); }
 
 void Engine::Shutdown(absl::Duration grace) {
   absl::MutexLock shutdown_lock(&shutdown_mu_);
@@ -383,38 +277,41 @@ void Engine::Loop() {
     if (draining && now >= drain_deadline) CancelAllLive();
     if (draining && live_.empty()) break;
     const bool ran = Step();
-    kv_->MaintainSessions();
-    kv_->PublishCatalog();
+    kv_->Maintain();
+    registrar_.Publish();
     PublishStats();
     if (!ran) {
       absl::MutexLock lock(&mu_);
       auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return !inbox_.empty() || !cancels_.empty() || !registrations_.empty() ||
-               !deletions_.empty() || !tasks_.empty();
+               !deletions_.empty() || !session_calls_.empty() || !posted_.empty();
       };
       mu_.AwaitWithTimeout(absl::Condition(&has_work), options_.idle_poll);
     }
   }
-  // Work that arrived after the last drain: the engine no longer runs it.
+  // Work that arrived after the last drain: the engine no longer runs it, but session calls
+  // and posted work (undoes of unrecorded changes) are quick and answer on their own.
   std::vector<std::pair<RequestId, Registration>> late;
-  std::vector<Deletion> deletions;
-  std::vector<EngineTask> tasks;
+  std::vector<std::pair<std::string, DeleteCallback>> deletions;
+  std::vector<SessionTask> session_calls;
+  std::vector<std::function<void()>> posted;
   {
     absl::MutexLock lock(&mu_);
     late.swap(registrations_);
     deletions.swap(deletions_);
-    tasks.swap(tasks_);
+    session_calls.swap(session_calls_);
+    posted.swap(posted_);
+    loop_ended_ = true;
     num_live_ -= static_cast<int64_t>(late.size());
   }
   for (auto& [id, registration] : late) {
     registration.done(absl::UnavailableError("the server is shutting down"));
   }
-  for (Deletion& deletion : deletions) {
-    deletion.done(absl::UnavailableError("the server is shutting down"));
-  }
-  // Session calls are quick and answer on their own: they still run.
-  for (EngineTask& task : tasks) task(*kv_);
-  kv_->PublishCatalog();
+  for (auto& [name, done] : deletions) done(absl::UnavailableError("the server is shutting down"));
+  for (SessionTask& task : session_calls) task(kv_->sessions());
+  for (std::function<void()>& work : posted) work();
+  kv_->Maintain();
+  registrar_.Publish();
   PublishStats();
 }
 
@@ -422,19 +319,22 @@ void Engine::DrainInbox() {
   std::vector<Incoming> incoming;
   std::vector<RequestId> cancels;
   std::vector<std::pair<RequestId, Registration>> registrations;
-  std::vector<Deletion> deletions;
-  std::vector<EngineTask> tasks;
+  std::vector<std::pair<std::string, DeleteCallback>> deletions;
+  std::vector<SessionTask> session_calls;
+  std::vector<std::function<void()>> posted;
   {
     absl::MutexLock lock(&mu_);
     incoming.swap(inbox_);
     cancels.swap(cancels_);
     registrations.swap(registrations_);
     deletions.swap(deletions_);
-    tasks.swap(tasks_);
+    session_calls.swap(session_calls_);
+    posted.swap(posted_);
   }
-  for (Deletion& deletion : deletions) ApplyDeletion(std::move(deletion));
+  for (std::function<void()>& work : posted) work();
+  for (auto& [name, done] : deletions) registrar_.Delete(name, std::move(done));
   // Before new requests, so that a turn sent after a session call's reply sees its effect.
-  for (EngineTask& task : tasks) task(*kv_);
+  for (SessionTask& task : session_calls) task(kv_->sessions());
   for (auto& [id, registration] : registrations) AddRegistration(id, std::move(registration));
   for (Incoming& in : incoming) AddRequest(std::move(in));
   for (RequestId id : cancels) {
@@ -450,8 +350,6 @@ void Engine::AddRequest(Incoming in) {
   auto live = std::make_unique<Live>();
   live->request = std::move(in.request);
   live->sink = std::move(in.sink);
-  live->tokens = live->request.prompt_ids;
-  live->stop = StopStringMatcher(live->request.stop_strings);
   const GenerationRequest& r = live->request;
   cache::SequenceRequest sequence;
   sequence.prompt = r.prompt_ids;
@@ -466,28 +364,26 @@ void Engine::AddRequest(Incoming in) {
   sequence.session_append = r.session_append;
   sequence.first_turn_prompt = r.first_turn_ids;
   live->request.prefix_snapshot = nullptr;  // the manager holds it while the request waits
-  const int64_t max_new = r.max_new_tokens;
-  Live& added_live = *live;
+  Live& added = *live;
   live_.emplace(id, std::move(live));
-  absl::Status added = kv_->Add(id, std::move(sequence));
-  if (added.ok()) {
+  absl::Status status = kv_->Add(id, std::move(sequence));
+  if (status.ok()) {
     // A session turn's prompt has the session's history in front.
-    if (!added_live.request.session.empty()) {
-      added_live.request.prompt_ids = kv_->prompt(id);
-      added_live.tokens = added_live.request.prompt_ids;
-    }
-    const int64_t num_prompt = static_cast<int64_t>(added_live.request.prompt_ids.size());
-    added = scheduler_->Add(id, num_prompt, max_new, /*num_cached_tokens=*/0,
-                            kv_->prefill_whole(id) ? PrefillMode::kWhole : PrefillMode::kChunked,
-                            RowsOf(added_live.request), added_live.request.tenant);
+    const std::optional<cache::SequenceInfo> info = kv_->info(id);
+    added.prompt = info->prompt;
+    added.request.prompt_ids = info->prompt;
+    status = scheduler_->Add(id, static_cast<int64_t>(added.prompt.size()),
+                             added.request.max_new_tokens, /*num_cached_tokens=*/0,
+                             info->prefill_whole ? PrefillMode::kWhole : PrefillMode::kChunked,
+                             RowsOf(added.request), added.request.tenant);
   }
-  if (!added.ok()) Fail(id, added);
+  if (!status.ok()) Fail(id, status);
 }
 
 void Engine::AddRegistration(RequestId id, Registration registration) {
   auto live = std::make_unique<Live>();
   live->registration_done = std::move(registration.done);
-  live->tokens = registration.token_ids;
+  live->prompt = registration.token_ids;
   live->request.arrival_time = clock_->Now();
   const int64_t num_prompt = static_cast<int64_t>(registration.token_ids.size());
   cache::SequenceRequest sequence;
@@ -499,8 +395,9 @@ void Engine::AddRegistration(RequestId id, Registration registration) {
   live_.emplace(id, std::move(live));
   absl::Status added = kv_->Add(id, std::move(sequence));
   if (added.ok()) {
-    added = scheduler_->Add(id, num_prompt, /*max_new_tokens=*/1, /*num_cached_tokens=*/0,
-                            kv_->prefill_whole(id) ? PrefillMode::kWhole : PrefillMode::kChunked);
+    added =
+        scheduler_->Add(id, num_prompt, /*max_new_tokens=*/1, /*num_cached_tokens=*/0,
+                        kv_->info(id)->prefill_whole ? PrefillMode::kWhole : PrefillMode::kChunked);
   }
   if (!added.ok()) Fail(id, added);
 }
@@ -527,19 +424,8 @@ void Engine::CancelAllLive() {
       Fail(id, absl::UnavailableError("the server is shutting down"));
       continue;
     }
-    if (live.multi_row()) {
-      EndRows(live, FinishReason::kCancelled);
-      Finish(id, FinishReason::kCancelled);
-      continue;
-    }
-    std::string text;
-    if (live.detokenizer) text = live.stop.Feed(live.detokenizer->Finish());
-    text += live.stop.Flush();
-    if (!text.empty()) {
-      SequenceOutput output;
-      output.text = text;
-      live.sink->OnOutput(output);
-    }
+    // What the output held back goes out with the partial answer.
+    if (live.output != nullptr) live.output->Cut(FinishReason::kCancelled);
     Finish(id, FinishReason::kCancelled);
   }
 }
@@ -562,59 +448,14 @@ bool Engine::Allocate(RequestId id, Live& live, absl::Time now) {
   live.session_recompute_reason = allocation->session_recompute_reason;
   if (live.is_registration()) return true;
   metrics_->ObserveQueueTime(absl::ToDoubleSeconds(now - live.request.arrival_time));
-  metrics_->AddPromptTokens(static_cast<int64_t>(live.request.prompt_ids.size()),
-                            live.num_cached_tokens);
-  absl::Status sampling = live.request.sampling.Validate();
-  if (!sampling.ok()) {
-    Fail(id, absl::InvalidArgumentError(absl::StrCat("sampling: ", sampling.message())));
+  metrics_->AddPromptTokens(static_cast<int64_t>(live.prompt.size()), live.num_cached_tokens);
+  absl::StatusOr<std::unique_ptr<RequestOutput>> output =
+      RequestOutput::Start(live.request, live.prompt, &output_model_, live.sink.get());
+  if (!output.ok()) {
+    Fail(id, output.status());
     return false;
   }
-  const GenerationRequest& r = live.request;
-  if (r.num_beams > 1) {
-    model::BeamSearchOptions options{.num_beams = r.num_beams,
-                                     .num_return_sequences = r.num_return_sequences,
-                                     .early_stopping = r.early_stopping,
-                                     .length_penalty = r.length_penalty,
-                                     .max_new_tokens = r.max_new_tokens,
-                                     .end_token_ids = r.stop_token_ids,
-                                     .repetition_penalty = r.sampling.repetition_penalty,
-                                     .top_logprobs = r.top_logprobs};
-    if (!r.ignore_eos) {
-      for (int32_t eos : model_->info().eos_token_ids) {
-        if (std::find(options.end_token_ids.begin(), options.end_token_ids.end(), eos) ==
-            options.end_token_ids.end()) {
-          options.end_token_ids.push_back(eos);
-        }
-      }
-    }
-    if (absl::Status valid = options.Validate(); !valid.ok()) {
-      Fail(id, absl::InvalidArgumentError(absl::StrCat("sampling: ", valid.message())));
-      return false;
-    }
-    live.beams = std::make_unique<model::BeamSearch>(std::move(options), r.prompt_ids);
-    return true;
-  }
-  if (r.num_return_sequences > 1) {
-    live.samples.resize(r.num_return_sequences);
-    for (int i = 0; i < r.num_return_sequences; ++i) {
-      Live::Sample& sample = live.samples[i];
-      model::SamplingParams params = r.sampling;
-      params.seed = r.sampling.seed + static_cast<uint64_t>(i);
-      sample.sampler = std::make_unique<model::Sampler>(params);
-      sample.stop = StopStringMatcher(r.stop_strings);
-      sample.context = r.prompt_ids;
-      if (tokenizer_ != nullptr) {
-        sample.detokenizer = std::make_unique<model::IncrementalDetokenizer>(
-            tokenizer_, /*skip_special_tokens=*/true);
-      }
-    }
-    return true;
-  }
-  live.sampler = std::make_unique<model::Sampler>(live.request.sampling);
-  if (tokenizer_ != nullptr) {
-    live.detokenizer =
-        std::make_unique<model::IncrementalDetokenizer>(tokenizer_, /*skip_special_tokens=*/true);
-  }
+  live.output = *std::move(output);
   return true;
 }
 
@@ -630,38 +471,46 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
     for (size_t i = 0; i < n; ++i) {
       if (ended[i]) continue;
       const ScheduledSequence& s = plan.sequences[i];
-      Live& live = *live_.at(s.id);
+      const Live& live = *live_.at(s.id);
       model::SequenceInput input;
       cache::KvCache* cache = kv_->cache(s.id);
       if (cache == nullptr) {
         // Without a cache a sequence is recomputed whole whenever it samples.
         if (!s.samples) continue;
-        input.token_ids = live.tokens;
-      } else if (live.multi_row() && !s.is_prefill && live.num_generated > 0) {
+        input.token_ids = live.tokens();
+      } else if (live.output != nullptr && live.output->decoding_rows() && !s.is_prefill) {
         // One token per row: beams or samples of one request, in one cache.
-        KVSERVE_DCHECK(static_cast<int64_t>(live.row_tokens.size()) == live.rows &&
-                       s.rows == live.rows)
-            << "request " << s.id << ": " << live.rows << " rows, scheduled " << s.rows;
-        input.token_ids = live.row_tokens;
-        input.rows = live.rows;
+        KVSERVE_DCHECK(static_cast<int64_t>(live.output->row_tokens().size()) ==
+                           live.output->rows() &&
+                       s.rows == live.output->rows())
+            << "request " << s.id << ": " << live.output->rows() << " rows, scheduled " << s.rows;
+        input.token_ids = live.output->row_tokens();
+        input.rows = live.output->rows();
         input.cache = cache;
         with_cache.push_back(s.id);
       } else {
         input.token_ids =
-            absl::Span<const int32_t>(live.tokens).subspan(s.start_position, s.num_tokens);
+            absl::Span<const int32_t>(live.tokens()).subspan(s.start_position, s.num_tokens);
         input.cache = cache;
         with_cache.push_back(s.id);
       }
       result.batch_index[i] = static_cast<int>(batch.sequences.size());
       batch.sequences.push_back(input);
     }
-    kv_->BeginStep(with_cache);
+  };
+  auto fail_in_step = [&](RequestId id, const absl::Status& status) {
+    for (size_t i = 0; i < n; ++i) {
+      if (plan.sequences[i].id != id || ended[i]) continue;
+      Fail(id, status);
+      ended[i] = true;
+    }
   };
   build_batch();
   while (!batch.sequences.empty()) {
+    cache::KvStep step = kv_->BeginStep(with_cache);
     try {
       result.output = model_->Forward(batch);
-      kv_->CommitStep(with_cache);
+      step.Commit();
       return result;
     } catch (const compat::OutOfMemoryError& e) {
       // Out of device memory (CUDA's allocator or the KV budget): take the step back, free
@@ -670,13 +519,9 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
       ++num_oom_events_;
       metrics_->CountOutOfMemory();
       spdlog::warn("step out of memory: {}", std::string(e.what_without_backtrace()));
-      for (RequestId broken : kv_->RollbackStep(with_cache)) {
-        for (size_t i = 0; i < n; ++i) {
-          if (plan.sequences[i].id != broken || ended[i]) continue;
-          Fail(broken, absl::InternalError("a step could not be rolled back after running "
-                                           "out of memory"));
-          ended[i] = true;
-        }
+      for (RequestId broken : step.Rollback()) {
+        fail_in_step(broken, absl::InternalError("a step could not be rolled back after running "
+                                                 "out of memory"));
       }
       const cache::OutOfMemoryAction action = kv_->OnOutOfMemory(with_cache);
       if (action.offloaded) {
@@ -684,12 +529,8 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
         spdlog::warn("out of KV memory: a request's cache ({} device bytes) moved to the host",
                      action.offloaded_bytes);
       } else if (action.victim) {
-        for (size_t i = 0; i < n; ++i) {
-          if (plan.sequences[i].id != *action.victim || ended[i]) continue;
-          Fail(*action.victim, absl::ResourceExhaustedError(
-                                   absl::StrCat(action.reason, ": ", e.what_without_backtrace())));
-          ended[i] = true;
-        }
+        fail_in_step(*action.victim, absl::ResourceExhaustedError(absl::StrCat(
+                                         action.reason, ": ", e.what_without_backtrace())));
       } else if (!action.reclaimed_snapshots && !action.offloaded_idle_sessions) {
         result.output = absl::ResourceExhaustedError(
             absl::StrCat("out of memory with nothing left to free: ", e.what_without_backtrace()));
@@ -697,17 +538,45 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
       }
       build_batch();
     } catch (const c10::Error& e) {
-      (void)kv_->RollbackStep(with_cache);
+      (void)step.Rollback();
       result.output =
           absl::InternalError(absl::StrCat("forward failed: ", e.what_without_backtrace()));
       return result;
     } catch (const std::exception& e) {
-      (void)kv_->RollbackStep(with_cache);
+      (void)step.Rollback();
       result.output = absl::InternalError(absl::StrCat("forward failed: ", e.what()));
       return result;
     }
   }
   return result;
+}
+
+absl::StatusOr<std::optional<FinishReason>> Engine::HandOut(RequestId id, Live& live,
+                                                            const at::Tensor& logits,
+                                                            absl::Time now) {
+  absl::StatusOr<OutputStep> step = live.output->OnLogits(logits);
+  if (!step.ok()) return step.status();
+  // Timings and counts of a step that sampled.
+  if (live.output->num_generated() == 1) {
+    live.first_token_at = now;
+    metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(now - live.request.arrival_time));
+  } else {
+    metrics_->ObserveInterTokenLatency(absl::ToDoubleSeconds(now - live.last_token_at));
+  }
+  live.last_token_at = now;
+  metrics_->AddGeneratedTokens(step->tokens_sampled);
+  if (step->finished) return step->finished;
+  for (const cache::RowChange& change : step->row_changes) {
+    if (absl::Status s = kv_->ChangeRows(id, change); !s.ok()) {
+      return absl::InternalError(absl::StrCat("rows: ", s.message()));
+    }
+  }
+  if (step->new_rows) {
+    if (absl::Status s = scheduler_->SetRows(id, *step->new_rows); !s.ok()) {
+      return absl::InternalError(absl::StrCat("rows: ", s.message()));
+    }
+  }
+  return std::optional<FinishReason>();
 }
 
 bool Engine::Step() {
@@ -760,29 +629,32 @@ bool Engine::Step() {
     }
     Live& live = *live_.at(s.id);
     if (live.is_registration()) {
-      CompleteRegistration(s.id);
+      RegisterCallback done = std::move(live.registration_done);
+      absl::StatusOr<cache::PrefixInfo> stored = kv_->CompleteRegistration(s.id);
+      Forget(s.id);
+      // Requests naming it may follow the reply at once: they must find it.
+      kv_->Maintain();
+      registrar_.Stored(std::move(stored), std::move(done));
       results.push_back({s.id, true});
       continue;
     }
-    const at::Tensor& logits = forward.output->logits[forward.batch_index[i]];
-    if (live.multi_row()) {
-      // Its prompt is kept before its one row becomes several.
-      if (s.is_prefill) kv_->OnPrefilled(s.id);
-      absl::StatusOr<std::optional<FinishReason>> reason = StepRows(s.id, live, logits, now);
-      if (!reason.ok()) {
-        Fail(s.id, reason.status());
-        results.push_back({s.id, true});
-        continue;
+    if (s.is_prefill) {
+      // A multi-row request's prompt is kept before its one row becomes several.
+      if (live.output->multi_row()) {
+        kv_->OnPrefilled(s.id);
+      } else {
+        prefilled.push_back(s.id);
       }
-      if (*reason) finished.emplace_back(s.id, **reason);
-      results.push_back({s.id, reason->has_value()});
+    }
+    absl::StatusOr<std::optional<FinishReason>> reason =
+        HandOut(s.id, live, forward.output->logits[forward.batch_index[i]], now);
+    if (!reason.ok()) {
+      Fail(s.id, reason.status());
+      results.push_back({s.id, true});
       continue;
     }
-    if (s.is_prefill) prefilled.push_back(s.id);
-    const int32_t token = live.sampler->Sample(logits, live.tokens);
-    std::optional<FinishReason> reason = AcceptToken(live, token, now, logits);
-    if (reason) finished.emplace_back(s.id, *reason);
-    results.push_back({s.id, reason.has_value()});
+    if (*reason) finished.emplace_back(s.id, **reason);
+    results.push_back({s.id, reason->has_value()});
   }
   for (RequestId id : prefilled) kv_->OnPrefilled(id);
   for (const auto& [id, reason] : finished) Finish(id, reason);
@@ -805,233 +677,24 @@ void Engine::RecoverFromFailedUpdate(const StepPlan& plan, const absl::Status& s
   KVSERVE_CHECK(closed.ok()) << "scheduler: cannot close a failed plan: " << closed.message();
 }
 
-void Engine::NoteStep(Live& live, int64_t tokens, absl::Time now) {
-  ++live.num_generated;
-  if (live.num_generated == 1) {
-    live.first_token_at = now;
-    metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(now - live.request.arrival_time));
-  } else {
-    metrics_->ObserveInterTokenLatency(absl::ToDoubleSeconds(now - live.last_token_at));
-  }
-  live.last_token_at = now;
-  metrics_->AddGeneratedTokens(tokens);
-}
-
-std::optional<FinishReason> Engine::EndAfter(const GenerationRequest& r, int32_t token,
-                                             int64_t num_generated, bool stop_matched) const {
-  const std::vector<int32_t>& eos = model_->info().eos_token_ids;
-  if (stop_matched) return FinishReason::kStop;
-  if (!r.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
-    return FinishReason::kEos;
-  }
-  if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
-      r.stop_token_ids.end()) {
-    return FinishReason::kStop;
-  }
-  if (num_generated >= r.max_new_tokens) return FinishReason::kLength;
-  return std::nullopt;
-}
-
-std::string Engine::TextOf(model::IncrementalDetokenizer* detokenizer, StopStringMatcher& stop,
-                           int32_t token, std::optional<FinishReason>* reason) const {
-  std::string text = stop.Feed(detokenizer != nullptr ? detokenizer->Add(token) : "");
-  if (stop.matched()) {
-    *reason = FinishReason::kStop;
-    return text;
-  }
-  if (*reason) {
-    // The end of the stream: release what the detokenizer and the stop matcher held back.
-    if (detokenizer != nullptr) text += stop.Feed(detokenizer->Finish());
-    if (stop.matched()) *reason = FinishReason::kStop;
-    text += stop.Flush();
-  }
-  return text;
-}
-
-std::vector<model::PositionLogprobs> Engine::LogprobsOf(Live& live, absl::Span<const float> row,
-                                                        int32_t token) const {
-  std::vector<model::PositionLogprobs> out;
-  if (live.request.top_logprobs < 0) return out;
-  model::LogSoftmax(row, &live.log_probs);
-  out.push_back(model::LogprobsAt(live.log_probs, token, live.request.top_logprobs));
-  return out;
-}
-
-std::optional<FinishReason> Engine::AcceptToken(Live& live, int32_t token, absl::Time now,
-                                                const at::Tensor& logits) {
-  live.tokens.push_back(token);
-  NoteStep(live, 1, now);
-  const GenerationRequest& r = live.request;
-  std::optional<FinishReason> reason =
-      EndAfter(r, token, live.num_generated, /*stop_matched=*/false);
-  std::string text = TextOf(live.detokenizer.get(), live.stop, token, &reason);
-  std::vector<model::PositionLogprobs> logprobs;
-  if (r.top_logprobs >= 0) {
-    at::Tensor holder;
-    logprobs = LogprobsOf(live, FloatRow(logits, &holder), token);
-  }
-  const int32_t ids[1] = {token};
-  SequenceOutput output;
-  output.text = text;
-  output.token_ids = ids;
-  output.logprobs = logprobs;
-  live.sink->OnOutput(output);
-  return reason;
-}
-
-absl::StatusOr<std::optional<FinishReason>> Engine::StepRows(RequestId id, Live& live,
-                                                             const at::Tensor& logits,
-                                                             absl::Time now) {
-  const int64_t vocab = model_->info().vocab_size;
-  at::Tensor holder;
-  const absl::Span<const float> all = FloatRow(logits, &holder);
-  const int64_t rows = static_cast<int64_t>(all.size()) / vocab;
-  if (rows != live.rows || rows * vocab != static_cast<int64_t>(all.size())) {
-    return absl::InternalError(absl::StrCat("the step returned ", all.size(), " logits for ",
-                                            live.rows, " rows of ", vocab));
-  }
-  const bool first = live.num_generated == 0;
-  if (live.beams != nullptr) {
-    model::BeamSearch::Step step;
-    if (absl::Status s = live.beams->Advance(all, vocab, &step); !s.ok()) {
-      return absl::InternalError(absl::StrCat("beam search: ", s.message()));
-    }
-    NoteStep(live, rows, now);
-    if (step.done) {
-      return EndRows(live, FinishReason::kLength);
-    }
-    // The first step's beams all continue the prompt: its row, repeated.
-    absl::Status moved =
-        first ? kv_->ExpandRows(id, live.request.num_beams) : kv_->SelectRows(id, step.parents);
-    if (!moved.ok()) return absl::InternalError(absl::StrCat("beam rows: ", moved.message()));
-    live.rows = live.request.num_beams;
-    live.row_tokens = std::move(step.tokens);
-    return std::optional<FinishReason>();
-  }
-
-  // Independent samples: the first step draws every sample from the prompt's one row.
-  const int64_t drawn = first ? static_cast<int64_t>(live.samples.size()) : rows;
-  if (first) {
-    live.row_sample.resize(live.samples.size());
-    for (size_t i = 0; i < live.samples.size(); ++i) live.row_sample[i] = static_cast<int>(i);
-  }
-  NoteStep(live, drawn, now);
-  std::vector<int64_t> keep;  // rows (after the first step's expansion) still running
-  for (int64_t r = 0; r < drawn; ++r) {
-    const absl::Span<const float> row = first ? all : all.subspan(r * vocab, vocab);
-    const int index = live.row_sample[r];
-    Live::Sample& sample = live.samples[index];
-    const int32_t token = sample.sampler->Sample(row, sample.context);
-    sample.context.push_back(token);
-    ++sample.num_generated;
-    ++live.completion_tokens;
-    std::optional<FinishReason> reason =
-        EndAfter(live.request, token, sample.num_generated, /*stop_matched=*/false);
-    std::string text = TextOf(sample.detokenizer.get(), sample.stop, token, &reason);
-    const std::vector<model::PositionLogprobs> logprobs = LogprobsOf(live, row, token);
-    sample.finish = reason;
-    const int32_t ids[1] = {token};
-    SequenceOutput output;
-    output.index = index;
-    output.text = text;
-    output.token_ids = ids;
-    output.logprobs = logprobs;
-    output.finish = reason;
-    live.sink->OnOutput(output);
-    if (!reason) keep.push_back(r);
-  }
-  if (keep.empty()) return live.samples.front().finish;
-  if (first) {
-    if (absl::Status s = kv_->ExpandRows(id, drawn); !s.ok()) {
-      return absl::InternalError(absl::StrCat("sample rows: ", s.message()));
-    }
-    live.rows = drawn;
-  }
-  if (static_cast<int64_t>(keep.size()) < live.rows) {
-    // Finished samples leave the batch.
-    if (absl::Status s = kv_->SelectRows(id, keep); !s.ok()) {
-      return absl::InternalError(absl::StrCat("sample rows: ", s.message()));
-    }
-    std::vector<int> row_sample;
-    for (int64_t r : keep) row_sample.push_back(live.row_sample[r]);
-    live.row_sample = std::move(row_sample);
-    live.rows = static_cast<int64_t>(keep.size());
-    if (absl::Status s = scheduler_->SetRows(id, live.rows); !s.ok()) {
-      return absl::InternalError(absl::StrCat("sample rows: ", s.message()));
-    }
-  }
-  live.row_tokens.clear();
-  for (int index : live.row_sample) live.row_tokens.push_back(live.samples[index].context.back());
-  return std::optional<FinishReason>();
-}
-
-std::optional<FinishReason> Engine::EndRows(Live& live, FinishReason cut) {
-  if (live.beams != nullptr) {
-    // The best hypotheses, each sent whole with its score.
-    std::vector<model::BeamHypothesis> best = live.beams->Finalize();
-    const std::vector<int32_t>& eos = model_->info().eos_token_ids;
-    std::optional<FinishReason> first;
-    for (size_t j = 0; j < best.size(); ++j) {
-      const model::BeamHypothesis& h = best[j];
-      FinishReason reason = cut;
-      if (h.ended) {
-        const bool is_eos = !live.request.ignore_eos && !h.tokens.empty() &&
-                            std::find(eos.begin(), eos.end(), h.tokens.back()) != eos.end();
-        reason = is_eos ? FinishReason::kEos : FinishReason::kStop;
-      }
-      std::string text;
-      if (tokenizer_ != nullptr) {
-        model::IncrementalDetokenizer detokenizer(tokenizer_, /*skip_special_tokens=*/true);
-        for (int32_t token : h.tokens) text += detokenizer.Add(token);
-        text += detokenizer.Finish();
-      }
-      live.completion_tokens += static_cast<int64_t>(h.tokens.size());
-      SequenceOutput output;
-      output.index = static_cast<int>(j);
-      output.text = text;
-      output.token_ids = h.tokens;
-      output.logprobs = h.logprobs;
-      output.finish = reason;
-      output.score = h.score;
-      live.sink->OnOutput(output);
-      if (!first) first = reason;
-    }
-    return first.value_or(cut);
-  }
-  // Samples still running end here with what they have.
-  for (size_t i = 0; i < live.samples.size(); ++i) {
-    Live::Sample& sample = live.samples[i];
-    if (sample.finish) continue;
-    std::string text;
-    if (sample.detokenizer) text = sample.stop.Feed(sample.detokenizer->Finish());
-    text += sample.stop.Flush();
-    sample.finish = cut;
-    SequenceOutput output;
-    output.index = static_cast<int>(i);
-    output.text = text;
-    output.finish = cut;
-    live.sink->OnOutput(output);
-  }
-  return live.samples.empty() ? cut : *live.samples.front().finish;
-}
-
 void Engine::Finish(RequestId id, FinishReason reason) {
   Live& live = *live_.at(id);
+  const std::optional<cache::SequenceInfo> info = kv_->info(id);
   GenerationSummary summary;
   summary.finish_reason = reason;
-  summary.prompt_tokens = static_cast<int64_t>(live.request.prompt_ids.size());
+  summary.prompt_tokens = static_cast<int64_t>(live.prompt.size());
   summary.cached_tokens = live.num_cached_tokens;
-  summary.completion_tokens = live.multi_row() ? live.completion_tokens : live.num_generated;
+  summary.completion_tokens = live.output != nullptr ? live.output->completion_tokens() : 0;
   summary.num_sequences = live.request.num_return_sequences;
   const absl::Time arrival = live.request.arrival_time;
   summary.queue_ms = live.admitted ? Ms(live.admitted_at - arrival) : 0;
-  if (live.num_generated > 0) {
+  if (live.output != nullptr && live.output->num_generated() > 0) {
     summary.ttft_ms = Ms(live.first_token_at - arrival);
     summary.decode_ms = Ms(live.last_token_at - live.first_token_at);
   }
   summary.cache_implementation =
-      live.request.cache_spec.use_cache() ? kv_->strategy_name(id) : "none";
-  summary.offload_fallback = kv_->offload_fallback(id);
+      live.request.cache_spec.use_cache() && info ? info->strategy_name : "none";
+  summary.offload_fallback = info && info->offload_fallback;
   summary.prefix = std::string(cache::SplitQualifiedPrefixName(live.prefix_name).second);
   summary.session = live.request.session;
   summary.session_recompute_reason = live.session_recompute_reason;
@@ -1070,7 +733,7 @@ void Engine::Forget(RequestId id, bool keep_session_cache) {
     if (!it->second->admitted && !it->second->is_registration()) --num_queued_;
     --num_live_;
   }
-  kv_->Release(id, it->second->tokens, keep_session_cache);
+  kv_->Release(id, it->second->tokens(), keep_session_cache);
   live_.erase(it);
 }
 

@@ -1,5 +1,7 @@
 // Engine: the one thread that owns the model and, through its KvCacheManager, every KV cache;
-// runs continuous batching (one ragged forward per step over every scheduled sequence).
+// runs continuous batching (one ragged forward per step over every scheduled sequence). The
+// loop is the engine's: inbox, schedule, forward, hand out; each request's decoding is its
+// RequestOutput's, named prefixes' persistence the PrefixRegistrar's.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +9,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -18,56 +19,37 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
-#include "cache/clock.h"
+#include "base/clock.h"
 #include "cache/kv_cache_manager.h"
 #include "server/generation_request.h"
+#include "server/prefix_registrar.h"
+#include "server/request_output.h"
+#include "server/request_sink.h"
 #include "server/scheduler.h"
-#include "server/stop_string_matcher.h"
-
-namespace at {
-class Tensor;
-}  // namespace at
 
 namespace kvserve::model {
-class IncrementalDetokenizer;
 class Model;
-class Tokenizer;
 }  // namespace kvserve::model
+namespace kvserve::tokenizer {
+class Tokenizer;
+}  // namespace kvserve::tokenizer
 
 namespace kvserve::server {
 
 class PrefixPersistence;
 class ServerMetrics;
 
-// Where the engine delivers a request's results. Called only from the engine thread, in
-// order, never concurrently for one request; implementations must not block (they hand the
-// data to gRPC and return). Exactly one of OnFinish or OnError ends every submitted request,
-// after which the engine drops its reference and calls nothing more.
-class RequestSink {
- public:
-  virtual ~RequestSink() = default;
-  // A piece of one sequence: text and token ids generated since that sequence's previous
-  // call; either may be empty, not both (a multi-sequence request's last piece of a sequence
-  // may be empty, carrying only its finish reason).
-  virtual void OnOutput(const SequenceOutput& output) = 0;
-  // The request ended normally (including finish reason kCancelled at shutdown).
-  virtual void OnFinish(const GenerationSummary& summary) = 0;
-  // The request failed: CANCELLED (client cancel), DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
-  // INVALID_ARGUMENT (its cache spec does not suit the model) or INTERNAL.
-  virtual void OnError(const absl::Status& status) = 0;
-};
-
 struct EngineOptions {
   SchedulerOptions scheduler;
-  // The KV memory: device budget and fault injection, prefix cache size, automatic reuse.
+  // The KV memory: device budget and fault injection, prefix cache size, automatic reuse,
+  // sessions.
   cache::KvCacheManagerOptions kv;
   // The fingerprint snapshots are made with (see ModelFingerprint). Non-empty.
   std::string model_fingerprint = "unnamed-model";
   // How long the engine thread sleeps at most while idle before it looks at deadlines.
   absl::Duration idle_poll = absl::Milliseconds(20);
   // Time of arrivals, deadlines, TTFT and prefix TTLs; must outlive the engine.
-  const cache::Clock* clock = cache::RealClock::Get();
+  const base::Clock* clock = base::RealClock::Get();
   // Where the named prefixes' changes are recorded (null: nowhere); must outlive the engine.
   PrefixPersistence* persistence = nullptr;
 };
@@ -88,23 +70,20 @@ struct EngineStats {
   cache::SessionStats sessions;
 };
 
-// A registration's outcome: the stored prefix, or why it was not stored.
-using RegisterCallback = std::function<void(absl::StatusOr<cache::PrefixInfo>)>;
-// A deletion's outcome: OK (deleted), NotFound, or Internal when it could not be recorded.
-using DeleteCallback = std::function<void(absl::Status)>;
-// Work on the engine thread with the cache manager (session calls).
-using EngineTask = std::function<void(cache::KvCacheManager&)>;
+// A session call on the engine thread (create, get, list, close, roll back); it answers its
+// caller itself.
+using SessionTask = std::function<void(cache::SessionTable&)>;
 
-// Thread model: Submit, Cancel, RegisterPrefix, DeletePrefix, catalog, Stats and Shutdown
-// may be called from any thread; everything that touches tensors runs on the engine's own
-// thread (started by Create).
+// Thread model: Submit, Cancel, RegisterPrefix, DeletePrefix, RunSessionCall, catalog,
+// sessions, Stats and Shutdown may be called from any thread; everything that touches tensors
+// runs on the engine's own thread (started by Create).
 class Engine {
  public:
   // `model`, `tokenizer` (null: outputs carry token ids and no text) and `metrics` must
   // outlive the engine. InvalidArgument naming the option when `options` is out of range.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
                                                         model::Model* model,
-                                                        const model::Tokenizer* tokenizer,
+                                                        const tokenizer::Tokenizer* tokenizer,
                                                         ServerMetrics* metrics);
   // Shuts down with no grace period.
   ~Engine();
@@ -129,17 +108,18 @@ class Engine {
   // (the prefix is then deleted again).
   void RegisterPrefix(std::string name, std::vector<int32_t> token_ids, cache::CacheSpec strategy,
                       cache::NamedPrefixOptions options, RegisterCallback done);
-  // Deletes the named prefix once its deletion is recorded; a deletion that cannot be
-  // recorded changes nothing. `done` is called once, from any thread.
+  // Deletes the named prefix (qualified) on the engine thread and replies once the deletion is
+  // durable; a deletion that cannot be recorded is undone (see PrefixRegistrar::Delete).
+  // `done` is called once, from any thread.
   void DeletePrefix(std::string name, DeleteCallback done);
+  // Runs `task` on the engine thread before the next step. False, without running it, once
+  // Shutdown has begun. Tasks queued before then run even during the shutdown.
+  bool RunSessionCall(SessionTask task);
+
   // The named prefixes as last published (after each step). Any thread.
   std::shared_ptr<const cache::PrefixCatalog> catalog() const;
-  // An open session's options (null: not open). Any thread.
-  std::shared_ptr<const cache::SessionOptions> session_options(const std::string& id) const;
-  // Runs `task` on the engine thread before the next step (session calls: create, get, list,
-  // close, roll back; each answers its caller itself). False, without running it, once
-  // Shutdown has begun. Tasks queued before then run even during the shutdown.
-  bool RunOnEngineThread(EngineTask task);
+  // The open sessions' options. Any thread.
+  const cache::SessionDirectory& sessions() const;
 
   // Stops accepting requests, lets live ones run for up to `grace`, then ends the rest with
   // finish reason kCancelled and their partial output, and joins the engine thread.
@@ -166,25 +146,17 @@ class Engine {
     cache::NamedPrefixOptions options;
     RegisterCallback done;
   };
-  struct Deletion {
-    enum class Kind {
-      kClient,    // record it, then delete (a deletion that cannot be saved changes nothing)
-      kRecorded,  // recorded: delete from the store now, without recording it again
-      kUndo,      // a put that could not be saved: delete now; the deletion is recorded after
-    };
-    std::string name;
-    DeleteCallback done;
-    Kind kind = Kind::kClient;
-  };
   class Admission;  // the scheduler's admission policy: the cache manager's answer
 
-  Engine(const EngineOptions& options, model::Model* model, const model::Tokenizer* tokenizer,
+  Engine(const EngineOptions& options, model::Model* model, const tokenizer::Tokenizer* tokenizer,
          ServerMetrics* metrics, std::unique_ptr<cache::KvCacheManager> kv);
 
   void Loop();
   // Moves submitted requests and registrations into the manager and the scheduler, applies
-  // cancels and deletions. Engine thread.
+  // cancels, deletions and posted work. Engine thread.
   void DrainInbox();
+  // Queues work for the engine thread; false once the loop has ended.
+  bool Post(std::function<void()> work);
   void AddRequest(Incoming in);
   void AddRegistration(RequestId id, Registration registration);
   // Fails requests whose deadline has passed. Engine thread.
@@ -193,8 +165,8 @@ class Engine {
   void CancelAllLive();
   // Runs one scheduled step; returns false when there was nothing to run.
   bool Step();
-  // Allocates a newly admitted sequence's cache (prefix copied); false when it failed (and
-  // was ended).
+  // Allocates a newly admitted sequence's cache (prefix copied) and starts its output; false
+  // when it failed (and was ended).
   bool Allocate(RequestId id, Live& live, absl::Time now);
   // Runs the forward over the plan's sequences not `ended`, with the out-of-memory
   // fallback: a step that runs out of memory is rolled back, memory is freed (snapshots,
@@ -203,31 +175,10 @@ class Engine {
   // index of the plan, or the forward's error.
   struct ForwardResult;
   ForwardResult RunForward(const StepPlan& plan, std::vector<bool>& ended);
-  // Appends a sampled token and reports output (with its log-probabilities from `logits`
-  // when asked); returns why the request finished, if it did.
-  std::optional<FinishReason> AcceptToken(Live& live, int32_t token, absl::Time now,
-                                          const at::Tensor& logits);
-  // A multi-row request's step (beams or samples) on its [rows, vocab] logits: picks tokens,
-  // reports output, moves the cache's rows. Why the request finished, if it did; an error
-  // when its rows could not be moved.
-  absl::StatusOr<std::optional<FinishReason>> StepRows(RequestId id, Live& live,
-                                                       const at::Tensor& logits, absl::Time now);
-  // Ends a multi-row request's sequences: beam search sends its best hypotheses (running
-  // beams ending with `cut`), samples still running end with `cut`. The request's finish
-  // reason (its first sequence's).
-  std::optional<FinishReason> EndRows(Live& live, FinishReason cut);
-  // Counts a sampling step of `tokens` tokens (TTFT, inter-token latency, generated tokens).
-  void NoteStep(Live& live, int64_t tokens, absl::Time now);
-  // Why a sequence that just generated `token` (its num_generated-th) ends, if it does.
-  std::optional<FinishReason> EndAfter(const GenerationRequest& r, int32_t token,
-                                       int64_t num_generated, bool stop_matched) const;
-  // The text `token` makes final through the detokenizer and stop matcher; at the end of
-  // the sequence (`reason` set) what they held back too. A matched stop string sets reason.
-  std::string TextOf(model::IncrementalDetokenizer* detokenizer, StopStringMatcher& stop,
-                     int32_t token, std::optional<FinishReason>* reason) const;
-  // The log-probabilities of `token` under the logits `row` when the request asks for them.
-  std::vector<model::PositionLogprobs> LogprobsOf(Live& live, absl::Span<const float> row,
-                                                  int32_t token) const;
+  // Hands a sequence's logits to its output and applies what changed (rows, timings); why
+  // the request finished, if it did, or the error that must end it.
+  absl::StatusOr<std::optional<FinishReason>> HandOut(RequestId id, Live& live,
+                                                      const at::Tensor& logits, absl::Time now);
   // Ends a request: reports to its sink, counts it, frees its cache. Scheduler state is the
   // caller's business.
   void Finish(RequestId id, FinishReason reason);
@@ -240,35 +191,29 @@ class Engine {
   // The scheduler's plan could not be updated (an engine bug): its sequences fail and the
   // scheduler takes the next plan.
   void RecoverFromFailedUpdate(const StepPlan& plan, const absl::Status& status);
-  // Stores a registration whose prefill is done and arranges its reply (after it is durable).
-  void CompleteRegistration(RequestId id);
-  // Records a deletion first, then deletes; or deletes a recorded one. Engine thread.
-  void ApplyDeletion(Deletion deletion);
-  // The manager's catalog listener: every change goes to the persistence.
-  void OnCatalogChange(const cache::CatalogChange& change);
 
   const EngineOptions options_;
   model::Model* const model_;
-  const model::Tokenizer* const tokenizer_;
   ServerMetrics* const metrics_;
-  const cache::Clock* const clock_;
+  const base::Clock* const clock_;
+  const OutputModel output_model_;
   std::unique_ptr<cache::KvCacheManager> kv_;                   // engine thread only
+  PrefixRegistrar registrar_;                                   // engine thread only
   Admission* admission_ = nullptr;                              // owned by scheduler_
   std::unique_ptr<Scheduler> scheduler_;                        // engine thread only
   absl::flat_hash_map<RequestId, std::unique_ptr<Live>> live_;  // engine thread only
   int64_t num_oom_events_ = 0;                                  // engine thread
   int64_t num_steps_ = 0;                                       // engine thread
   int64_t prompt_tokens_computed_ = 0;                          // engine thread
-  PrefixPersistence* const persistence_;                        // null: nothing recorded
-  std::string registering_;            // engine thread: the registration being stored
-  std::vector<std::string> deleting_;  // engine thread: deletions recorded before made
 
   mutable absl::Mutex mu_;
   std::vector<Incoming> inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<RequestId, Registration>> registrations_ ABSL_GUARDED_BY(mu_);
-  std::vector<Deletion> deletions_ ABSL_GUARDED_BY(mu_);
-  std::vector<EngineTask> tasks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, DeleteCallback>> deletions_ ABSL_GUARDED_BY(mu_);
+  std::vector<SessionTask> session_calls_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> posted_ ABSL_GUARDED_BY(mu_);
+  bool loop_ended_ ABSL_GUARDED_BY(mu_) = false;
   RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Submitted and not yet admitted or ended: what --max-queue bounds.
   int64_t num_queued_ ABSL_GUARDED_BY(mu_) = 0;

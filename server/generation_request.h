@@ -13,7 +13,7 @@
 #include "absl/types/span.h"
 #include "cache/cache_spec.h"
 #include "model/beam_search.h"
-#include "model/sampler.h"
+#include "model/sampling_params.h"
 #include "server/api_keys.h"
 
 namespace kvserve::cache {
@@ -22,7 +22,7 @@ class Snapshot;
 
 namespace kvserve::server {
 
-// Every default applied and every field checked (RequestParser builds it).
+// Every default applied and every field checked (RequestBuilder builds it).
 struct GenerationRequest {
   // The whole prompt (a prefix's tokens included), >= 1 token, each in [0, vocab).
   std::vector<int32_t> prompt_ids;

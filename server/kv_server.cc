@@ -30,18 +30,19 @@
 #include "model/generator.h"
 #include "model/transformer.h"
 #include "server/api_keys.h"
-#include "server/call_context.h"
 #include "server/engine.h"
-#include "server/generation_service.h"
+#include "server/grpc_api/call_context.h"
+#include "server/grpc_api/generation_service.h"
+#include "server/grpc_api/prefix_service.h"
+#include "server/grpc_api/proto_inputs.h"
+#include "server/grpc_api/session_service.h"
 #include "server/metrics.h"
 #include "server/metrics_http_server.h"
 #include "server/model_fingerprint.h"
 #include "server/prefix_journal.h"
 #include "server/prefix_persistence.h"
-#include "server/prefix_service.h"
 #include "server/prefixes_file.h"
-#include "server/request_parser.h"
-#include "server/session_service.h"
+#include "server/request_builder.h"
 #include "tokenizer/tokenizer.h"
 
 // The project's version (CMake's PROJECT_VERSION).
@@ -275,8 +276,8 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
   if (!transformer_model.ok()) return transformer_model.status();
   loaded.model = *std::move(transformer_model);
   if (source->Has("tokenizer.json")) {
-    absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
-        model::Tokenizer::FromModelSource(*source);
+    absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
+        tokenizer::Tokenizer::FromModelSource(*source);
     if (!tokenizer.ok()) return tokenizer.status();
     // Ids past the embedding table, or a template every chat request would fail on, are
     // refused now rather than at the first request.
@@ -307,10 +308,10 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
 KvServer::KvServer(const ServerOptions& options)
     : options_(options),
       metrics_(std::make_unique<ServerMetrics>()),
-      replica_(std::make_unique<ReplicaIdentity>()),
-      generation_(std::make_unique<GenerationService>(replica_.get())),
-      prefixes_(std::make_unique<PrefixService>(replica_.get())),
-      sessions_(std::make_unique<SessionService>(replica_.get())) {
+      replica_(std::make_unique<grpc_api::ReplicaIdentity>()),
+      generation_(std::make_unique<grpc_api::GenerationService>(replica_.get())),
+      prefixes_(std::make_unique<grpc_api::PrefixService>(replica_.get())),
+      sessions_(std::make_unique<grpc_api::SessionService>(replica_.get())) {
   const auto [torch, cuda] = TorchAndCudaVersions();
   metrics_->SetBuildInfo(KVSERVE_VERSION, torch, cuda);
   metrics_->SetKvDeviceBudget(0, options.kv_device_bytes);
@@ -361,11 +362,12 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   // message with RESOURCE_EXHAUSTED before it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> trackers;
-  CallerIdentification identification;
+  grpc_api::CallerIdentification identification;
   identification.keys = server->api_keys_.get();
   identification.tenant_from_client_cert = options.tenant_from_client_cert;
   identification.cert_admins = options.client_cert_admins;
-  trackers.push_back(std::make_unique<CallTracker>(server->metrics_.get(), identification));
+  trackers.push_back(
+      std::make_unique<grpc_api::CallTracker>(server->metrics_.get(), identification));
   builder.experimental().SetInterceptorCreators(std::move(trackers));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
@@ -425,10 +427,10 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   cache::KvCacheManagerOptions& kv = engine_options.kv;
   kv.auto_prefix_cache = options_.auto_prefix_cache;
   kv.auto_prefix_min_tokens = options_.auto_prefix_min_tokens;
-  kv.session_idle_offload = options_.session_idle_offload;
-  kv.session_cache_bytes = options_.session_cache_bytes;
-  kv.session_default_ttl = options_.session_ttl;
-  kv.max_sessions = options_.max_sessions;
+  kv.sessions.idle_offload = options_.session_idle_offload;
+  kv.sessions.cache_bytes = options_.session_cache_bytes;
+  kv.sessions.default_ttl = options_.session_ttl;
+  kv.sessions.max_sessions = options_.max_sessions;
   kv.tenant_prefix_bytes = options_.tenant_prefix_bytes;
   kv.budget.device_limit_bytes = options_.kv_device_bytes;
   if (options_.kv_device_bytes < 0) {
@@ -447,10 +449,10 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   if (!engine.ok()) return engine.status();
   engine_ = *std::move(engine);
   Engine* const engine_ptr = engine_.get();
-  parser_ = std::make_unique<RequestParser>(
+  builder_ = std::make_unique<RequestBuilder>(
       model_.model->info(), model_.tokenizer.get(), options_.limits,
       [engine_ptr] { return engine_ptr->catalog(); },
-      [engine_ptr](const std::string& id) { return engine_ptr->session_options(id); });
+      [engine_ptr](const std::string& id) { return engine_ptr->sessions().Find(id); });
   // Prefixes live before a restart, then the deployment's list; health stays NOT_SERVING
   // until they are all warm. What the state holds never stops the start-up: a prefix that no
   // longer registers (another model, a smaller cache) is skipped with a warning.
@@ -480,9 +482,9 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
     }
   }
   generation_->Attach(
-      {engine_.get(), parser_.get(), ToProto(info, model_.name, options_.limits), options_.clock});
-  prefixes_->Attach({engine_.get(), parser_.get()});
-  sessions_->Attach({engine_.get(), parser_.get()});
+      {engine_.get(), builder_.get(), ToProto(info, model_.name, options_.limits), options_.clock});
+  prefixes_->Attach({engine_.get(), builder_.get()});
+  sessions_->Attach({engine_.get(), builder_.get()});
   serving_ = true;
   server_->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("serving {} ({} layers, vocab {}) on {}; prefix cache {} bytes", model_.name,
@@ -498,14 +500,15 @@ absl::Status KvServer::RegisterAtStartup(const v1::RegisterPrefixRequest& reques
     return absl::InvalidArgumentError(
         absl::StrCat("name: '", std::string(space.substr(0, 64)), "' is not a tenant name"));
   }
-  v1::RegisterPrefixRequest unqualified = request;
-  unqualified.set_name(std::string(name));
-  absl::StatusOr<PrefixRegistration> parsed = parser_->ParseRegisterPrefix(unqualified);
+  RegistrationInput input = grpc_api::ToInput(request);
+  input.name = std::string(name);
+  input.shared = space.empty();
+  const BuildContext context{.caller = {.tenant = std::string(space), .role = Role::kAdmin}};
+  absl::StatusOr<PrefixRegistration> parsed = builder_->Registration(input, context);
   if (!parsed.ok()) return parsed.status();
   absl::Notification done;
   absl::Status status;
-  engine_->RegisterPrefix(cache::QualifiedPrefixName(space, parsed->name), parsed->token_ids,
-                          parsed->strategy, parsed->options,
+  engine_->RegisterPrefix(parsed->name, parsed->token_ids, parsed->strategy, parsed->options,
                           [&](absl::StatusOr<cache::PrefixInfo> info) {
                             status = info.status();
                             done.Notify();

@@ -17,21 +17,26 @@ class Server;
 }  // namespace grpc
 namespace kvserve::model {
 class Model;
-class Tokenizer;
 }  // namespace kvserve::model
+namespace kvserve::tokenizer {
+class Tokenizer;
+}  // namespace kvserve::tokenizer
 
 namespace kvserve::server {
 
-class Engine;
+namespace grpc_api {
 class GenerationService;
+class PrefixService;
+class ReplicaIdentity;
+class SessionService;
+}  // namespace grpc_api
+
+class ApiKeyRegistry;
+class Engine;
 class MetricsHttpServer;
 class PrefixJournal;
 class PrefixPersistence;
-class PrefixService;
-class SessionService;
-class ReplicaIdentity;
-class ApiKeyRegistry;
-class RequestParser;
+class RequestBuilder;
 class ServerMetrics;
 
 // A model ready to serve.
@@ -43,9 +48,9 @@ struct LoadedModel {
   LoadedModel& operator=(LoadedModel&&);
 
   std::unique_ptr<model::Model> model;
-  std::unique_ptr<model::Tokenizer> tokenizer;  // null when the folder has none
-  std::string name;                             // ModelInfo.name
-  std::string fingerprint;                      // see ModelFingerprint
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null when the folder has none
+  std::string name;                                 // ModelInfo.name
+  std::string fingerprint;                          // see ModelFingerprint
 };
 
 // Loads --model (or the embedded tiny model) on --device in --dtype, with its tokenizer.
@@ -92,11 +97,11 @@ class KvServer {
 
   const ServerOptions options_;
   std::unique_ptr<ServerMetrics> metrics_;
-  std::unique_ptr<ApiKeyRegistry> api_keys_;  // null without --api-keys-file
-  std::unique_ptr<ReplicaIdentity> replica_;  // before the services, which point at it
-  std::unique_ptr<GenerationService> generation_;
-  std::unique_ptr<PrefixService> prefixes_;
-  std::unique_ptr<SessionService> sessions_;
+  std::unique_ptr<ApiKeyRegistry> api_keys_;            // null without --api-keys-file
+  std::unique_ptr<grpc_api::ReplicaIdentity> replica_;  // before the services, which point at it
+  std::unique_ptr<grpc_api::GenerationService> generation_;
+  std::unique_ptr<grpc_api::PrefixService> prefixes_;
+  std::unique_ptr<grpc_api::SessionService> sessions_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
@@ -104,7 +109,7 @@ class KvServer {
 
   mutable absl::Mutex mu_;  // guards the model state below and the lifecycle flags
   LoadedModel model_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<RequestParser> parser_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RequestBuilder> builder_ ABSL_GUARDED_BY(mu_);
   // With --state-dir: where the named prefixes are recorded (the engine's persistence).
   std::unique_ptr<PrefixJournal> journal_;
   std::unique_ptr<PrefixPersistence> persistence_;

@@ -17,8 +17,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "base/clock.h"
 #include "base/string_cat.h"
-#include "cache/clock.h"
 
 namespace kvserve::server {
 namespace {
@@ -164,7 +164,7 @@ class ConnectionLoop {
                  const std::function<std::string()>& render)
       : listen_fd_(listen_fd),
         options_(options),
-        clock_(options.clock != nullptr ? options.clock : cache::RealClock::Get()),
+        clock_(options.clock != nullptr ? options.clock : base::RealClock::Get()),
         render_(render) {}
 
   // Waits up to kPollTickMs for activity, serves it, accepts new connections and closes the
@@ -224,7 +224,7 @@ class ConnectionLoop {
 
   const int listen_fd_;
   const MetricsHttpServerOptions& options_;
-  const cache::Clock* const clock_;
+  const base::Clock* const clock_;
   const std::function<std::string()>& render_;
   std::vector<std::unique_ptr<Connection>> connections_;
 };

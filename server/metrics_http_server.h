@@ -14,9 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace kvserve::cache {
+namespace kvserve::base {
 class Clock;
-}  // namespace kvserve::cache
+}  // namespace kvserve::base
 
 namespace kvserve::server {
 
@@ -32,7 +32,7 @@ struct MetricsHttpServerOptions {
   // writing an answer, or is closed itself when all are writing. Default 64.
   int max_connections = 64;
   // Time for the deadlines; null: the real clock. Must outlive the server.
-  const cache::Clock* clock = nullptr;
+  const base::Clock* clock = nullptr;
 };
 
 // The HOST and PORT of a --metrics-listen address.

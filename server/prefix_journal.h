@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "cache/clock.h"
+#include "base/clock.h"
 #include "kvserve/v1/prefix.pb.h"
 
 namespace kvserve::server {
@@ -22,7 +22,7 @@ struct PrefixJournalOptions {
   // journal that recovers nothing and reports every record saved.
   std::string state_dir;
   // The time TTLs are measured by, at recovery and compaction. Not owned; outlives the journal.
-  const cache::Clock* clock = cache::RealClock::Get();
+  const base::Clock* clock = base::RealClock::Get();
   // The journal is rewritten as one put per live prefix when it holds more than
   // max(compact_live_factor * live prefixes, compact_min_records) records, so it stays
   // proportional to what is registered. >= 1 and >= 0.

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/regular_file.h"
 
 namespace kvserve::server {
 namespace {
@@ -29,16 +30,6 @@ namespace {
 // nested aliases ("billion laughs") can stand for 10^9 nodes.
 constexpr int64_t kMaxYamlNodes = int64_t{1} << 22;
 constexpr int64_t kMaxYamlScalarBytes = kMaxPrefixFileBytes;
-
-// What a non-regular file is, for the error that refuses it.
-const char* FileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "a special file";
-}
 
 // Counts what a YAML document expands to, aliases expanded, without building it: each
 // anchor's expanded size is recorded when its node ends and added again at every alias.
@@ -189,53 +180,7 @@ std::string YamlTextToJson(const std::string& text) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadPrefixFileBytes(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    const int err = errno;
-    std::string message = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
-    return absl::InternalError(message);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file (", FileKind(st.st_mode), ")"));
-  }
-  // O_NONBLOCK: a FIFO swapped in after the stat cannot block the open; fstat refuses it.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    return absl::InternalError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  std::string text;
-  absl::Status status;
-  if (::fstat(fd, &st) != 0) {
-    status = absl::InternalError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
-  } else if (!S_ISREG(st.st_mode)) {
-    status = absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file (", FileKind(st.st_mode), ")"));
-  } else if (st.st_size > kMaxPrefixFileBytes) {
-    status =
-        absl::InvalidArgumentError(absl::StrCat(path, ": ", st.st_size, " bytes is more than the ",
-                                                kMaxPrefixFileBytes, " bytes (256 MiB) allowed"));
-  } else {
-    char buffer[1 << 16];
-    while (true) {
-      const ssize_t n = ::read(fd, buffer, sizeof(buffer));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        status = absl::InternalError(absl::StrCat(path, ": cannot read: ", std::strerror(errno)));
-        break;
-      }
-      if (n == 0) break;
-      text.append(buffer, static_cast<size_t>(n));
-      if (static_cast<int64_t>(text.size()) > kMaxPrefixFileBytes) {  // grew while being read
-        status = absl::InvalidArgumentError(absl::StrCat(
-            path, ": more than the ", kMaxPrefixFileBytes, " bytes (256 MiB) allowed"));
-        break;
-      }
-    }
-  }
-  ::close(fd);
-  if (!status.ok()) return status;
-  return text;
+  return base::ReadRegularFile(path, kMaxPrefixFileBytes);
 }
 
 absl::StatusOr<v1::PrefixState> ParsePrefixState(const std::string& json, const std::string& what) {

@@ -28,7 +28,7 @@ namespace {
 constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
                                            "error", "critical", "off"};
 
-std::vector<cli::FlagSpec> Flags() {
+std::vector<base::FlagSpec> Flags() {
   return {
       {"model", "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)",
        "the embedded tiny model"},
@@ -227,7 +227,7 @@ absl::StatusOr<TlsFiles> ReadTlsFiles(const ServerOptions& options) {
 
 absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** argv, bool* help,
                                                              std::string* usage) {
-  absl::StatusOr<cli::CommandLine> cl = cli::CommandLine::Parse(argc, argv, Flags());
+  absl::StatusOr<base::CommandLine> cl = base::CommandLine::Parse(argc, argv, Flags());
   if (!cl.ok()) return cl.status();
   *usage = cl->Usage("kvserve", "Serves a causal language model over gRPC (kvserve.v1).");
   *help = cl->help_requested();

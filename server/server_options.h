@@ -7,8 +7,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "cache/clock.h"
-#include "server/request_parser.h"
+#include "base/clock.h"
+#include "server/request_builder.h"
 #include "server/scheduler.h"
 
 namespace kvserve::server {
@@ -96,8 +96,8 @@ struct ServerOptions {
   // --shutdown-grace-seconds: how long in-flight requests may run after SIGTERM.
   absl::Duration shutdown_grace = absl::Seconds(30);
   // Not a flag: the time of arrivals, deadlines, TTFT and prefix TTLs (tests inject a
-  // cache::FakeClock). Must outlive the server.
-  const cache::Clock* clock = cache::RealClock::Get();
+  // base::FakeClock). Must outlive the server.
+  const base::Clock* clock = base::RealClock::Get();
   // --replica-id: this replica's name in the x-kvserve-replica trailer of every response and
   // in GetModelInfo; empty: the HOST:PORT it listens on.
   std::string replica_id;

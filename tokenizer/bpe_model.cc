@@ -13,7 +13,7 @@
 #include "tokenizer/tokenizer_json_util.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 // "<0xAB>", the byte-fallback token of byte 0xAB.
@@ -274,4 +274,4 @@ void BpeModel::EncodeUncached(std::string_view word, std::vector<int32_t>* ids) 
   }
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -14,7 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 class BpeModel {
  public:
@@ -70,4 +70,4 @@ class BpeModel {
   std::array<int32_t, 256> byte_fallback_ids_{};  // id of "<0xXX>", -1 when absent
 };
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -17,7 +17,7 @@
 #include "tokenizer/jinja_parser.h"
 #include "tokenizer/jinja_value.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 using Globals = std::vector<std::pair<std::string, jinja::Value>>;
@@ -154,4 +154,4 @@ absl::StatusOr<std::string> ChatTemplate::RenderWithContext(const nlohmann::orde
   });
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

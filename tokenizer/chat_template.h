@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "tokenizer/render_budget.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 struct ChatMessage {
   std::string role;
@@ -79,4 +79,4 @@ class ChatTemplate {
   std::unique_ptr<jinja::Template> template_;
 };
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -6,7 +6,7 @@
 #include "absl/types/span.h"
 #include "tokenizer/tokenizer.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";
@@ -130,4 +130,4 @@ std::string IncrementalDetokenizer::Emit(std::string raw, bool final) {
   return out;
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 class Tokenizer;
 
@@ -40,4 +40,4 @@ class IncrementalDetokenizer {
   std::string emitted_tail_;          // the last bytes of raw text already cleaned up and emitted
 };
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -8,7 +8,7 @@
 
 #include "tokenizer/jinja_value.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
@@ -65,4 +65,4 @@ struct Template {
   Body body;
 };
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

@@ -12,7 +12,7 @@
 #include "tokenizer/tokenizer_json_util.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 namespace {
 
 // Byte offsets of each code point of `s`, plus s.size() at the end.
@@ -634,4 +634,4 @@ Value CallMethod(const Value& object, const std::string& name, std::vector<Value
   throw JinjaError(absl::StrCat("unsupported method '", name, "' on ", object.TypeName()));
 }
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

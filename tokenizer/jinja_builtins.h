@@ -6,7 +6,7 @@
 
 #include "tokenizer/jinja_value.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 
 class RenderMeter;
 
@@ -36,4 +36,4 @@ Value SliceValue(const Value& value, const Value* start, const Value* stop, cons
 // The number of code points of UTF-8 `s` (a malformed byte counts as one).
 int64_t CountCodePoints(const std::string& s);
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

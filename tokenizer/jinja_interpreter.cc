@@ -12,7 +12,7 @@
 #include "tokenizer/jinja_builtins.h"
 #include "tokenizer/jinja_meter.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 namespace {
 
 enum class Flow { kNormal, kBreak, kContinue };
@@ -700,4 +700,4 @@ std::string Render(const Template& tmpl, const Value& globals, RenderMeter& mete
   return Interpreter(globals, meter).Run(tmpl);
 }
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

@@ -5,7 +5,7 @@
 
 #include "tokenizer/jinja_ast.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 
 class RenderMeter;
 
@@ -16,4 +16,4 @@ class RenderMeter;
 // caller cancels.
 std::string Render(const Template& tmpl, const Value& globals, RenderMeter& meter);
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

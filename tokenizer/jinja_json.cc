@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 namespace {
 
 // An object with more members than this finds repeated keys through a hash index instead of a
@@ -166,4 +166,4 @@ absl::StatusOr<Value> ParseJsonValue(std::string_view text, int max_depth) {
   return builder.Finish(parsed);
 }
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

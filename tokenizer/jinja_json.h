@@ -6,7 +6,7 @@
 #include "absl/status/statusor.h"
 #include "tokenizer/jinja_value.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 
 // The value of JSON `text`, each object's members in the order the text writes them (as Python's
 // json.loads and JavaScript's JSON.parse keep them); a repeated key keeps its first position and
@@ -17,4 +17,4 @@ namespace kvserve::model::jinja {
 // and memory are linear in the text; nothing recurses, however deep the text nests.
 absl::StatusOr<Value> ParseJsonValue(std::string_view text, int max_depth);
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

@@ -12,7 +12,7 @@
 #include "tokenizer/jinja_value.h"
 #include "tokenizer/render_budget.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 
 // Thrown when the render's deadline passes or its caller cancels it. Deliberately not a
 // JinjaError, so no handler inside the interpreter rewrites it; ChatTemplate turns it into
@@ -161,4 +161,4 @@ class RenderMeter {
   int eval_depth_ = 0;
 };
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

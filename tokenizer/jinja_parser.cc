@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 namespace {
 
 struct Token {
@@ -795,4 +795,4 @@ std::unique_ptr<Template> ParseTemplate(std::string_view source) {
   return Parser(Lexer(Preprocess(source)).Run()).Run();
 }
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

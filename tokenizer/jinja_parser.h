@@ -6,7 +6,7 @@
 
 #include "tokenizer/jinja_ast.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 
 // How deeply blocks ({% if %}, {% for %}, {% macro %}, {% set %}...{% endset %}) may nest, and
 // how tall an expression tree may be (parentheses, brackets, calls, unary and binary operator
@@ -21,4 +21,4 @@ inline constexpr int kMaxParseNesting = 128;
 // literals outside int64.
 std::unique_ptr<Template> ParseTemplate(std::string_view source);
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

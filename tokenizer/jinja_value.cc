@@ -14,7 +14,7 @@
 #include "tokenizer/jinja_meter.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 namespace {
 
 // Python's repr of a float: the shortest digits that read back as `d`, in positional notation
@@ -463,4 +463,4 @@ std::string Value::TypeName() const {
   return "function";
 }
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 
 // Raised while parsing or rendering; converted to absl::Status at the ChatTemplate boundary.
 class JinjaError : public std::runtime_error {
@@ -144,4 +144,4 @@ struct Object {
 Value MakeObject(std::vector<std::pair<std::string, Value>> items, bool is_namespace = false);
 Value MakeCallable(Callable callable);
 
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

@@ -12,7 +12,7 @@
 #include "tokenizer/unicode_regex.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 class UnicodeNormalizer : public Normalizer {
@@ -117,4 +117,4 @@ absl::StatusOr<std::unique_ptr<Normalizer>> CreateNormalizer(const nlohmann::jso
       absl::StrCat(JsonMemberPath(path, "type"), ": unsupported normalizer type '", *type, "'"));
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 // Rewrites text before pre-tokenization. Implementations are immutable and thread-safe.
 class Normalizer {
@@ -25,4 +25,4 @@ class Normalizer {
 absl::StatusOr<std::unique_ptr<Normalizer>> CreateNormalizer(const nlohmann::json& config,
                                                              std::string_view path);
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -13,7 +13,7 @@
 #include "tokenizer/unicode_regex.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
@@ -363,4 +363,4 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> CreatePreTokenizer(const nlohmann:
       absl::StrCat(JsonMemberPath(path, "type"), ": unsupported pre_tokenizer type '", *type, "'"));
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 // Splits normalized text into the pieces the model encodes independently. Immutable and
 // thread-safe.
@@ -34,4 +34,4 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> CreatePreTokenizer(const nlohmann:
 inline constexpr char kGpt2SplitPattern[] =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

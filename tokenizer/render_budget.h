@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 // A chat template comes from the model folder, so it is not trusted: a render stops with an
 // error, never a crash or a hang, when it exceeds one of these. The defaults leave real
@@ -50,4 +50,4 @@ inline absl::Status ValidateRenderBudget(const RenderBudget& budget) {
   return absl::OkStatus();
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -8,7 +8,7 @@
 
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 // Common English pairs, in merge order; "Ġ" is the byte-level space. Each merge's parts exist
@@ -107,4 +107,4 @@ std::string MakeTinyTokenizerConfigJson() {
   return config.dump(2);
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 // Ids 0..255 are the 256 byte symbols; <s> and </s> are added special tokens.
 inline constexpr int32_t kTinyBosId = 256, kTinyEosId = 257;
@@ -20,4 +20,4 @@ std::string MakeTinyTokenizerJson(int32_t vocab_size_hint);
 // template whose turns end with </s>.
 std::string MakeTinyTokenizerConfigJson();
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

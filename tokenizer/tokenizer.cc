@@ -19,7 +19,7 @@
 #include "tokenizer/tokenizer_json_util.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 using Json = nlohmann::json;
@@ -509,4 +509,4 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplateJson(
                                     template_kwargs_json, budget);
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

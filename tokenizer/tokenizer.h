@@ -22,7 +22,7 @@ namespace kvserve::base {
 class ModelSource;
 }  // namespace kvserve::base
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 class AddedTokenMatcher;
 class BpeModel;
@@ -162,4 +162,4 @@ class Tokenizer {
   absl::Status chat_template_status_;            // why chat_template_ is null
 };
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

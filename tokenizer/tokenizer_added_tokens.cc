@@ -6,7 +6,7 @@
 
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 bool IsWordChar(char32_t cp) {
@@ -94,4 +94,4 @@ std::vector<TextSection> AddedTokenMatcher::Split(std::string_view text) const {
   return sections;
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 struct AddedToken {
   int32_t id = 0;
@@ -41,4 +41,4 @@ class AddedTokenMatcher {
   std::array<std::vector<int>, 256> by_first_byte_;  // indices into tokens_, longest first
 };
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -12,7 +12,7 @@
 #include "tokenizer/tokenizer_json_util.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 class ByteLevelDecoder : public TokenDecoder {
@@ -250,4 +250,4 @@ absl::StatusOr<std::unique_ptr<TokenDecoder>> CreateTokenDecoder(
       absl::StrCat(JsonMemberPath(path, "type"), ": unsupported decoder type '", *type, "'"));
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

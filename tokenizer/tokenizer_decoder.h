@@ -11,7 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 // Turns token strings back into text. Immutable and thread-safe.
 class TokenDecoder {
@@ -30,4 +30,4 @@ absl::StatusOr<std::unique_ptr<TokenDecoder>> CreateTokenDecoder(
     const nlohmann::json& config, std::string_view path,
     const absl::flat_hash_set<std::string>* added_tokens);
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 using Json = nlohmann::json;
@@ -244,4 +244,4 @@ std::string StringReplacer::Apply(std::string_view text) const {
   return out;
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "tokenizer/unicode_regex.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 // Paths name a value inside its file the way errors print it: "model.vocab",
 // "added_tokens[3].id". The file name is added by the loader that knows it.
@@ -93,4 +93,4 @@ class StringReplacer {
   std::string content_;
 };
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

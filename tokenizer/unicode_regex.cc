@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 namespace {
 
@@ -70,4 +70,4 @@ void UnicodeRegex::FindAll(std::string_view text,
   }
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

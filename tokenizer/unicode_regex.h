@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 class UnicodeRegex {
  public:
@@ -29,4 +29,4 @@ class UnicodeRegex {
   void* regex_;  // regex_t*, owned
 };
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 int Utf8SequenceLength(unsigned char lead) {
   if (lead < 0x80) return 1;
@@ -241,4 +241,4 @@ std::string LowercaseUnicode(std::string_view text) {
   return out;
 }
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -8,7 +8,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 
 // This abseil build has its own string_view type; adapts std::string_view to it.
 inline absl::string_view AsAbsl(std::string_view s) {
@@ -49,4 +49,4 @@ std::string NormalizeUnicode(std::string_view text, NormalizationForm form);
 // Full Unicode lowercase mapping of every code point.
 std::string LowercaseUnicode(std::string_view text);
 
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

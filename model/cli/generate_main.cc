@@ -25,9 +25,9 @@
 
 namespace {
 
-using kvserve::cli::CommandLine;
+using kvserve::base::CommandLine;
 
-std::vector<kvserve::cli::FlagSpec> Flags() {
+std::vector<kvserve::base::FlagSpec> Flags() {
   return {
       {"model", "Hugging Face model folder", "the embedded tiny model"},
       {"prompt", "prompt text (tokenized with the model's tokenizer.json)", ""},
@@ -101,9 +101,10 @@ absl::Status Run(const CommandLine& cl) {
   absl::StatusOr<std::unique_ptr<m::Transformer>> model = m::Transformer::Load(*source, options);
   if (!model.ok()) return model.status();
 
-  std::unique_ptr<m::Tokenizer> tokenizer;
+  std::unique_ptr<kvserve::tokenizer::Tokenizer> tokenizer;
   if (source->Has("tokenizer.json")) {
-    absl::StatusOr<std::unique_ptr<m::Tokenizer>> t = m::Tokenizer::FromModelSource(*source);
+    absl::StatusOr<std::unique_ptr<kvserve::tokenizer::Tokenizer>> t =
+        kvserve::tokenizer::Tokenizer::FromModelSource(*source);
     if (!t.ok()) return t.status();
     if (absl::Status fits = (*t)->CheckFitsModel((*model)->info().vocab_size); !fits.ok()) {
       return fits;

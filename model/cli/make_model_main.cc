@@ -6,7 +6,7 @@
 #include "model/tiny_model_maker.h"
 
 int main(int argc, char** argv) {
-  using kvserve::cli::CommandLine;
+  using kvserve::base::CommandLine;
   absl::StatusOr<CommandLine> cl = CommandLine::Parse(
       argc, argv,
       {{"arch", "llama | mistral | qwen2 | qwen3 | phi3", "llama"},

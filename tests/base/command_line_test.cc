@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-namespace kvserve::cli {
+namespace kvserve::base {
 namespace {
 
 absl::StatusOr<CommandLine> ParseArgs(std::vector<std::string> args) {
@@ -57,4 +57,4 @@ TEST(CommandLineTest, HelpListsEveryFlag) {
 }
 
 }  // namespace
-}  // namespace kvserve::cli
+}  // namespace kvserve::base

@@ -135,21 +135,21 @@ void Forward(KvCache* cache, int64_t n) {
 
 using Work = std::vector<std::pair<SequenceId, int64_t>>;  // (sequence, new tokens)
 
-// One engine step: BeginStep, the forward of every sequence, CommitStep; or, when the forward
-// runs out of memory, RollbackStep (which must restore every cache) and false.
+// One engine step: BeginStep, the forward of every sequence, Commit; or, when the forward
+// runs out of memory, Rollback (which must restore every cache) and false.
 bool RunStep(KvCacheManager& m, const Work& work) {
   std::vector<SequenceId> ids;
   for (const auto& [id, n] : work) ids.push_back(id);
-  m.BeginStep(ids);
+  KvStep step = m.BeginStep(ids);
   try {
     for (const auto& [id, n] : work) {
       if (KvCache* cache = m.cache(id)) Forward(cache, n);  // none for use_cache=false
     }
   } catch (const compat::OutOfMemoryError&) {
-    EXPECT_THAT(m.RollbackStep(ids), IsEmpty());
+    EXPECT_THAT(step.Rollback(), IsEmpty());
     return false;
   }
-  m.CommitStep(ids);
+  step.Commit();
   return true;
 }
 
@@ -201,14 +201,15 @@ NamedPrefixOptions Ttl(absl::Duration ttl) {
 
 // The named snapshot as the published catalog holds it (null when absent).
 std::shared_ptr<const Snapshot> Published(KvCacheManager& m, const std::string& name) {
-  m.PublishCatalog();
-  std::shared_ptr<const PrefixCatalog> catalog = m.catalog();
+  m.Maintain();
+  std::shared_ptr<const PrefixCatalog> catalog = m.catalog().Get();
   auto it = catalog->find(name);
   return it == catalog->end() ? nullptr : it->second.snapshot.lock();
 }
 
-// What a CatalogListener heard (not the snapshot itself: holding it would keep it from being
-// evicted).
+// What the event log said of a named prefix (not the snapshot itself: holding it would keep it
+// from being evicted): stored (info set) or gone (info unset); a removal by replacement is not
+// told, as the put that follows tells it.
 struct Event {
   std::string name;
   std::optional<PrefixInfo> info;
@@ -223,18 +224,31 @@ class KvCacheManagerTest : public ::testing::Test {
         KvCacheManager::Create(options, std::move(shape), &clock_);
     EXPECT_TRUE(m.ok()) << m.status();
     if (!m.ok()) return nullptr;
-    (*m)->SetCatalogListener([this](const CatalogChange& change) {
-      events_.push_back({change.name, change.info, change.snapshot != nullptr});
-    });
     return std::move(*m);
   }
 
-  FakeClock clock_{kStart};
+  // The named prefixes' events heard so far, drained from `m`'s log.
+  const std::vector<Event>& Heard(KvCacheManager& m) {
+    for (const PrefixEvent& e : m.DrainPrefixEvents()) {
+      if (!e.named || e.cause == RemovalCause::kReplaced) continue;
+      Event event{.name = e.name, .had_snapshot = e.kind == PrefixEventKind::kStored};
+      if (e.kind == PrefixEventKind::kStored) {
+        event.info = PrefixInfo{.name = e.name,
+                                .num_tokens = static_cast<int64_t>(e.tokens.size()),
+                                .options = e.options};
+      }
+      events_.push_back(std::move(event));
+    }
+    return events_;
+  }
+
+  base::FakeClock clock_{kStart};
   std::vector<Event> events_;
 };
 
 TEST_F(KvCacheManagerTest, CreateValidatesOptionsAndShape) {
-  auto error = [](const KvCacheManagerOptions& options, KvModelShape shape, const Clock* clock) {
+  auto error = [](const KvCacheManagerOptions& options, KvModelShape shape,
+                  const base::Clock* clock) {
     absl::StatusOr<std::unique_ptr<KvCacheManager>> m =
         KvCacheManager::Create(options, std::move(shape), clock);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
@@ -273,10 +287,10 @@ TEST_F(KvCacheManagerTest, CreateValidatesOptionsAndShape) {
 
   auto m = Make(Options(123456));
   ASSERT_NE(m, nullptr);
-  EXPECT_EQ(m->budget().limit(), 123456);
-  EXPECT_EQ(m->budget().used(), 0);
   EXPECT_EQ(m->Stats().budget_limit, 123456);
-  EXPECT_THAT(*m->catalog(), IsEmpty());
+  EXPECT_EQ(m->Stats().budget_used, 0);
+  EXPECT_EQ(m->Stats().budget_limit, 123456);
+  EXPECT_THAT(*m->catalog().Get(), IsEmpty());
 }
 
 TEST_F(KvCacheManagerTest, AddRefusesBadRequestsAndUnknownIdsAreAnswered) {
@@ -292,9 +306,7 @@ TEST_F(KvCacheManagerTest, AddRefusesBadRequestsAndUnknownIdsAreAnswered) {
   EXPECT_EQ(unknown.reason, "sequence 99 is not tracked");
   EXPECT_EQ(m->Allocate(99).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(m->cache(99), nullptr);
-  EXPECT_FALSE(m->offload_fallback(99));
-  EXPECT_EQ(m->strategy_name(99), "");
-  EXPECT_FALSE(m->prefill_whole(99));
+  EXPECT_FALSE(m->info(99).has_value());
   EXPECT_EQ(m->CompleteRegistration(99).status().code(), absl::StatusCode::kFailedPrecondition);
 
   EXPECT_EQ(m->cache(1), nullptr);  // not allocated yet
@@ -347,14 +359,14 @@ TEST_F(KvCacheManagerTest, RequestsAdmittedInOnePassCountEachOther) {
 
   // Allocated, 1 holds nothing until its first step; then its 32768 bytes leave 12232.
   ASSERT_TRUE(m->Allocate(1).ok());
-  EXPECT_EQ(m->budget().used(), 0);
+  EXPECT_EQ(m->Stats().budget_used, 0);
   EXPECT_EQ(m->CanAdmit(2, {}).decision, Decision::kAdmit);
   ASSERT_TRUE(RunStep(*m, {{1, 10}}));
-  EXPECT_EQ(m->budget().used(), 4 * kGranuleBytes);
+  EXPECT_EQ(m->Stats().budget_used, 4 * kGranuleBytes);
   EXPECT_EQ(m->CanAdmit(2, {}).reason,
             "needs 16384 device bytes at least; 12232 are free beside the live caches");
   m->Release(1);
-  EXPECT_EQ(m->budget().used(), 0);
+  EXPECT_EQ(m->Stats().budget_used, 0);
   EXPECT_EQ(m->CanAdmit(2, {}).decision, Decision::kAdmit);
 }
 
@@ -389,8 +401,8 @@ TEST_F(KvCacheManagerTest, AllocateStepAndReleaseBookkeeping) {
   EXPECT_EQ(allocation.num_cached_tokens, 0);
   EXPECT_EQ(allocation.prefix_name, "");
   EXPECT_EQ(m->Stats().live.total(), 0);
-  EXPECT_EQ(m->strategy_name(1), "dynamic");
-  EXPECT_FALSE(m->prefill_whole(1));
+  EXPECT_EQ(m->info(1)->strategy_name, "dynamic");
+  EXPECT_FALSE(m->info(1)->prefill_whole);
 
   ASSERT_TRUE(RunStep(*m, {{1, 10}}));
   KvCacheManagerStats stats = m->Stats();
@@ -406,11 +418,11 @@ TEST_F(KvCacheManagerTest, AllocateStepAndReleaseBookkeeping) {
   stats = m->Stats();
   EXPECT_EQ(stats.prefix_bytes, 5120);
   EXPECT_EQ(stats.prefixes.automatic_entries, 1);
-  EXPECT_EQ(m->budget().used(), 4 * kGranuleBytes + 5120);
+  EXPECT_EQ(m->Stats().budget_used, 4 * kGranuleBytes + 5120);
   EXPECT_EQ(m->cache(1)->SeqLength(), 11);
 
   m->Release(1);
-  EXPECT_EQ(m->budget().used(), 5120);
+  EXPECT_EQ(m->Stats().budget_used, 5120);
   stats = m->Stats();
   EXPECT_EQ(stats.num_sequences, 0);
   EXPECT_EQ(stats.live.total(), 0);
@@ -456,7 +468,7 @@ TEST_F(KvCacheManagerTest, IdenticalRequestsWaitTheirTurnInsteadOfFailing) {
   ASSERT_TRUE(RunStep(*m, {{1, 40}}));
   m->OnPrefilled(1);
   EXPECT_EQ(m->Stats().prefix_bytes, kSnapshot);
-  EXPECT_EQ(m->budget().used(), 4 * kGranuleBytes + kSnapshot);
+  EXPECT_EQ(m->Stats().budget_used, 4 * kGranuleBytes + kSnapshot);
 
   // Now they wait for memory: 60000 - 53248 = 6752 free.
   const Admission waits = m->CanAdmit(2, {});
@@ -469,12 +481,12 @@ TEST_F(KvCacheManagerTest, IdenticalRequestsWaitTheirTurnInsteadOfFailing) {
   for (SequenceId running : {1, 2, 3, 4}) {
     ASSERT_TRUE(RunStep(*m, {{running, 1}}));
     m->Release(running);
-    EXPECT_EQ(m->budget().used(), kSnapshot);
+    EXPECT_EQ(m->Stats().budget_used, kSnapshot);
     if (running == 4) break;
     // The next one starts from the kept prompt: only the last prompt token is computed.
     EXPECT_THAT(pass(), ElementsAre(running + 1));
     EXPECT_EQ(m->cache(running + 1)->SeqLength(), 39);
-    EXPECT_EQ(m->budget().used(), 4 * kGranuleBytes + kSnapshot);
+    EXPECT_EQ(m->Stats().budget_used, 4 * kGranuleBytes + kSnapshot);
     ASSERT_TRUE(RunStep(*m, {{running + 1, 1}}));
     m->OnPrefilled(running + 1);  // covered by the kept prompt: nothing new is kept
   }
@@ -491,7 +503,7 @@ TEST_F(KvCacheManagerTest, UnusedAutomaticSnapshotsGiveWayToLiveSequences) {
   auto m = Make(Options(65536));
   Prefill(*m, 1, Request(Range(1000, 40)));
   m->Release(1);
-  ASSERT_EQ(m->budget().used(), 20480);
+  ASSERT_EQ(m->Stats().budget_used, 20480);
   ASSERT_EQ(m->Stats().prefixes.automatic_entries, 1);
 
   ASSERT_TRUE(m->Add(2, Request(Range(1, 150), 43)).ok());
@@ -502,13 +514,13 @@ TEST_F(KvCacheManagerTest, UnusedAutomaticSnapshotsGiveWayToLiveSequences) {
   EXPECT_EQ(stats.prefixes.automatic_entries, 0);
   EXPECT_EQ(stats.prefixes.evictions, 1);
   EXPECT_EQ(stats.prefix_bytes, 0);
-  EXPECT_EQ(m->budget().used(), 0);
+  EXPECT_EQ(m->Stats().budget_used, 0);
 }
 
 TEST_F(KvCacheManagerTest, PinnedNamedSnapshotsDoNotGiveWayUnpinnedOnesDo) {
   auto m = Make(Options(65536));
   ASSERT_TRUE(Register(*m, 1, "sys", Range(1000, 40)).ok());
-  ASSERT_EQ(m->budget().used(), 20480);
+  ASSERT_EQ(m->Stats().budget_used, 20480);
   ASSERT_TRUE(m->Add(2, Request(Range(1, 150), 43)).ok());
   const Admission wait = m->CanAdmit(2, {});
   EXPECT_EQ(wait.decision, Decision::kWait);
@@ -517,14 +529,48 @@ TEST_F(KvCacheManagerTest, PinnedNamedSnapshotsDoNotGiveWayUnpinnedOnesDo) {
 
   // The same prefix unpinned gives way, and its owner hears that it is gone.
   ASSERT_TRUE(Register(*m, 3, "sys", Range(1000, 40), Unpinned()).ok());
-  ASSERT_EQ(events_.size(), 2u);
+  ASSERT_EQ(Heard(*m).size(), 2u);
   EXPECT_EQ(m->CanAdmit(2, {}).decision, Decision::kAdmit);
   ASSERT_TRUE(m->Allocate(2).ok());
-  ASSERT_EQ(events_.size(), 3u);
-  EXPECT_EQ(events_[2].name, "sys");
-  EXPECT_FALSE(events_[2].info.has_value());
-  EXPECT_EQ(m->budget().used(), 0);
+  ASSERT_EQ(Heard(*m).size(), 3u);
+  EXPECT_EQ(Heard(*m)[2].name, "sys");
+  EXPECT_FALSE(Heard(*m)[2].info.has_value());
+  EXPECT_EQ(m->Stats().budget_used, 0);
   EXPECT_EQ(Published(*m, "sys"), nullptr);
+}
+
+// Issue 27, item 1: a request naming a prefix uses it, and counts a hit on it (which keeps it
+// recent), also when an automatic entry extending it serves the longer match; cache_report
+// names it.
+TEST_F(KvCacheManagerTest, ANamedPrefixServedThroughALongerAutomaticEntryStillCountsItsHit) {
+  auto m = Make(Options());
+  ASSERT_TRUE(Register(*m, 1, "sys", Range(1, 20), Unpinned()).ok());
+  std::shared_ptr<const Snapshot> sys = Published(*m, "sys");
+  ASSERT_NE(sys, nullptr);
+  for (int q = 0; q < 5; ++q) {
+    SCOPED_TRACE(q);
+    SequenceRequest r = Request(Concat(Range(1, 20), {500, 501, 502, 510 + q}));
+    r.named_prefix = sys;
+    r.named_prefix_name = "sys";
+    const SequenceId id = 10 + q;
+    ASSERT_TRUE(m->Add(id, std::move(r)).ok());
+    const Allocation allocation = Admit(*m, id);
+    // The first from the named prefix, the others from the first's kept prompt (23 tokens).
+    EXPECT_EQ(allocation.num_cached_tokens, q == 0 ? 20 : 23);
+    EXPECT_EQ(allocation.prefix_name, "sys");
+    ASSERT_TRUE(RunStep(*m, {{id, 24 - allocation.num_cached_tokens}}));
+    m->OnPrefilled(id);
+    m->Release(id);
+    clock_.Advance(absl::Seconds(1));
+  }
+  const PrefixStoreStats prefixes = m->Stats().prefixes;
+  EXPECT_EQ(prefixes.named_hits, 5);
+  EXPECT_EQ(prefixes.named_misses, 0);
+  EXPECT_EQ(prefixes.automatic_hits, 4);
+  m->Maintain();
+  const PrefixInfo& info = m->catalog().Get()->at("sys").info;
+  EXPECT_EQ(info.hits, 5);
+  EXPECT_EQ(info.last_used_at, kStart + absl::Seconds(4));
 }
 
 TEST_F(KvCacheManagerTest, NamedPrefixBeatsAShorterAutomaticOne) {
@@ -549,8 +595,8 @@ TEST_F(KvCacheManagerTest, NamedPrefixBeatsAShorterAutomaticOne) {
   EXPECT_EQ(prefixes.named_hits, 1);
   EXPECT_EQ(prefixes.automatic_hits, 0);
   EXPECT_EQ(prefixes.automatic_misses, 1);  // sequence 2's
-  m->PublishCatalog();
-  EXPECT_EQ(m->catalog()->at("sys").info.hits, 1);
+  m->Maintain();
+  EXPECT_EQ(m->catalog().Get()->at("sys").info.hits, 1);
 
   // Deleted while a request holding it waits: the request still starts from it.
   r = Request(Concat(Range(1, 20), {600}));
@@ -584,11 +630,12 @@ TEST_F(KvCacheManagerTest, LongerAutomaticPrefixBeatsTheNamedOne) {
   ASSERT_TRUE(m->Add(3, std::move(r)).ok());
   const Allocation allocation = Admit(*m, 3);
   EXPECT_EQ(allocation.num_cached_tokens, 30);
-  EXPECT_EQ(allocation.prefix_name, "");
+  // What it reuses includes the prefix it named: the prefix is used (issue 27, item 1).
+  EXPECT_EQ(allocation.prefix_name, "sys");
   const auto& layer = static_cast<const DynamicLayer&>(m->cache(3)->layer(2));
   EXPECT_TRUE(at::equal(layer.keys(), Kv(2, 0, 30, false)));
   const PrefixStoreStats prefixes = m->Stats().prefixes;
-  EXPECT_EQ(prefixes.named_hits, 1);  // sequence 2 started from "sys"
+  EXPECT_EQ(prefixes.named_hits, 2);  // sequence 2 started from "sys"; sequence 3 named it
   EXPECT_EQ(prefixes.automatic_hits, 1);
 }
 
@@ -614,7 +661,7 @@ TEST_F(KvCacheManagerTest, SkipPrefixReuseAndNoCacheUseNoPrefixAndCountNothing) 
   EXPECT_EQ(none.cache, nullptr);
   EXPECT_EQ(none.num_cached_tokens, 0);
   EXPECT_EQ(m->cache(3), nullptr);
-  EXPECT_EQ(m->strategy_name(3), "none");
+  EXPECT_EQ(m->info(3)->strategy_name, "none");
 
   const PrefixStoreStats after = m->Stats().prefixes;
   EXPECT_EQ(after.named_hits, before.named_hits);
@@ -767,26 +814,26 @@ TEST_F(KvCacheManagerTest, RollbackRestoresEveryCacheAndStagedPrefixes) {
   q.named_prefix = Published(*m, "sys");
   q.named_prefix_name = "sys";
   ASSERT_TRUE(m->Add(3, std::move(q)).ok());
-  EXPECT_TRUE(m->prefill_whole(3));
+  EXPECT_TRUE(m->info(3)->prefill_whole);
   const Allocation staged = Admit(*m, 3);
   EXPECT_EQ(staged.num_cached_tokens, 12);
   KvCache* quantized = m->cache(3);
   EXPECT_EQ(quantized->SeqLength(), 12);
   EXPECT_EQ(quantized->layer(0).SeqLength(), 0);  // staged, at full precision
   EXPECT_EQ(quantized->Memory().total(), 0);
-  const int64_t used = m->budget().used();
+  const int64_t used = m->Stats().budget_used;
 
   const std::vector<SequenceId> ids = {2, 3};
-  m->BeginStep(ids);
+  KvStep step = m->BeginStep(ids);
   Forward(m->cache(2), 1);
   Forward(quantized, 4);
   EXPECT_EQ(quantized->layer(3).SeqLength(), 16);
-  EXPECT_GT(m->budget().used(), used);
-  EXPECT_THAT(m->RollbackStep(ids), IsEmpty());
+  EXPECT_GT(m->Stats().budget_used, used);
+  EXPECT_THAT(step.Rollback(), IsEmpty());
   EXPECT_EQ(m->cache(2)->SeqLength(), 10);
   EXPECT_EQ(quantized->SeqLength(), 12);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(quantized->layer(i).SeqLength(), 0);
-  EXPECT_EQ(m->budget().used(), used);
+  EXPECT_EQ(m->Stats().budget_used, used);
 
   // The retry quantizes prefix and suffix together, as a cold prefill of all 16 tokens.
   ASSERT_TRUE(RunStep(*m, {{2, 1}, {3, 4}}));
@@ -800,10 +847,10 @@ TEST_F(KvCacheManagerTest, RollbackRestoresEveryCacheAndStagedPrefixes) {
     EXPECT_TRUE(at::equal(a.quantized_values().Dequantize(), b.quantized_values().Dequantize()));
   }
   // Committed: a later rollback returns to the committed lengths.
-  m->BeginStep(ids);
+  KvStep next = m->BeginStep(ids);
   Forward(m->cache(2), 1);
   Forward(quantized, 1);
-  EXPECT_THAT(m->RollbackStep(ids), IsEmpty());
+  EXPECT_THAT(next.Rollback(), IsEmpty());
   EXPECT_EQ(m->cache(2)->SeqLength(), 11);
   EXPECT_EQ(quantized->SeqLength(), 16);
 }
@@ -812,9 +859,9 @@ TEST_F(KvCacheManagerTest, RollbackRestoresSlidingLayers) {
   auto m = Make(Options(int64_t{1} << 30), SlidingShape());
   Prefill(*m, 1, Request(Range(1, 10), 8));
   std::unique_ptr<KvCache> before = m->cache(1)->Clone();
-  m->BeginStep({1});
+  KvStep step = m->BeginStep({1});
   Forward(m->cache(1), 3);  // past both windows
-  EXPECT_THAT(m->RollbackStep({1}), IsEmpty());
+  EXPECT_THAT(step.Rollback(), IsEmpty());
   EXPECT_EQ(m->cache(1)->SeqLength(), 10);
   // The next token sees exactly what it would have seen without the failed step.
   for (int i = 0; i < 4; ++i) {
@@ -833,10 +880,10 @@ TEST_F(KvCacheManagerTest, RollbackThatCannotBeDoneIsReported) {
   auto m = Make(Options(), SlidingShape());
   Prefill(*m, 1, Request(Range(1, 10), 8));
   Prefill(*m, 2, Request(Range(100, 2), 8));
-  m->BeginStep({1, 2});
+  KvStep step = m->BeginStep({1, 2});
   Forward(m->cache(1), 1);
   Forward(m->cache(2), 1);  // 3 tokens: its windows have not filled
-  EXPECT_THAT(m->RollbackStep({1, 2}), ElementsAre(1));
+  EXPECT_THAT(step.Rollback(), ElementsAre(1));
   EXPECT_EQ(m->cache(2)->SeqLength(), 2);
 }
 
@@ -844,42 +891,42 @@ TEST_F(KvCacheManagerTest, OutOfMemoryUnderALimitReclaimsSnapshotsThenOffloads) 
   auto m = Make(Options(70000));
   Prefill(*m, 1, Request(Range(1000, 40)));  // kept: 20480 bytes
   m->Release(1);
-  ASSERT_EQ(m->budget().used(), 20480);
+  ASSERT_EQ(m->Stats().budget_used, 20480);
   ASSERT_TRUE(m->Add(2, Request(Range(1, 60), 10)).ok());  // 65536 bytes, 32768 offloaded
   Admit(*m, 2);
   ASSERT_TRUE(RunStep(*m, {{2, 60}}));
   ASSERT_TRUE(m->Add(3, Request(Range(200, 10), 10)).ok());  // 32768 bytes, 16384 offloaded
   Admit(*m, 3);
-  ASSERT_EQ(m->budget().used(), 53248);
+  ASSERT_EQ(m->Stats().budget_used, 53248);
 
   // 3's prefill goes over the limit at its third layer; the rollback leaves 53248 in use.
   ASSERT_FALSE(RunStep(*m, {{2, 1}, {3, 10}}));
-  EXPECT_EQ(m->budget().used(), 53248);
+  EXPECT_EQ(m->Stats().budget_used, 53248);
   OutOfMemoryAction action = m->OnOutOfMemory({2, 3});
   EXPECT_TRUE(action.reclaimed_snapshots);
   EXPECT_FALSE(action.offloaded.has_value());
   EXPECT_FALSE(action.victim.has_value());
   EXPECT_EQ(m->Stats().prefix_bytes, 0);
-  EXPECT_EQ(m->budget().used(), 32768);
+  EXPECT_EQ(m->Stats().budget_used, 32768);
   ASSERT_TRUE(RunStep(*m, {{2, 1}, {3, 10}}));
-  EXPECT_EQ(m->budget().used(), 65536);
+  EXPECT_EQ(m->Stats().budget_used, 65536);
 
   // 2 outgrows its first granule at its 65th token; nothing is left to reclaim, so the cache
   // with the most device bytes (2: 4 layers, one grown to 128 tokens) goes offloaded.
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(RunStep(*m, {{2, 1}, {3, 1}}));
   ASSERT_EQ(m->cache(2)->SeqLength(), 64);
   ASSERT_FALSE(RunStep(*m, {{2, 1}, {3, 1}}));
-  EXPECT_EQ(m->budget().used(), 73728);  // the grown layer keeps its storage
+  EXPECT_EQ(m->Stats().budget_used, 73728);  // the grown layer keeps its storage
   action = m->OnOutOfMemory({2, 3});
   EXPECT_FALSE(action.reclaimed_snapshots);
   ASSERT_TRUE(action.offloaded.has_value());
   EXPECT_EQ(*action.offloaded, 2);
   EXPECT_EQ(action.offloaded_bytes, 65536);  // its estimate, above its 40960 on the device
-  EXPECT_TRUE(m->offload_fallback(2));
-  EXPECT_FALSE(m->offload_fallback(3));
-  EXPECT_EQ(m->strategy_name(2), "offloaded");
-  EXPECT_EQ(m->strategy_name(3), "dynamic");
-  EXPECT_EQ(m->budget().used(), 32768);
+  EXPECT_TRUE(m->info(2)->offload_fallback);
+  EXPECT_FALSE(m->info(3)->offload_fallback);
+  EXPECT_EQ(m->info(2)->strategy_name, "offloaded");
+  EXPECT_EQ(m->info(3)->strategy_name, "dynamic");
+  EXPECT_EQ(m->Stats().budget_used, 32768);
   ASSERT_TRUE(RunStep(*m, {{2, 1}, {3, 1}}));
   EXPECT_EQ(m->cache(2)->SeqLength(), 65);
   const KvCacheManagerStats stats = m->Stats();
@@ -936,7 +983,7 @@ TEST_F(KvCacheManagerTest, OutOfMemoryWithFaultInjection) {
   ASSERT_TRUE(action.offloaded.has_value());
   EXPECT_EQ(*action.offloaded, 2);
   EXPECT_EQ(action.offloaded_bytes, 32768);
-  EXPECT_EQ(m->strategy_name(2), "offloaded");
+  EXPECT_EQ(m->info(2)->strategy_name, "offloaded");
 
   // Growth 10 fails: the static cache moves too.
   ASSERT_FALSE(RunStep(*m, prefill));
@@ -944,12 +991,12 @@ TEST_F(KvCacheManagerTest, OutOfMemoryWithFaultInjection) {
   ASSERT_TRUE(action.offloaded.has_value());
   EXPECT_EQ(*action.offloaded, 3);
   EXPECT_EQ(action.offloaded_bytes, 16384);
-  EXPECT_EQ(m->strategy_name(3), "offloaded_static");
-  EXPECT_TRUE(m->offload_fallback(3));
+  EXPECT_EQ(m->info(3)->strategy_name, "offloaded_static");
+  EXPECT_TRUE(m->info(3)->offload_fallback);
 
   // Growths 11-14 pass.
   ASSERT_TRUE(RunStep(*m, prefill));
-  EXPECT_EQ(m->budget().used(), 0);
+  EXPECT_EQ(m->Stats().budget_used, 0);
   EXPECT_EQ(m->Stats().live, (MemoryUsage{.host_bytes = 2 * kGranuleBytes + 2 * 15 * kTokenBytes}));
 
   // Growth 15 fails with every cache offloaded: the sequence of the step holding the most
@@ -964,7 +1011,7 @@ TEST_F(KvCacheManagerTest, OutOfMemoryWithFaultInjection) {
   EXPECT_EQ(action.reason,
             "out of KV memory even with every cache offloaded: this request holds 24576 bytes of "
             "KV and its step needed more (budget 1048576 bytes, in use 0)");
-  EXPECT_EQ(m->budget().injected_faults(), 4);
+  EXPECT_EQ(m->Stats().injected_faults, 4);
   EXPECT_EQ(m->Stats().num_offload_fallbacks, 2);
 }
 
@@ -1021,12 +1068,12 @@ TEST_F(KvCacheManagerTest, CaptureNeedsRoomInTheDeviceBudget) {
   auto fits = Make(Options(32768 + 5120));
   Prefill(*fits, 1, Request(Range(1, 10)));
   EXPECT_EQ(fits->Stats().prefixes.automatic_entries, 1);
-  EXPECT_EQ(fits->budget().used(), 32768 + 5120);
+  EXPECT_EQ(fits->Stats().budget_used, 32768 + 5120);
 
   auto full = Make(Options(32768 + 5119));
   Prefill(*full, 1, Request(Range(1, 10)));
   EXPECT_EQ(full->Stats().prefixes.automatic_entries, 0);
-  EXPECT_EQ(full->budget().used(), 32768);
+  EXPECT_EQ(full->Stats().budget_used, 32768);
 }
 
 TEST_F(KvCacheManagerTest, RegistrationStoresItsSnapshotUnderItsName) {
@@ -1049,7 +1096,7 @@ TEST_F(KvCacheManagerTest, RegistrationStoresItsSnapshotUnderItsName) {
       EXPECT_NE(dynamic_cast<DynamicLayer*>(&allocation.cache->layer(i)), nullptr);
     }
     ASSERT_TRUE(RunStep(*m, {{1, 12}}));
-    EXPECT_EQ(m->budget().used(), 4 * kGranuleBytes);  // counted, even without a limit
+    EXPECT_EQ(m->Stats().budget_used, 4 * kGranuleBytes);  // counted, even without a limit
     absl::StatusOr<PrefixInfo> info = m->CompleteRegistration(1);
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->name, "sys");
@@ -1065,40 +1112,40 @@ TEST_F(KvCacheManagerTest, RegistrationStoresItsSnapshotUnderItsName) {
     EXPECT_EQ(m->CompleteRegistration(1).status().code(), absl::StatusCode::kFailedPrecondition);
     m->Release(1);
     EXPECT_EQ(m->Stats().prefix_bytes, 12 * 4 * kTokenBytes);
-    EXPECT_EQ(m->budget().used(), 12 * 4 * kTokenBytes);
+    EXPECT_EQ(m->Stats().budget_used, 12 * 4 * kTokenBytes);
 
-    ASSERT_EQ(events_.size(), 1u);
-    EXPECT_EQ(events_[0].name, "sys");
-    ASSERT_TRUE(events_[0].info.has_value());
-    EXPECT_EQ(events_[0].info->num_tokens, 12);
-    EXPECT_EQ(events_[0].info->options, options);
-    EXPECT_TRUE(events_[0].had_snapshot);
+    ASSERT_EQ(Heard(*m).size(), 1u);
+    EXPECT_EQ(Heard(*m)[0].name, "sys");
+    ASSERT_TRUE(Heard(*m)[0].info.has_value());
+    EXPECT_EQ(Heard(*m)[0].info->num_tokens, 12);
+    EXPECT_EQ(Heard(*m)[0].info->options, options);
+    EXPECT_TRUE(Heard(*m)[0].had_snapshot);
 
-    EXPECT_THAT(*m->catalog(), IsEmpty());  // until published
+    EXPECT_THAT(*m->catalog().Get(), IsEmpty());  // until published
     std::shared_ptr<const Snapshot> snapshot = Published(*m, "sys");
     ASSERT_NE(snapshot, nullptr);
     EXPECT_THAT(snapshot->token_ids(), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
     for (int i = 0; i < 4; ++i) EXPECT_TRUE(at::equal(snapshot->keys(i), Kv(i, 0, 12, false)));
-    EXPECT_EQ(m->catalog()->at("sys").info.bytes, 12 * 4 * kTokenBytes);
+    EXPECT_EQ(m->catalog().Get()->at("sys").info.bytes, 12 * 4 * kTokenBytes);
   }
 }
 
 TEST_F(KvCacheManagerTest, DeletePrefixTellsTheListener) {
   auto m = Make(Options(1 << 20));
   ASSERT_TRUE(Register(*m, 1, "sys", Range(1, 12)).ok());
-  ASSERT_EQ(m->budget().used(), 6144);
+  ASSERT_EQ(m->Stats().budget_used, 6144);
   ASSERT_NE(Published(*m, "sys"), nullptr);
   EXPECT_TRUE(m->DeletePrefix("sys"));
-  ASSERT_EQ(events_.size(), 2u);
-  EXPECT_EQ(events_[1].name, "sys");
-  EXPECT_FALSE(events_[1].info.has_value());
-  EXPECT_FALSE(events_[1].had_snapshot);
-  EXPECT_EQ(m->budget().used(), 0);
-  EXPECT_EQ(m->catalog()->size(), 1u);  // the published catalog is a value
-  m->PublishCatalog();
-  EXPECT_THAT(*m->catalog(), IsEmpty());
+  ASSERT_EQ(Heard(*m).size(), 2u);
+  EXPECT_EQ(Heard(*m)[1].name, "sys");
+  EXPECT_FALSE(Heard(*m)[1].info.has_value());
+  EXPECT_FALSE(Heard(*m)[1].had_snapshot);
+  EXPECT_EQ(m->Stats().budget_used, 0);
+  EXPECT_EQ(m->catalog().Get()->size(), 1u);  // the published catalog is a value
+  m->Maintain();
+  EXPECT_THAT(*m->catalog().Get(), IsEmpty());
   EXPECT_FALSE(m->DeletePrefix("sys"));
-  EXPECT_EQ(events_.size(), 2u);
+  EXPECT_EQ(Heard(*m).size(), 2u);
 }
 
 TEST_F(KvCacheManagerTest, EvictedNamedPrefixLeavesTheListenerAndTheCatalog) {
@@ -1107,48 +1154,48 @@ TEST_F(KvCacheManagerTest, EvictedNamedPrefixLeavesTheListenerAndTheCatalog) {
   auto m = Make(options);
   ASSERT_TRUE(Register(*m, 1, "u", Range(1, 12), Unpinned()).ok());
   ASSERT_NE(Published(*m, "u"), nullptr);
-  std::shared_ptr<const PrefixCatalog> catalog = m->catalog();
+  std::shared_ptr<const PrefixCatalog> catalog = m->catalog().Get();
   EXPECT_FALSE(catalog->at("u").snapshot.expired());
 
   Prefill(*m, 2, Request(Range(100, 12)));  // its kept prompt needs the room
-  ASSERT_EQ(events_.size(), 2u);
-  EXPECT_EQ(events_[1].name, "u");
-  EXPECT_FALSE(events_[1].info.has_value());
+  ASSERT_EQ(Heard(*m).size(), 2u);
+  EXPECT_EQ(Heard(*m)[1].name, "u");
+  EXPECT_FALSE(Heard(*m)[1].info.has_value());
   // The old catalog does not keep the evicted snapshot alive.
   EXPECT_TRUE(catalog->at("u").snapshot.expired());
   EXPECT_EQ(m->Stats().prefixes.evictions, 1);
   EXPECT_EQ(m->Stats().prefix_bytes, 6144);
-  m->PublishCatalog();
-  EXPECT_THAT(*m->catalog(), IsEmpty());
+  m->Maintain();
+  EXPECT_THAT(*m->catalog().Get(), IsEmpty());
 }
 
 TEST_F(KvCacheManagerTest, TtlExpiryTellsTheListener) {
   auto m = Make(Options(1 << 20));
   ASSERT_TRUE(Register(*m, 1, "t", Range(1, 12), Ttl(absl::Seconds(10))).ok());
   ASSERT_TRUE(Register(*m, 2, "u", Range(100, 12), Ttl(absl::Seconds(20))).ok());
-  m->PublishCatalog();
-  ASSERT_EQ(m->catalog()->size(), 2u);
-  ASSERT_EQ(m->budget().used(), 2 * 6144);
+  m->Maintain();
+  ASSERT_EQ(m->catalog().Get()->size(), 2u);
+  ASSERT_EQ(m->Stats().budget_used, 2 * 6144);
 
   clock_.Advance(absl::Seconds(10));
-  EXPECT_EQ(events_.size(), 2u);  // nothing runs by itself
-  m->PublishCatalog();
-  ASSERT_EQ(events_.size(), 3u);
-  EXPECT_EQ(events_[2].name, "t");
-  EXPECT_FALSE(events_[2].info.has_value());
-  EXPECT_EQ(m->budget().used(), 6144);
-  EXPECT_THAT(*m->catalog(), ElementsAre(::testing::Key("u")));
+  EXPECT_EQ(Heard(*m).size(), 2u);  // nothing runs by itself
+  m->Maintain();
+  ASSERT_EQ(Heard(*m).size(), 3u);
+  EXPECT_EQ(Heard(*m)[2].name, "t");
+  EXPECT_FALSE(Heard(*m)[2].info.has_value());
+  EXPECT_EQ(m->Stats().budget_used, 6144);
+  EXPECT_THAT(*m->catalog().Get(), ElementsAre(::testing::Key("u")));
   EXPECT_EQ(m->Stats().prefixes.expirations, 1);
 
   // Any call that reaches the store notices an expiry, and the budget follows at once.
   clock_.Advance(absl::Seconds(10));
   ASSERT_TRUE(m->Add(3, Request(Range(100, 20))).ok());
   EXPECT_EQ(m->CanAdmit(3, {}).num_cached_tokens, 0);
-  ASSERT_EQ(events_.size(), 4u);
-  EXPECT_EQ(events_[3].name, "u");
-  EXPECT_EQ(m->budget().used(), 0);
-  m->PublishCatalog();
-  EXPECT_THAT(*m->catalog(), IsEmpty());
+  ASSERT_EQ(Heard(*m).size(), 4u);
+  EXPECT_EQ(Heard(*m)[3].name, "u");
+  EXPECT_EQ(m->Stats().budget_used, 0);
+  m->Maintain();
+  EXPECT_THAT(*m->catalog().Get(), IsEmpty());
 }
 
 // ---- Sessions ----
@@ -1178,7 +1225,7 @@ class SessionTest : public KvCacheManagerTest {
     SessionOptions options;
     options.cache = std::move(cache);
     options.ttl = ttl;
-    absl::StatusOr<SessionInfo> info = m.CreateSession(options);
+    absl::StatusOr<SessionInfo> info = m.sessions().Open(options);
     EXPECT_TRUE(info.ok()) << info.status();
     return info.ok() ? info->id : "";
   }
@@ -1196,7 +1243,7 @@ class SessionTest : public KvCacheManagerTest {
                      const Tokens& generated) {
     Tokens tokens = request.prompt;
     EXPECT_TRUE(m.Add(id, std::move(request)).ok());
-    tokens = m.prompt(id);
+    tokens = m.info(id)->prompt;
     const Allocation allocation = Admit(m, id);
     const int64_t prompt = static_cast<int64_t>(tokens.size());
     EXPECT_TRUE(RunStep(m, {{id, prompt - allocation.num_cached_tokens}}));
@@ -1214,7 +1261,7 @@ TEST_F(SessionTest, TurnsReuseTheHistoryAndCropToTheCommonPrefix) {
   // Turn 1: 10 prompt tokens, 3 generated.
   Allocation a = RunTurn(*m, 1, Turn(id, Range(100, 10)), {7, 8, 9});
   EXPECT_EQ(a.num_cached_tokens, 0);
-  absl::StatusOr<SessionInfo> info = m->GetSession(id);
+  absl::StatusOr<SessionInfo> info = m->sessions().Get(id);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->num_tokens, 13);
   EXPECT_EQ(info->cached_tokens, 12);  // the last answer token was never fed
@@ -1229,7 +1276,7 @@ TEST_F(SessionTest, TurnsReuseTheHistoryAndCropToTheCommonPrefix) {
   EXPECT_EQ(turn->num_cached_tokens, 11);
   EXPECT_EQ(turn->session_recompute_reason, "");
   for (int layer = 0; layer < 4; ++layer) ExpectHoldsPositions(*turn->cache, layer, 11);
-  EXPECT_EQ(m->GetSession(id)->state, SessionState::kRunning);
+  EXPECT_EQ(m->sessions().Get(id)->state, SessionState::kRunning);
   m->Release(2, prompt, true);
   EXPECT_EQ(m->Stats().sessions.hits, 1);
 }
@@ -1241,7 +1288,7 @@ TEST_F(SessionTest, ASecondTurnWhileOneRunsIsRefusedNamingTheSession) {
   absl::Status second = m->Add(2, Turn(id, Range(1, 6)));
   EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(second.message(), HasSubstr(id));
-  EXPECT_EQ(m->RollbackSession(id, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(m->sessions().Rollback(id, 1).status().code(), absl::StatusCode::kFailedPrecondition);
   m->Release(1);
   EXPECT_TRUE(m->Add(3, Turn(id, Range(1, 6))).ok());
   EXPECT_EQ(m->Add(4, Turn("nope", Range(1, 6))).code(), absl::StatusCode::kNotFound);
@@ -1258,7 +1305,7 @@ TEST_F(SessionTest, AppendedTurnsFollowTheHistoryAndTheContextIsChecked) {
   second.session_append = true;
   second.first_turn_prompt = {1, 7};
   ASSERT_TRUE(m->Add(2, std::move(second)).ok());
-  EXPECT_THAT(m->prompt(2), ElementsAre(1, 5, 6, 9, 9, 7));
+  EXPECT_THAT(m->info(2)->prompt, ElementsAre(1, 5, 6, 9, 9, 7));
   EXPECT_EQ(m->CanAdmit(2, {}).num_cached_tokens, 4);
   m->Release(2);
   SequenceRequest too_long = Turn(id, Range(1, 200), /*max_new=*/100);
@@ -1273,8 +1320,8 @@ TEST_F(SessionTest, RollbackCropsSlidingLayersThatKeptTheirPast) {
   const std::string id = Open(*m);
   // 20 tokens: far past the sliding window of 4 and the chunk of 8.
   RunTurn(*m, 1, Turn(id, Range(1, 18)), {50, 51, 52});
-  ASSERT_EQ(m->GetSession(id)->cached_tokens, 20);
-  absl::StatusOr<SessionInfo> rolled = m->RollbackSession(id, 9);
+  ASSERT_EQ(m->sessions().Get(id)->cached_tokens, 20);
+  absl::StatusOr<SessionInfo> rolled = m->sessions().Rollback(id, 9);
   ASSERT_TRUE(rolled.ok()) << rolled.status();
   EXPECT_EQ(rolled->num_tokens, 12);
   EXPECT_EQ(rolled->cached_tokens, 12);
@@ -1287,15 +1334,16 @@ TEST_F(SessionTest, RollbackCropsSlidingLayersThatKeptTheirPast) {
   EXPECT_EQ(turn->cache->SeqLength(), 12);
   ExpectHoldsPositions(*turn->cache, 0, 12);
   m->Release(2);
-  EXPECT_EQ(m->RollbackSession(id, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(m->RollbackSession(id, 13).status().message(), HasSubstr("n: must be in [1, 12]"));
+  EXPECT_EQ(m->sessions().Rollback(id, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(m->sessions().Rollback(id, 13).status().message(),
+              HasSubstr("n: must be in [1, 12]"));
 }
 
 TEST_F(SessionTest, ALayerThatCannotCropBackMakesTheTurnRecomputeAndSayWhy) {
   auto m = MakeSessions(Options(), SlidingShape());
   const std::string id = Open(*m, Spec("static", 64));
   RunTurn(*m, 1, Turn(id, Range(1, 18)), {50, 51, 52});
-  ASSERT_TRUE(m->RollbackSession(id, 9).ok());
+  ASSERT_TRUE(m->sessions().Rollback(id, 9).ok());
   Tokens prompt = Concat(Range(1, 12), Range(400, 3));
   ASSERT_TRUE(m->Add(2, Turn(id, prompt)).ok());
   EXPECT_EQ(m->CanAdmit(2, {}).num_cached_tokens, 0);
@@ -1310,17 +1358,17 @@ TEST_F(SessionTest, ALayerThatCannotCropBackMakesTheTurnRecomputeAndSayWhy) {
 
 TEST_F(SessionTest, IdleSessionsMoveToTheHostAndBackForTheNextTurn) {
   KvCacheManagerOptions options = Options();
-  options.session_idle_offload = absl::Seconds(10);
+  options.sessions.idle_offload = absl::Seconds(10);
   auto m = MakeSessions(options);
   const std::string id = Open(*m);
   RunTurn(*m, 1, Turn(id, Range(1, 30)), {5, 6});
-  m->MaintainSessions();
-  const MemoryUsage before = m->GetSession(id)->memory;
+  m->Maintain();
+  const MemoryUsage before = m->sessions().Get(id)->memory;
   EXPECT_GT(before.device_bytes, 0);
   EXPECT_EQ(before.host_bytes, 0);
   clock_.Advance(absl::Seconds(11));
-  m->MaintainSessions();
-  absl::StatusOr<SessionInfo> idle = m->GetSession(id);
+  m->Maintain();
+  absl::StatusOr<SessionInfo> idle = m->sessions().Get(id);
   EXPECT_EQ(idle->state, SessionState::kOffloaded);
   EXPECT_EQ(idle->memory.device_bytes, 0);
   EXPECT_EQ(idle->memory.host_bytes, before.device_bytes);
@@ -1340,7 +1388,7 @@ TEST_F(SessionTest, IdleSessionsMoveToTheHostAndBackForTheNextTurn) {
 TEST_F(SessionTest, TtlsCloseSessionsAndTheBytesBudgetEvictsTheLeastRecentlyUsed) {
   KvCacheManagerOptions options = Options();
   // One session's cache of 20 tokens fits (4 layers x one 64-token granule), two do not.
-  options.session_cache_bytes = 4 * kGranuleBytes + 1;
+  options.sessions.cache_bytes = 4 * kGranuleBytes + 1;
   auto m = MakeSessions(options);
   const std::string old_one = Open(*m);
   const std::string new_one = Open(*m);
@@ -1348,10 +1396,10 @@ TEST_F(SessionTest, TtlsCloseSessionsAndTheBytesBudgetEvictsTheLeastRecentlyUsed
   RunTurn(*m, 1, Turn(old_one, Range(1, 20)), {3});
   clock_.Advance(absl::Seconds(1));
   RunTurn(*m, 2, Turn(new_one, Range(1, 20)), {3});
-  m->MaintainSessions();
-  EXPECT_EQ(m->GetSession(old_one)->state, SessionState::kEmpty);
-  EXPECT_EQ(m->GetSession(old_one)->evictions, 1);
-  EXPECT_EQ(m->GetSession(new_one)->state, SessionState::kIdle);
+  m->Maintain();
+  EXPECT_EQ(m->sessions().Get(old_one)->state, SessionState::kEmpty);
+  EXPECT_EQ(m->sessions().Get(old_one)->evictions, 1);
+  EXPECT_EQ(m->sessions().Get(new_one)->state, SessionState::kIdle);
   EXPECT_EQ(m->Stats().sessions.evictions, 1);
   // A turn on the evicted session recomputes, and says why.
   ASSERT_TRUE(m->Add(3, Turn(old_one, Range(1, 22))).ok());
@@ -1362,13 +1410,13 @@ TEST_F(SessionTest, TtlsCloseSessionsAndTheBytesBudgetEvictsTheLeastRecentlyUsed
   m->Release(3);
   // TTL: 5 s after its last use (its creation, 1 s ago).
   clock_.Advance(absl::Seconds(3));
-  m->MaintainSessions();
-  EXPECT_TRUE(m->GetSession(short_lived).ok());
+  m->Maintain();
+  EXPECT_TRUE(m->sessions().Get(short_lived).ok());
   clock_.Advance(absl::Seconds(2));
-  m->MaintainSessions();
-  EXPECT_EQ(m->GetSession(short_lived).status().code(), absl::StatusCode::kNotFound);
+  m->Maintain();
+  EXPECT_EQ(m->sessions().Get(short_lived).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(m->Stats().sessions.expirations, 1);
-  EXPECT_EQ(m->ListSessions().size(), 2u);
+  EXPECT_EQ(m->sessions().List().size(), 2u);
 }
 
 TEST_F(SessionTest, AFailedTurnKeepsTheHistoryButNotTheCache) {
@@ -1378,7 +1426,7 @@ TEST_F(SessionTest, AFailedTurnKeepsTheHistoryButNotTheCache) {
   ASSERT_TRUE(m->Add(2, Turn(id, Concat(Range(1, 10), {3, 4, 5}))).ok());
   Admit(*m, 2);
   m->Release(2, {}, /*keep_session_cache=*/false);
-  absl::StatusOr<SessionInfo> info = m->GetSession(id);
+  absl::StatusOr<SessionInfo> info = m->sessions().Get(id);
   EXPECT_EQ(info->num_tokens, 12);
   EXPECT_EQ(info->state, SessionState::kEmpty);
   EXPECT_EQ(m->Stats().budget_used, 0);
@@ -1386,22 +1434,22 @@ TEST_F(SessionTest, AFailedTurnKeepsTheHistoryButNotTheCache) {
 
 TEST_F(SessionTest, CloseWaitsForTheRunningTurnAndMaxSessionsIsEnforced) {
   KvCacheManagerOptions options = Options();
-  options.max_sessions = 2;
+  options.sessions.max_sessions = 2;
   auto m = MakeSessions(options);
   const std::string a = Open(*m);
   Open(*m);
   SessionOptions more;
-  EXPECT_EQ(m->CreateSession(more).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(m->sessions().Open(more).status().code(), absl::StatusCode::kResourceExhausted);
   ASSERT_TRUE(m->Add(1, Turn(a, Range(1, 5))).ok());
   Admit(*m, 1);
-  ASSERT_TRUE(m->CloseSession(a).ok());
-  EXPECT_EQ(m->GetSession(a).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(m->session_options(a), nullptr);
-  EXPECT_EQ(m->CloseSession(a).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(m->sessions().Close(a).ok());
+  EXPECT_EQ(m->sessions().Get(a).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(m->sessions().directory().Find(a), nullptr);
+  EXPECT_EQ(m->sessions().Close(a).code(), absl::StatusCode::kNotFound);
   m->Release(1, Range(1, 6), true);
   EXPECT_EQ(m->Stats().sessions.live, 1);
   EXPECT_EQ(m->Stats().budget_used, 0);
-  EXPECT_TRUE(m->CreateSession(more).ok());
+  EXPECT_TRUE(m->sessions().Open(more).ok());
 }
 
 TEST_F(SessionTest, OutOfMemoryMovesIdleSessionsToTheHostBeforeLiveCaches) {
@@ -1416,9 +1464,9 @@ TEST_F(SessionTest, OutOfMemoryMovesIdleSessionsToTheHostBeforeLiveCaches) {
   EXPECT_TRUE(action.offloaded_idle_sessions);
   EXPECT_FALSE(action.offloaded.has_value());
   // The idle session's bytes moved, not the live request's, and the step fits now.
-  EXPECT_EQ(m->GetSession(id)->state, SessionState::kOffloaded);
+  EXPECT_EQ(m->sessions().Get(id)->state, SessionState::kOffloaded);
   EXPECT_TRUE(RunStep(*m, {{2, 60}}));
-  EXPECT_FALSE(m->offload_fallback(2));
+  EXPECT_FALSE(m->info(2)->offload_fallback);
 }
 }  // namespace
 }  // namespace kvserve::cache

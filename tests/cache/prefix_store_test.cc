@@ -1,6 +1,6 @@
 // Tests for PrefixStore: named entries (idempotence, replacement, deletion, TTL, pinning),
 // automatic entries, LRU eviction under a byte budget, radix lookup and stats, Peek/RecordUse,
-// Reclaim and the dropped-name callback.
+// Reclaim, and the event log of what was stored and removed.
 #include "cache/prefix_store.h"
 
 #include <gmock/gmock.h>
@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cache/kv_cache.h"
 #include "cache/snapshot.h"
 
@@ -61,18 +62,29 @@ NamedPrefixOptions Named(bool pinned, absl::Duration ttl = absl::InfiniteDuratio
 
 class PrefixStoreTest : public ::testing::Test {
  protected:
-  std::unique_ptr<PrefixStore> Make(int64_t budget_bytes,
-                                    std::function<void(const std::string&)> on_named_dropped = {}) {
+  std::unique_ptr<PrefixStore> Make(int64_t budget_bytes) {
     PrefixStoreOptions options = StoreOptions(budget_bytes);
-    options.on_named_dropped = std::move(on_named_dropped);
     absl::StatusOr<std::unique_ptr<PrefixStore>> store =
         PrefixStore::Create(std::move(options), &clock_);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? std::move(*store) : nullptr;
   }
 
-  FakeClock clock_{kStart};
+  base::FakeClock clock_{kStart};
 };
+
+// The names of the named entries the store dropped by itself (evicted for room, or past their
+// TTL) since the last call, from its event log.
+std::vector<std::string> DroppedNames(PrefixStore& store) {
+  std::vector<std::string> names;
+  for (const PrefixEvent& e : store.events().Drain()) {
+    if (e.kind == PrefixEventKind::kRemoved && e.named &&
+        (e.cause == RemovalCause::kEvicted || e.cause == RemovalCause::kExpired)) {
+      names.push_back(e.name);
+    }
+  }
+  return names;
+}
 
 // Whether `tokens` + one more token finds a match of exactly tokens.size() (a probe that
 // touches nothing when it misses).
@@ -551,8 +563,7 @@ TEST_F(PrefixStoreTest, RecordUseOfAReplacedOrDroppedEntryCountsNothing) {
 }
 
 TEST_F(PrefixStoreTest, ReclaimFreesUnusedEntriesLeastRecentlyUsedFirst) {
-  std::vector<std::string> dropped;
-  auto store = Make(1000, [&dropped](const std::string& name) { dropped.push_back(name); });
+  auto store = Make(1000);
   ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 1})));        // 32 bytes
   ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({2, 2, 2})));     // 48
   ASSERT_TRUE(store->PutNamed("p", Snap({3, 3})).ok());                // 32, pinned
@@ -573,7 +584,7 @@ TEST_F(PrefixStoreTest, ReclaimFreesUnusedEntriesLeastRecentlyUsedFirst) {
   EXPECT_EQ(store->Reclaim(40), 64);  // u (32), then [1 1]
   EXPECT_FALSE(store->Info("u").has_value());
   EXPECT_FALSE(Stored(*store, {1, 1}));
-  EXPECT_THAT(dropped, ElementsAre("u"));
+  EXPECT_THAT(DroppedNames(*store), ElementsAre("u"));
   EXPECT_EQ(store->ReclaimableBytes(), 0);
   EXPECT_EQ(store->Reclaim(1000), 0);  // nothing left that may go
   EXPECT_TRUE(store->Info("p").has_value());
@@ -608,53 +619,90 @@ TEST_F(PrefixStoreTest, ReclaimableBytesOfASnapshotUnderSeveralNames) {
 }
 
 TEST_F(PrefixStoreTest, DroppedNamesAreReportedForEvictionsAndExpirationsOnly) {
-  std::vector<std::string> dropped;
-  auto store = Make(200, [&dropped](const std::string& name) { dropped.push_back(name); });
+  auto store = Make(200);
   ASSERT_TRUE(store->PutNamed("e", Snap({1, 1}), Named(false)).ok());
   ASSERT_TRUE(store->PutNamed("d", Snap({2, 2})).ok());
   ASSERT_TRUE(store->PutNamed("t", Snap({3, 3}), Named(true, absl::Seconds(5))).ok());
   ASSERT_TRUE(store->PutNamed("r", Snap({4, 4})).ok());
 
-  // Deleting and replacing are the caller's own doing: not reported.
+  // Deleting and replacing are the caller's own doing: not dropped.
   ASSERT_TRUE(store->DeleteNamed("d"));
   ASSERT_TRUE(store->PutNamed("r", Snap({4, 5})).ok());
-  EXPECT_THAT(dropped, IsEmpty());
+  EXPECT_THAT(DroppedNames(*store), IsEmpty());
 
   clock_.Advance(absl::Seconds(5));
-  EXPECT_THAT(dropped, IsEmpty());  // noticed by the next call
+  EXPECT_THAT(DroppedNames(*store), IsEmpty());  // noticed by the next call
   EXPECT_EQ(store->stats().expirations, 1);
-  EXPECT_THAT(dropped, ElementsAre("t"));
+  EXPECT_THAT(DroppedNames(*store), ElementsAre("t"));
 
   // 144 bytes: 136 free; the unpinned "e" is evicted for room.
   ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap(Tokens(9, 7))));
-  EXPECT_THAT(dropped, ElementsAre("t", "e"));
+  EXPECT_THAT(DroppedNames(*store), ElementsAre("e"));
   EXPECT_EQ(store->stats().evictions, 1);
   EXPECT_TRUE(store->Info("r").has_value());
 }
 
-TEST_F(PrefixStoreTest, DroppedNameCallbackRunsAfterTheLockAndMayCallBack) {
-  PrefixStore* self = nullptr;
-  std::weak_ptr<const Snapshot> gone;
-  std::vector<std::string> seen;
-  auto store = Make(1000, [&](const std::string& name) {
-    seen.push_back(name);
-    // Every method takes the store's lock: this would deadlock under it.
-    EXPECT_FALSE(self->Info(name).has_value());
-    EXPECT_EQ(self->List().size(), 1u);
-    EXPECT_NE(self->GetNamed("keep"), nullptr);
-    EXPECT_EQ(self->stats().named_entries, 1);
-    // The dropped snapshot has been released before the callback.
-    EXPECT_TRUE(gone.expired());
-  });
-  self = store.get();
-  std::shared_ptr<const Snapshot> t = Snap({1, 2});
-  gone = t;
-  ASSERT_TRUE(store->PutNamed("t", std::move(t), Named(true, absl::Seconds(1))).ok());
-  ASSERT_TRUE(store->PutNamed("keep", Snap({3, 4})).ok());
-  clock_.Advance(absl::Seconds(1));
-  EXPECT_EQ(store->ReclaimableBytes(), 0);
-  EXPECT_THAT(seen, ElementsAre("t"));
-  EXPECT_EQ(store->stats().named_hits, 1);  // the callback's GetNamed
+// Every change, named or automatic, is logged in order with its cause, the tokens it covers
+// and (for a named put) what the journal needs; a new store's log starts with "cleared".
+TEST_F(PrefixStoreTest, TheEventLogRecordsEveryChangeInOrder) {
+  auto store = Make(200);
+  std::vector<PrefixEvent> events = store->events().Drain();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, PrefixEventKind::kCleared);
+  EXPECT_EQ(events[0].sequence, 1u);
+  const uint64_t epoch = events[0].epoch;
+  EXPECT_EQ(epoch, static_cast<uint64_t>(absl::ToUnixMillis(kStart)));
+
+  ASSERT_TRUE(store->PutNamed("ten/a", Snap({1, 2}), Named(false, absl::Seconds(9))).ok());
+  ASSERT_TRUE(store->PutAutomatic("ten", Snap({1, 2, 3, 4})));
+  ASSERT_TRUE(store->PutNamed("ten/a", Snap({1, 5}), Named(false, absl::Seconds(9))).ok());
+  ASSERT_TRUE(store->DeleteNamed("ten/a"));
+  // 12 tokens (192 bytes) need the automatic entry's room.
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap(Tokens(12, 7))));
+  events = store->events().Drain();
+  std::vector<std::string> got;
+  for (const PrefixEvent& e : events) {
+    EXPECT_EQ(e.epoch, epoch);
+    got.push_back(absl::StrCat(std::string(PrefixEventKindName(e.kind)), ":",
+                               std::string(RemovalCauseName(e.cause)), ":",
+                               e.named ? "named" : "auto", ":", e.space, ":", e.name, ":",
+                               e.tokens.size(), ":", e.sequence));
+  }
+  EXPECT_THAT(got,
+              ElementsAre("stored:none:named:ten:ten/a:2:2", "stored:none:auto:ten::4:3",
+                          "removed:replaced:named:ten:ten/a:2:4", "stored:none:named:ten:ten/a:2:5",
+                          "removed:deleted:named:ten:ten/a:2:6", "removed:evicted:auto:ten::4:7",
+                          "stored:none:auto:::12:8"));
+  EXPECT_EQ(events[0].options.ttl, absl::Seconds(9));
+  EXPECT_EQ(events[0].created_at, kStart);
+  EXPECT_THAT(events[3].tokens, ElementsAre(1, 5));
+  EXPECT_TRUE(store->events().Drain().empty());
+  // A flush starts a new epoch.
+  store->events().Clear();
+  events = store->events().Drain();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, PrefixEventKind::kCleared);
+  EXPECT_EQ(events[0].epoch, epoch + 1);
+}
+
+// A deletion's undo puts the entry back as it was: its TTL still counts from its creation.
+TEST_F(PrefixStoreTest, RestoreNamedPutsBackWhatWasDeleted) {
+  auto store = Make(1000);
+  std::shared_ptr<const Snapshot> s = Snap({1, 2, 3});
+  ASSERT_TRUE(store->PutNamed("n", s, Named(true, absl::Seconds(10))).ok());
+  ASSERT_NE(store->GetNamed("n"), nullptr);
+  const PrefixInfo before = *store->Info("n");
+  clock_.Advance(absl::Seconds(4));
+  ASSERT_TRUE(store->DeleteNamed("n"));
+  EXPECT_TRUE(store->RestoreNamed(before, s));
+  const std::optional<PrefixInfo> after = store->Info("n");
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->created_at, kStart);
+  EXPECT_EQ(after->hits, 1);
+  EXPECT_FALSE(store->RestoreNamed(before, s));  // the name is taken
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_FALSE(store->Info("n").has_value());    // expired on its original schedule
+  EXPECT_FALSE(store->RestoreNamed(before, s));  // and cannot come back past it
 }
 
 TEST_F(PrefixStoreTest, ConcurrentReadersAndWriters) {

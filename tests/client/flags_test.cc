@@ -11,7 +11,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::vector<cli::FlagSpec> Specs() {
+std::vector<base::FlagSpec> Specs() {
   return {{"prompt", "text", ""},         {"stop", "repeatable", ""}, {"count", "an int", ""},
           {"seed", "a uint64", ""},       {"ratio", "a float", ""},   {"flag", "true or false", ""},
           {"verbose", "switch", "", true}};

@@ -295,8 +295,8 @@ class ChatCommandTest : public ::testing::Test {
   int Run(const std::vector<std::string>& args, const std::string& input, bool json = false) {
     out_.str("");
     err_.str("");
-    std::vector<cli::FlagSpec> specs = GlobalFlagSpecs();
-    for (const cli::FlagSpec& spec : ChatFlagSpecs()) specs.push_back(spec);
+    std::vector<base::FlagSpec> specs = GlobalFlagSpecs();
+    for (const base::FlagSpec& spec : ChatFlagSpecs()) specs.push_back(spec);
     std::vector<std::string> all = {"--target", server_.target(), "--timeout-ms", "10000"};
     all.insert(all.end(), args.begin(), args.end());
     absl::StatusOr<ParsedFlags> flags = ParseFlags(all, specs, ChatRepeatableFlags());

@@ -54,8 +54,8 @@ class ScopedEnv {
 
 // Parses `args` against the global flags and `command_specs`, as kvctl does.
 absl::StatusOr<Globals> Parse(const std::vector<std::string>& args,
-                              const std::vector<cli::FlagSpec>& command_specs) {
-  std::vector<cli::FlagSpec> specs = GlobalFlagSpecs();
+                              const std::vector<base::FlagSpec>& command_specs) {
+  std::vector<base::FlagSpec> specs = GlobalFlagSpecs();
   specs.insert(specs.end(), command_specs.begin(), command_specs.end());
   absl::StatusOr<ParsedFlags> flags = ParseFlags(args, specs, GenerateRepeatableFlags());
   if (!flags.ok()) return flags.status();
@@ -90,7 +90,7 @@ TEST(ParseGlobalsTest, BadValuesNameTheFlag) {
 }
 
 TEST(ParseGlobalsTest, RouteDefaultsToThePrefixName) {
-  const std::vector<cli::FlagSpec> generate = GenerateFlagSpecs();
+  const std::vector<base::FlagSpec> generate = GenerateFlagSpecs();
   EXPECT_EQ(Parse({"--prompt", "x", "--prefix", "support"}, generate)->call.route, "support");
   EXPECT_EQ(Parse({"--prompt", "x"}, generate)->call.route, "");
   // --route wins, and an empty one sends none.
@@ -109,8 +109,8 @@ TEST(ParseGlobalsTest, RouteDefaultsToThePrefixName) {
 
 TEST(ParseGlobalsTest, PrefixRegisterSendsItsNameAsTheRoute) {
   FakeServer server;
-  std::vector<cli::FlagSpec> specs = GlobalFlagSpecs();
-  for (const cli::FlagSpec& spec : PrefixRegisterFlagSpecs()) specs.push_back(spec);
+  std::vector<base::FlagSpec> specs = GlobalFlagSpecs();
+  for (const base::FlagSpec& spec : PrefixRegisterFlagSpecs()) specs.push_back(spec);
   absl::StatusOr<ParsedFlags> flags = ParseFlags(
       {"--target", server.target(), "--timeout-ms", "10000", "--name", "sys", "--text", "Hi"},
       specs);
@@ -164,7 +164,7 @@ TEST(ParseGlobalsTest, AKeyThatCannotBeMetadataIsRefusedWithoutQuotingIt) {
 }
 
 TEST(ParseGlobalsTest, TheApiKeyHelpNamesTheVariableAndThePsRisk) {
-  for (const cli::FlagSpec& spec : GlobalFlagSpecs()) {
+  for (const base::FlagSpec& spec : GlobalFlagSpecs()) {
     if (spec.name != "api-key") continue;
     EXPECT_THAT(spec.help, HasSubstr("Bearer"));
     EXPECT_THAT(spec.help, HasSubstr("process list"));
@@ -178,9 +178,9 @@ TEST(ParseGlobalsTest, TheApiKeyHelpNamesTheVariableAndThePsRisk) {
 // its exit code.
 int RunCommand(int (*run)(const Globals&, const ParsedFlags&, std::ostream&, std::ostream&),
                const std::vector<std::string>& args,
-               const std::vector<cli::FlagSpec>& command_specs,
+               const std::vector<base::FlagSpec>& command_specs,
                const std::vector<std::string>& positional = {}) {
-  std::vector<cli::FlagSpec> specs = GlobalFlagSpecs();
+  std::vector<base::FlagSpec> specs = GlobalFlagSpecs();
   specs.insert(specs.end(), command_specs.begin(), command_specs.end());
   absl::StatusOr<ParsedFlags> flags =
       ParseFlags(args, specs, GenerateRepeatableFlags(), positional);

@@ -169,7 +169,7 @@ TEST_F(GenerateCommandTest, BadSequenceFlagsNameTheFlag) {
 TEST(GenerateCommandsTest, HelpListsTheFlagsAndTheOutput) {
   for (const Command& command : {GenerateCommand(), StreamCommand()}) {
     std::vector<std::string> names;
-    for (const cli::FlagSpec& spec : command.specs) names.push_back(spec.name);
+    for (const base::FlagSpec& spec : command.specs) names.push_back(spec.name);
     for (const char* name : {"num-beams", "num-return-sequences", "early-stopping",
                              "length-penalty", "logprobs", "top-logprobs"}) {
       EXPECT_THAT(names, ::testing::Contains(name)) << command.name;

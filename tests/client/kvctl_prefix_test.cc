@@ -162,7 +162,7 @@ class PrefixCommandTest : public ::testing::Test {
   using RunBody = int (*)(const Globals&, const ParsedFlags&, std::ostream&, std::ostream&);
 
   // Parses `args` against the subcommand's flags and runs it; its exit code.
-  int Run(RunBody body, const std::vector<cli::FlagSpec>& specs,
+  int Run(RunBody body, const std::vector<base::FlagSpec>& specs,
           const std::vector<std::string>& args, bool json = false) {
     out_.str("");
     err_.str("");

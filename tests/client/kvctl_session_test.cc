@@ -147,7 +147,7 @@ class SessionCommandTest : public ::testing::Test {
  protected:
   using RunBody = int (*)(const Globals&, const ParsedFlags&, std::ostream&, std::ostream&);
 
-  int Run(RunBody body, const std::vector<cli::FlagSpec>& specs,
+  int Run(RunBody body, const std::vector<base::FlagSpec>& specs,
           const std::vector<std::string>& args, const std::vector<std::string>& names, bool json) {
     out_.str("");
     err_.str("");

@@ -420,7 +420,7 @@ TEST(BuildTokenizeRequestTest, TemplateKwargs) {
 }
 
 TEST(SharedFlagsTest, SamplingAndCacheOptionsOnlyWhenGiven) {
-  const std::vector<cli::FlagSpec> specs = GenerateFlagSpecs();
+  const std::vector<base::FlagSpec> specs = GenerateFlagSpecs();
   absl::StatusOr<ParsedFlags> none = ParseFlags({}, specs, GenerateRepeatableFlags());
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_FALSE(BuildSamplingParams(*none)->has_value());
@@ -443,10 +443,10 @@ TEST(SharedFlagsTest, SamplingAndCacheOptionsOnlyWhenGiven) {
 
 TEST(SharedFlagsTest, GenerateHasTheSharedFlags) {
   std::vector<std::string> names;
-  for (const cli::FlagSpec& spec : GenerateFlagSpecs()) names.push_back(spec.name);
-  for (const std::vector<cli::FlagSpec>& shared :
+  for (const base::FlagSpec& spec : GenerateFlagSpecs()) names.push_back(spec.name);
+  for (const std::vector<base::FlagSpec>& shared :
        {SamplingFlagSpecs(), SequenceFlagSpecs(), CacheStrategyFlagSpecs()}) {
-    for (const cli::FlagSpec& spec : shared) {
+    for (const base::FlagSpec& spec : shared) {
       EXPECT_THAT(names, ::testing::Contains(spec.name));
     }
   }
@@ -458,9 +458,9 @@ TEST(SharedFlagsTest, GenerateHasTheSharedFlags) {
 // sampling flags, not these.
 TEST(SharedFlagsTest, SequenceFlagsAreNotSamplingFlags) {
   std::vector<std::string> sampling;
-  for (const cli::FlagSpec& spec : SamplingFlagSpecs()) sampling.push_back(spec.name);
+  for (const base::FlagSpec& spec : SamplingFlagSpecs()) sampling.push_back(spec.name);
   std::vector<std::string> sequences;
-  for (const cli::FlagSpec& spec : SequenceFlagSpecs()) sequences.push_back(spec.name);
+  for (const base::FlagSpec& spec : SequenceFlagSpecs()) sequences.push_back(spec.name);
   EXPECT_THAT(sequences,
               ::testing::UnorderedElementsAre("num-beams", "num-return-sequences", "early-stopping",
                                               "length-penalty", "logprobs", "top-logprobs"));

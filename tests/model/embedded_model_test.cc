@@ -20,8 +20,8 @@ TEST(EmbeddedModelTest, LoadsAndTokenizesLikeAFolder) {
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->info().model_type, "llama");
   EXPECT_EQ((*model)->info().num_layers, 4);  // the small preset
-  auto tokenizer = Tokenizer::FromJson(*source->ReadText("tokenizer.json"),
-                                       *source->ReadText("tokenizer_config.json"));
+  auto tokenizer = tokenizer::Tokenizer::FromJson(*source->ReadText("tokenizer.json"),
+                                                  *source->ReadText("tokenizer_config.json"));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   auto ids = (*tokenizer)->Encode("Hello", true);
   ASSERT_TRUE(ids.ok());

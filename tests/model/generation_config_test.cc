@@ -150,7 +150,7 @@ TEST_F(GenerationConfigLoadTest, WithoutTheFileConfigJsonsEosAndNoDefaults) {
   absl::StatusOr<std::unique_ptr<Transformer>> model = Load("");
   ASSERT_TRUE(model.ok()) << model.status();
   const ModelInfo& info = (*model)->info();
-  EXPECT_THAT(info.eos_token_ids, ElementsAre(kTinyEosId));
+  EXPECT_THAT(info.eos_token_ids, ElementsAre(tokenizer::kTinyEosId));
   EXPECT_FALSE(info.generation.max_new_tokens.has_value());
   EXPECT_FALSE(info.generation.do_sample.has_value());
   EXPECT_THAT(info.generation.eos_token_ids, IsEmpty());
@@ -162,8 +162,8 @@ TEST_F(GenerationConfigLoadTest, ItsEosListReplacesConfigJsonsAndItsDefaultsReac
           "top_k": 10, "transformers_version": "4.51.0"})");
   ASSERT_TRUE(model.ok()) << model.status();
   const ModelInfo& info = (*model)->info();
-  EXPECT_THAT(info.eos_token_ids, ElementsAre(5, kTinyEosId));
-  EXPECT_THAT(info.generation.eos_token_ids, ElementsAre(5, kTinyEosId));
+  EXPECT_THAT(info.eos_token_ids, ElementsAre(5, tokenizer::kTinyEosId));
+  EXPECT_THAT(info.generation.eos_token_ids, ElementsAre(5, tokenizer::kTinyEosId));
   EXPECT_EQ(info.generation.max_new_tokens, 40);
   EXPECT_EQ(info.generation.do_sample, true);
   EXPECT_EQ(info.generation.temperature, 0.7);
@@ -173,7 +173,7 @@ TEST_F(GenerationConfigLoadTest, ItsEosListReplacesConfigJsonsAndItsDefaultsReac
 TEST_F(GenerationConfigLoadTest, WithoutAnEosItKeepsConfigJsons) {
   absl::StatusOr<std::unique_ptr<Transformer>> model = Load(R"({"max_new_tokens": 7})");
   ASSERT_TRUE(model.ok()) << model.status();
-  EXPECT_THAT((*model)->info().eos_token_ids, ElementsAre(kTinyEosId));
+  EXPECT_THAT((*model)->info().eos_token_ids, ElementsAre(tokenizer::kTinyEosId));
   EXPECT_EQ((*model)->info().generation.max_new_tokens, 7);
 }
 

@@ -156,11 +156,12 @@ TEST(MultiRowGemvTest, WidenWeightIsExactAndReusesItsScratch) {
 
 TEST(MultiRowGemvTest, RefusesWhatItDoesNotHandle) {
   const at::Tensor w = at::randn({8, 4});
-  EXPECT_THROW(MultiRowGemv(at::randn({17, 4}), w), c10::Error);
-  EXPECT_THROW(MultiRowGemv(at::randn({2, 5}), w), c10::Error);
-  EXPECT_THROW(MultiRowGemv(at::randn({2, 4}, at::kDouble), w), c10::Error);
-  EXPECT_THROW(MultiRowGemv(at::randn({4, 2}).t(), w), c10::Error);
-  EXPECT_THROW(MultiRowGemv(at::randn({2, 4}), w.to(at::kDouble)), c10::Error);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the worker pool runs threads
+  EXPECT_DEATH(MultiRowGemv(at::randn({17, 4}), w), "MultiRowGemv");
+  EXPECT_DEATH(MultiRowGemv(at::randn({2, 5}), w), "MultiRowGemv");
+  EXPECT_DEATH(MultiRowGemv(at::randn({2, 4}, at::kDouble), w), "MultiRowGemv");
+  EXPECT_DEATH(MultiRowGemv(at::randn({4, 2}).t(), w), "MultiRowGemv");
+  EXPECT_DEATH(MultiRowGemv(at::randn({2, 4}), w.to(at::kDouble)), "MultiRowGemv");
   EXPECT_FALSE(IsGemvWeightDtype(at::kDouble));
   EXPECT_TRUE(IsGemvWeightDtype(at::kBFloat16));
 }

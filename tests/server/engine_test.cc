@@ -21,6 +21,8 @@
 namespace kvserve::server {
 namespace {
 
+using model::testing::FakeModel;
+using model::testing::FakeModelOptions;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
@@ -426,10 +428,12 @@ TEST_F(EngineTest, WhatCannotBeRecordedChangesNothing) {
   EXPECT_EQ(Delete(*engine_, "kept").code(), absl::StatusCode::kInternal);
   EXPECT_EQ(engine_->catalog()->count("kept"), 1u);
   EXPECT_EQ(engine_->catalog()->count("unsaved"), 0u);
-  // The undo is recorded too, so that the record follows the catalog.
+  // The undoes are recorded too, so that the record follows the catalog: the failed deletion
+  // of "kept" is followed by the put that restores it, so that a later rewrite of the journal
+  // (once the disk has room) keeps it (issue 27, item 14).
   EXPECT_EQ(persistence.records(),
-            std::vector<std::string>(
-                {"put kept 3 dynamic", "put unsaved 3 dynamic", "delete unsaved", "delete kept"}));
+            std::vector<std::string>({"put kept 3 dynamic", "put unsaved 3 dynamic",
+                                      "delete unsaved", "delete kept", "put kept 3 dynamic"}));
 }
 
 // A model with full attention only (automatic prefixes are kept) and room for long prompts.

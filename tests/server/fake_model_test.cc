@@ -16,6 +16,8 @@
 namespace kvserve::server {
 namespace {
 
+using model::testing::FakeModel;
+using model::testing::FakeModelOptions;
 using ::testing::HasSubstr;
 
 std::unique_ptr<FakeModel> MakeModel(FakeModelOptions options = {}) {

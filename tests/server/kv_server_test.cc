@@ -126,7 +126,7 @@ class KvServerTest : public ::testing::Test {
   std::unique_ptr<v1::Generation::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   model::Model* model_ = nullptr;
-  const model::Tokenizer* tokenizer_ = nullptr;
+  const tokenizer::Tokenizer* tokenizer_ = nullptr;
 };
 
 TEST_F(KvServerTest, HealthIsNotServingUntilTheModelIsWarm) {

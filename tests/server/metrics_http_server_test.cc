@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/clock.h"
+#include "base/clock.h"
 
 namespace kvserve::server {
 namespace {
@@ -255,7 +255,7 @@ TEST(MetricsHttpServerTest, SlowAndIdleClientsDoNotBlockScrapes) {
 }
 
 TEST(MetricsHttpServerTest, IdleConnectionIsClosedAtItsDeadline) {
-  cache::FakeClock clock;
+  base::FakeClock clock;
   MetricsHttpServerOptions options;
   options.connection_timeout = absl::Seconds(5);
   options.clock = &clock;
@@ -279,7 +279,7 @@ TEST(MetricsHttpServerTest, IdleConnectionIsClosedAtItsDeadline) {
 // The deadline covers the whole request, so a client that keeps sending a byte now and then
 // is still cut off.
 TEST(MetricsHttpServerTest, TricklingClientIsClosedAtItsDeadline) {
-  cache::FakeClock clock;
+  base::FakeClock clock;
   MetricsHttpServerOptions options;
   options.connection_timeout = absl::Seconds(5);
   options.clock = &clock;

@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "cache/clock.h"
+#include "base/clock.h"
 
 namespace kvserve::server {
 namespace {
@@ -125,7 +125,7 @@ class PrefixJournalTest : public ::testing::Test {
     std::ofstream(path, std::ios::binary | std::ios::app) << contents;
   }
 
-  cache::FakeClock clock_{kStart};
+  base::FakeClock clock_{kStart};
   fs::path dir_;
 };
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/model_source.h"
 #include "cache/cache_factory.h"
-#include "cache/clock.h"
 #include "cache/dynamic_layer.h"
 #include "cache/prefix_store.h"
 #include "cache/snapshot.h"
@@ -50,8 +50,8 @@ LoadedModel TinyModel(const std::string& arch) {
   const base::ModelSource source = base::ModelSource::FromMemory(*files);
   LoadedModel loaded;
   loaded.model = *model::Transformer::Load(source, {});
-  loaded.tokenizer = *model::Tokenizer::FromJson(*source.ReadText("tokenizer.json"),
-                                                 *source.ReadText("tokenizer_config.json"));
+  loaded.tokenizer = *tokenizer::Tokenizer::FromJson(*source.ReadText("tokenizer.json"),
+                                                     *source.ReadText("tokenizer_config.json"));
   loaded.fingerprint = *ModelFingerprint(source, loaded.model->info());
   loaded.name = arch;
   return loaded;
@@ -364,7 +364,7 @@ TEST_F(PrefixServerTest, ExpiredAndEvictedNamedPrefixesAreGoneAfterARestart) {
   std::filesystem::remove_all(dir);
   const model::ModelInfo info = TinyModel("llama").model->info();
   const int64_t token_bytes = 2 * info.num_layers * info.num_kv_heads * info.head_dim * 4;
-  cache::FakeClock clock(absl::FromUnixSeconds(1700000000));
+  base::FakeClock clock(absl::FromUnixSeconds(1700000000));
   ServerOptions options;
   options.state_dir = dir.string();
   options.clock = &clock;

@@ -138,10 +138,10 @@ TEST_F(PrefixesFileTest, ReadPrefixesFileRefusesMissingAndMalformedFiles) {
   EXPECT_THAT(std::string(broken.status().message()), HasSubstr(yaml.string()));
 }
 
-// tests/data/hostile/prefixes/NAME, found from this file's path (CMake compiles it by its
-// absolute path).
+// tests/data/hostile/prefixes/NAME (CMake names the source tree's tests/data: this file's own
+// path may be relative, e.g. under ccache's base_dir).
 std::string HostilePrefixes(const std::string& name) {
-  return (fs::path(__FILE__).parent_path().parent_path() / "data/hostile/prefixes" / name).string();
+  return (fs::path(KVSERVE_TEST_DATA_DIR) / "hostile/prefixes" / name).string();
 }
 
 TEST_F(PrefixesFileTest, YamlAliasesExpandingPastTheBoundAreRefused) {

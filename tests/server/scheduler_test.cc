@@ -20,6 +20,8 @@
 namespace kvserve::server {
 namespace {
 
+using model::testing::FakeModel;
+using model::testing::FakeModelOptions;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;

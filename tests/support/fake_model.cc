@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "cache/kv_cache.h"
 
-namespace kvserve::server {
+namespace kvserve::model::testing {
 
 absl::StatusOr<std::unique_ptr<FakeModel>> FakeModel::Create(FakeModelOptions options) {
   if (options.vocab_size < 2) {
@@ -164,4 +164,4 @@ absl::StatusOr<model::ForwardOutput> FakeModel::Forward(const model::Batch& batc
   return output;
 }
 
-}  // namespace kvserve::server
+}  // namespace kvserve::model::testing

@@ -15,7 +15,7 @@
 #include "cache/layer_type.h"
 #include "model/model.h"
 
-namespace kvserve::server {
+namespace kvserve::model::testing {
 
 struct FakeModelOptions {
   std::string model_type = "fake";
@@ -74,4 +74,4 @@ class FakeModel final : public model::Model {
   int64_t num_tokens_run_ = 0;
 };
 
-}  // namespace kvserve::server
+}  // namespace kvserve::model::testing

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 using ::testing::HasSubstr;
@@ -318,4 +318,4 @@ TEST(ChatTemplateTest, MetaLlama2ChatTemplate) {
 }
 
 }  // namespace
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

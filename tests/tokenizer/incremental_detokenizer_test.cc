@@ -11,7 +11,7 @@
 #include "tokenizer/tiny_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 bool IsCompleteUtf8(const std::string& s) {
@@ -180,4 +180,4 @@ TEST(IncrementalDetokenizerTest, RandomIdSequencesConcatenateToDecode) {
 }
 
 }  // namespace
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -11,7 +11,7 @@
 #include "tokenizer/jinja_meter.h"
 #include "tokenizer/render_budget.h"
 
-namespace kvserve::model::jinja {
+namespace kvserve::tokenizer::jinja {
 namespace {
 
 using ::testing::HasSubstr;
@@ -93,4 +93,4 @@ TEST(JinjaJsonTest, InvalidJsonNamesTheReasonButNotTheText) {
 }
 
 }  // namespace
-}  // namespace kvserve::model::jinja
+}  // namespace kvserve::tokenizer::jinja

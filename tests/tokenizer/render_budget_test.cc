@@ -23,7 +23,7 @@
 #include "tokenizer/tiny_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 std::string ReadFile(const std::string& path) {
@@ -459,4 +459,4 @@ TEST(RealTemplateBudgetTest, Llama3AndQwen3RenderIdenticallyWithinATenthOfTheBud
 }
 
 }  // namespace
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

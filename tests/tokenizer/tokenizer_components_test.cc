@@ -12,7 +12,7 @@
 #include "tokenizer/tokenizer_decoder.h"
 #include "tokenizer/unicode_utils.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 using ::testing::ElementsAre;
@@ -237,4 +237,4 @@ TEST(UnicodeUtilsTest, LossyConversionAndValidation) {
 }
 
 }  // namespace
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -13,7 +13,7 @@
 
 #include "tokenizer/tiny_tokenizer.h"
 
-namespace kvserve::model {
+namespace kvserve::tokenizer {
 namespace {
 
 using ::testing::ElementsAre;
@@ -506,4 +506,4 @@ TEST(TokenizerTest, CleanUpTokenizationMatchesTransformers) {
 }
 
 }  // namespace
-}  // namespace kvserve::model
+}  // namespace kvserve::tokenizer

@@ -35,8 +35,8 @@ double MillisecondsSince(Clock::time_point start) {
 
 // `messages` as ChatMessages when each is an object of exactly a string "role" and a string
 // "content".
-std::optional<std::vector<kvserve::model::ChatMessage>> PlainMessages(const Json& messages) {
-  std::vector<kvserve::model::ChatMessage> plain;
+std::optional<std::vector<kvserve::tokenizer::ChatMessage>> PlainMessages(const Json& messages) {
+  std::vector<kvserve::tokenizer::ChatMessage> plain;
   for (const Json& m : messages) {
     if (!m.is_object() || m.size() != 2 || !m.contains("role") || !m.contains("content") ||
         !m["role"].is_string() || !m["content"].is_string()) {
@@ -47,7 +47,7 @@ std::optional<std::vector<kvserve::model::ChatMessage>> PlainMessages(const Json
   return plain;
 }
 
-Json Handle(const kvserve::model::Tokenizer& tokenizer, const std::string& line) {
+Json Handle(const kvserve::tokenizer::Tokenizer& tokenizer, const std::string& line) {
   const Json request = Json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (request.is_discarded() || !request.is_object())
     return Json{{"error", "input is not a JSON object"}};
@@ -62,13 +62,13 @@ Json Handle(const kvserve::model::Tokenizer& tokenizer, const std::string& line)
     std::string template_kwargs;
     if (auto kwargs = request.find("template_kwargs"); kwargs != request.end())
       template_kwargs = kwargs->dump();
-    std::optional<std::vector<kvserve::model::ChatMessage>> plain = PlainMessages(*messages);
+    std::optional<std::vector<kvserve::tokenizer::ChatMessage>> plain = PlainMessages(*messages);
     auto rendered =
         plain.has_value()
             ? tokenizer.ApplyChatTemplate(*plain, add_generation_prompt,
-                                          kvserve::model::RenderBudget(), template_kwargs)
+                                          kvserve::tokenizer::RenderBudget(), template_kwargs)
             : tokenizer.ApplyChatTemplateJson(*messages, add_generation_prompt,
-                                              kvserve::model::RenderBudget(), template_kwargs);
+                                              kvserve::tokenizer::RenderBudget(), template_kwargs);
     if (!rendered.ok()) return Json{{"error", std::string(rendered.status().message())}};
     auto ids = tokenizer.Encode(*rendered, /*add_special_tokens=*/false);
     if (!ids.ok()) return Json{{"error", std::string(ids.status().message())}};
@@ -77,8 +77,8 @@ Json Handle(const kvserve::model::Tokenizer& tokenizer, const std::string& line)
   return Json{{"error", "expected a \"text\" string or a \"messages\" array"}};
 }
 
-int Benchmark(const kvserve::model::Tokenizer& tokenizer, double load_ms, const std::string& path,
-              int iterations) {
+int Benchmark(const kvserve::tokenizer::Tokenizer& tokenizer, double load_ms,
+              const std::string& path, int iterations) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     std::cerr << "cannot open " << path << "\n";
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto start = Clock::now();
-  auto tokenizer = kvserve::model::Tokenizer::FromDirectory(dir);
+  auto tokenizer = kvserve::tokenizer::Tokenizer::FromDirectory(dir);
   const double load_ms = MillisecondsSince(start);
   if (!tokenizer.ok()) {
     std::cerr << tokenizer.status() << "\n";
