@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import weakref
 
 # Sanitizer builds run several times slower: their ctest sets KVSERVE_TEST_TIME_SCALE.
 TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
@@ -34,7 +35,8 @@ STOP_GRACE_S = 30 * TIME_SCALE
 LISTENING = re.compile(r"^kvserve listening on (.*):(\d+)$")
 # "metrics on http://ADDR/metrics (port N)"; older binaries (A/B benchmarks) wrote the port in
 # the URL only.
-METRICS_PORT = re.compile(r"metrics on http://\S+ \(port (\d+)\)|metrics on http://[^\s:]*:(\d+)/")
+METRICS_PORT = re.compile(r"metrics on http://\S+ \(port (\d+)\)"
+                          r"|metrics on http://[^\s:]*:(\d+)/")
 # Loopback calls never go through a proxy that the environment may name.
 CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)
 _HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -54,15 +56,14 @@ class KvserveStartError(RuntimeError):
 class Tls:
     """TLS of one kvserve: the server's certificate and key (--tls-cert-file, --tls-key-file),
     the CA its clients verify it with; for mutual TLS the CA it verifies clients with
-    (--tls-client-ca-file) and the client certificate and key the launcher's own calls present;
-    server_name when the certificate does not name the target's host."""
+    (--tls-client-ca-file) and the client certificate and key the launcher's own calls
+    present."""
     cert_file: str
     key_file: str
     ca_file: str
     client_ca_file: str = None
     client_cert_file: str = None
     client_key_file: str = None
-    server_name: str = None
 
     def server_flags(self):
         flags = ["--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file]
@@ -77,9 +78,6 @@ class Tls:
             root_certificates=_read(self.ca_file),
             private_key=_read(self.client_key_file) if self.client_key_file else None,
             certificate_chain=_read(self.client_cert_file) if self.client_cert_file else None)
-
-    def channel_options(self):
-        return (("grpc.ssl_target_name_override", self.server_name),) if self.server_name else ()
 
 
 def _read(path):
@@ -125,7 +123,7 @@ def channel_to(target, tls=None, options=()):
     options = CHANNEL_OPTIONS + tuple(options)
     if tls is None:
         return grpc.insecure_channel(target, options=options)
-    return grpc.secure_channel(target, tls.credentials(), options=options + tls.channel_options())
+    return grpc.secure_channel(target, tls.credentials(), options=options)
 
 
 
@@ -185,10 +183,11 @@ class _Lines:
         threading.Thread(target=self._drain, args=(pipe,), daemon=True).start()
 
     def _drain(self, pipe):
-        for raw in pipe:
-            with self._changed:
-                self._lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
-                self._changed.notify_all()
+        with pipe:
+            for raw in pipe:
+                with self._changed:
+                    self._lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
+                    self._changed.notify_all()
         with self._changed:
             self._closed = True
             self._changed.notify_all()
@@ -210,7 +209,7 @@ class KvserveProcess:
     The constructor starts it and, with wait=True, returns once health is SERVING (else
     KvserveStartError, the process killed). `target` is the HOST:PORT (or unix:PATH) clients
     dial (127.0.0.1 for a wildcard address), `port` the bound port. Its stderr goes to
-    log_path (default: an anonymous temporary file) in append mode; restarts append to it and
+    log_path (default: an anonymous temporary file), emptied first; restarts append to it and
     log_text() shows the current run. `env` adds environment variables. `tls` (a Tls) adds the
     server's TLS flags and makes the launcher's own calls and channel() use TLS; `api_key` is
     sent by call_metadata(). Not thread-safe: one owner starts, signals and stops it.
@@ -229,13 +228,17 @@ class KvserveProcess:
         self.command = [binary, *(["--listen", listen] if listen else []),
                         *(tls.server_flags() if tls else []), *flags]
         self.log_path = log_path
+        # A plain descriptor in append mode (shared with the child: its writes go to the end
+        # whatever the offset), closed when this object goes.
         if log_path:
-            self._log = open(log_path, "w+b")  # pylint: disable=consider-using-with
+            self._log_fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
+                                   0o644)
         else:
-            self._log = tempfile.TemporaryFile(mode="w+b")  # pylint: disable=consider-using-with
-        # Append mode, shared with the child: its writes go to the end whatever the offset.
-        fcntl.fcntl(self._log.fileno(), fcntl.F_SETFL,
-                    fcntl.fcntl(self._log.fileno(), fcntl.F_GETFL) | os.O_APPEND)
+            self._log_fd, path = tempfile.mkstemp(prefix="kvserve-", suffix=".log")
+            os.unlink(path)
+            fcntl.fcntl(self._log_fd, fcntl.F_SETFL,
+                        fcntl.fcntl(self._log_fd, fcntl.F_GETFL) | os.O_APPEND)
+        self._close_log = weakref.finalize(self, os.close, self._log_fd)
         self._env = _environment(env)
         self._channels = []
         self.proc = None
@@ -249,18 +252,18 @@ class KvserveProcess:
         fails."""
         if self.running:
             raise RuntimeError(f"{self.name} (pid {self.proc.pid}) is running")
-        self._log_start = os.fstat(self._log.fileno()).st_size
+        self._log_start = os.fstat(self._log_fd).st_size
         self._metrics_port = None
         self.port = self.target = self.first_line = None
         self.stopped_by_kill = False
         self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
-            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,
+            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log_fd,
             env=self._env)
         self._stdout = _Lines(self.proc.stdout)
         try:
             self._read_address()
             if wait:
-                self.wait_until_serving()
+                wait_until_serving(self.target, self.start_timeout_s, self.tls, self.proc)
         except KvserveStartError as error:
             raise self._failed(str(error)) from None
         except BaseException:
@@ -394,23 +397,16 @@ class KvserveProcess:
     def close(self):
         """stop(), then the log file closes (an anonymous one is gone)."""
         self.stop()
-        self._log.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        self._close_log()
 
     # The log.
 
     def log_bytes(self, all_runs=False):
         """What the process wrote to stderr, from its current start (or from the first with
         all_runs)."""
-        fd = self._log.fileno()
         begin = 0 if all_runs else self._log_start
         # pread leaves the offset the child shares alone.
-        return os.pread(fd, max(0, os.fstat(fd).st_size - begin), begin)
+        return os.pread(self._log_fd, max(0, os.fstat(self._log_fd).st_size - begin), begin)
 
     def log_text(self, all_runs=False):
         return self.log_bytes(all_runs).decode("utf-8", "replace")

@@ -227,7 +227,7 @@ def main():
     result = unittest.main(argv=[sys.argv[0], *rest], exit=False).result
     server = KvserveEndToEndTest.server
     if not result.wasSuccessful() and server is not None:
-        print(server.log_tail(), file=sys.stderr)
+        server.print_log_tail()
     return 0 if result.wasSuccessful() else 1
 
 
