@@ -202,6 +202,11 @@ class _Lines:
         with self._changed:
             return list(self._lines)
 
+    @property
+    def closed(self):
+        with self._changed:
+            return self._closed
+
 
 class KvserveProcess:
     """One kvserve process: `binary --listen LISTEN [TLS flags] FLAGS`.
@@ -274,13 +279,16 @@ class KvserveProcess:
     def _read_address(self):
         first = self._stdout.first(self.start_timeout_s)
         self.first_line = first
-        match = LISTENING.match(first or "")
+        if first is None and not self._stdout.closed:
+            raise KvserveStartError(f"no line on stdout after {self.start_timeout_s:.0f} s")
+        if first is None:  # stdout closed: the process ends (its exit code comes a moment later)
+            try:
+                code = self.proc.wait(timeout=self.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                raise KvserveStartError("closed its stdout without a line") from None
+            raise KvserveStartError(f"exited with {code} before listening", code)
+        match = LISTENING.match(first)
         if not match:
-            if first is None and self.proc.poll() is None:
-                raise KvserveStartError(f"no line on stdout after {self.start_timeout_s:.0f} s")
-            if first is None:
-                raise KvserveStartError(f"exited with {self.proc.wait()} before listening",
-                                        self.proc.returncode)
             raise KvserveStartError(f"first stdout line {first!r}, not 'kvserve listening on "
                                     f"HOST:PORT'")
         host, port = match.group(1), int(match.group(2))
