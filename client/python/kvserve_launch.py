@@ -208,6 +208,16 @@ class _Lines:
             return self._closed
 
 
+def listening_port(proc, timeout_s):
+    """(port, first line) of a subprocess.Popen of kvserve with stdout=PIPE started by the
+    caller; port is None when the first line is not the listening line or none came within
+    timeout_s. Drains stdout from now on. New code starts kvserve with KvserveProcess instead;
+    this stays for scripts written against the earlier module."""
+    first = _Lines(proc.stdout).first(timeout_s) or ""
+    match = LISTENING.match(first)
+    return (int(match.group(2)) if match else None), first
+
+
 class KvserveProcess:
     """One kvserve process: `binary --listen LISTEN [TLS flags] FLAGS`.
 
