@@ -280,10 +280,13 @@ grpc::ServerUnaryReactor* FakeHealthService::Check(
   return reactor;
 }
 
-FakeServer::FakeServer(std::string replica_id) : replica_(std::move(replica_id)) {
+FakeServer::FakeServer(std::string replica_id, std::shared_ptr<grpc::ServerCredentials> credentials)
+    : replica_(std::move(replica_id)) {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort("127.0.0.1:0",
+                           credentials != nullptr ? credentials : grpc::InsecureServerCredentials(),
+                           &port);
   builder.RegisterService(&generation_);
   builder.RegisterService(&prefix_cache_);
   builder.RegisterService(&sessions_);

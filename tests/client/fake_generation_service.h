@@ -86,12 +86,13 @@ class FakeHealthService final : public grpc::health::v1::Health::CallbackService
 };
 
 // The fakes (Generation, PrefixCache, Sessions, Health) served on 127.0.0.1 at a free port until
-// destroyed, as one replica called `replica_id`.
+// destroyed, as one replica called `replica_id`, over `credentials` (null: plaintext).
 class FakeServer {
  public:
   static constexpr char kDefaultReplicaId[] = "fake-replica";
 
-  explicit FakeServer(std::string replica_id = kDefaultReplicaId);
+  explicit FakeServer(std::string replica_id = kDefaultReplicaId,
+                      std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
   ~FakeServer();
   // "127.0.0.1:PORT".
   std::string target() const { return target_; }
