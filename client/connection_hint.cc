@@ -7,11 +7,16 @@
 namespace kvserve::client {
 namespace {
 
-// gRPC's words for a peer that closed the connection before the first response: what a client
-// sees when the server ends a handshake it does not accept. A server that refuses a client
-// certificate (or its absence) does so after the client's side of the TLS 1.3 handshake is done,
-// so the client sees only the closed socket.
-bool SaysClosed(absl::string_view message) {
+// gRPC's words for a connection that was never established because the peer closed it: what a
+// client sees when the server ends a handshake it does not accept. A server that refuses a
+// client certificate (or its absence) does so after the client's side of the TLS 1.3 handshake
+// is done, so the client sees only the closed socket. A connection that drops during a call
+// ("Socket closed" alone: a server killed, a proxy restarting) says nothing about TLS.
+bool SaysClosedWhileConnecting(absl::string_view message) {
+  if (!absl::StrContains(message, "failed to connect to all addresses") &&
+      !absl::StrContains(message, "connections to all backends failing")) {
+    return false;
+  }
   for (const char* words :
        {"Socket closed", "Connection reset by peer", "Broken pipe", "Handshake read failed"}) {
     if (absl::StrContains(message, words)) return true;
@@ -52,7 +57,7 @@ std::string ConnectionFailureHint(const absl::Status& status, ChannelMode mode) 
     return "the server does not serve TLS on this port (it answered in plaintext): leave out "
            "the --tls-* flags";
   }
-  if (!SaysClosed(message)) return "";
+  if (!SaysClosedWhileConnecting(message)) return "";
   switch (mode) {
     case ChannelMode::kPlaintext:
       return "most likely the server requires TLS and this client spoke plaintext: give "

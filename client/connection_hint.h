@@ -18,11 +18,11 @@ enum class ChannelMode {
 };
 
 // A sentence saying what most likely happened when `status` is gRPC's report of a connection
-// that failed during or right after its handshake (UNAVAILABLE naming a closed socket or a
-// failed TLS handshake), given how the channel was secured; it names the flags kvctl and the
+// that could not be established (UNAVAILABLE "failed to connect ..." naming a closed socket, or
+// a failed TLS handshake), given how the channel was secured; it names the flags kvctl and the
 // Python examples share (--tls-ca-file, --tls-cert-file, --tls-key-file, --tls-server-name).
-// Empty for any other status (the server's own errors, a refused connection, a deadline) and
-// for kUnknown.
+// Empty for any other status (the server's own errors, a refused connection, a connection
+// dropped during a call, a deadline) and for kUnknown.
 std::string ConnectionFailureHint(const absl::Status& status, ChannelMode mode);
 
 // `status` with ConnectionFailureHint(status, mode) appended to its message after " -- ";

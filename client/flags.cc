@@ -102,8 +102,9 @@ bool IsKnownFlag(const std::string& arg, const std::vector<cli::FlagSpec>& specs
 absl::StatusOr<std::string> FlagValueAfter(const std::string& name,
                                            const std::vector<std::string>& args, size_t at,
                                            const std::vector<cli::FlagSpec>& specs) {
-  if (at + 1 >= args.size())
+  if (at + 1 >= args.size()) {
     return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+  }
   const std::string& next = args[at + 1];
   if (IsKnownFlag(next, specs)) {
     return absl::InvalidArgumentError(

@@ -109,9 +109,11 @@ def open_channel_from_args(args):
                         args.tls_server_name)
 
 
-# gRPC's words for a peer that closed the connection before answering: what a client sees when
+# gRPC's words for a peer that closed a connection being established: what a client sees when
 # the server ends a TLS handshake it does not accept (a refused client certificate included:
-# that comes after the client's side of a TLS 1.3 handshake is done).
+# that comes after the client's side of a TLS 1.3 handshake is done). connection_hint takes
+# them only with "failed to connect ...": a connection dropped during a call says nothing
+# about TLS.
 _CLOSED = ("Socket closed", "Connection reset by peer", "Broken pipe", "Handshake read failed")
 
 
@@ -134,7 +136,9 @@ def connection_hint(error, ca_file=None, cert_file=None):
     if ca_file and ("wrong version number" in details or "WRONG_VERSION_NUMBER" in details):
         return ("the server does not serve TLS on this port (it answered in plaintext): leave "
                 "out the --tls-* flags")
-    if not any(words in details for words in _CLOSED):
+    connecting = ("failed to connect to all addresses" in details
+                  or "connections to all backends failing" in details)
+    if not connecting or not any(words in details for words in _CLOSED):
         return ""
     if not ca_file:
         return ("most likely the server requires TLS and this client spoke plaintext: give "

@@ -151,9 +151,20 @@ TEST(ConnectionFailureHintTest, NoHintForOtherErrors) {
   EXPECT_EQ(
       ConnectionFailureHint(absl::InvalidArgumentError("Socket closed"), ChannelMode::kPlaintext),
       "");
-  // A channel the client was given: how it is secured is not known.
-  EXPECT_EQ(ConnectionFailureHint(absl::UnavailableError("Socket closed"), ChannelMode::kUnknown),
+  // A connection that dropped during a call (a server killed, a proxy restarting), not while
+  // connecting, says nothing about TLS.
+  EXPECT_EQ(ConnectionFailureHint(absl::UnavailableError("Socket closed"), ChannelMode::kPlaintext),
             "");
+  EXPECT_EQ(
+      ConnectionFailureHint(absl::UnavailableError("Connection reset by peer"), ChannelMode::kTls),
+      "");
+  const absl::Status closed_while_connecting = absl::UnavailableError(
+      "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Socket "
+      "closed");
+  EXPECT_THAT(ConnectionFailureHint(closed_while_connecting, ChannelMode::kPlaintext),
+              HasSubstr("requires TLS"));
+  // A channel the client was given: how it is secured is not known.
+  EXPECT_EQ(ConnectionFailureHint(closed_while_connecting, ChannelMode::kUnknown), "");
   EXPECT_EQ(WithConnectionFailureHint(absl::UnavailableError("x"), ChannelMode::kTls),
             absl::UnavailableError("x"));
   EXPECT_TRUE(WithConnectionFailureHint(absl::OkStatus(), ChannelMode::kTls).ok());
