@@ -85,8 +85,8 @@ std::vector<cli::FlagSpec> PrefixRegisterFlagSpecs() {
       {"messages", "content as a conversation, JSON (as for generate), no generation prompt", ""},
       {"pinned", "never evicted to make room: true or false", "server: true"},
       {"ttl-seconds", "removed this many seconds after registration (0: never)", "server: never"},
-      {"cache-implementation", "strategy of the snapshot's cache (static, dynamic, ...)",
-       "server: static"},
+      {"cache-implementation", "strategy the snapshot is prefilled in (dynamic, static, ...)",
+       "server: dynamic"},
       {"shared", "register it in the shared namespace every tenant can use (admins only)", "",
        true},
   };
