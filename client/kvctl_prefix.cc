@@ -68,8 +68,8 @@ std::vector<cli::FlagSpec> PrefixRegisterFlagSpecs() {
       {"pinned", "never evicted to make room (--pinned=false: evicted when room is needed)",
        "server: pinned", true},
       {"ttl-seconds", "removed this many seconds after registration (0: never)", "server: never"},
-      {"cache-implementation", "strategy of the snapshot's cache (static, dynamic, ...)",
-       "server: static"},
+      {"cache-implementation", "strategy the snapshot is prefilled in (dynamic, static, ...)",
+       "server: dynamic"},
       {"shared", "register it in the shared namespace every tenant can use (admins only)", "",
        true},
   };
