@@ -304,9 +304,12 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
         absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
     const std::string code_label = absl::AsciiStrToLower(code);
     const std::optional<GenerationUsage> usage = record_->generation();
+    const std::string outcome =
+        usage.has_value() && status.ok() ? usage->finish_reason : code_label;
     if (known_) metrics_->CountRpc(method_, code);
     if (generation_) {
       if (!record_->counted_by_engine()) metrics_->CountRequest(code_label);
+      metrics_->CountTenantRequest(record_->tenant(), outcome);
       if (usage.has_value()) {
         metrics_->ObserveEndToEndLatency(total_seconds);
         if (usage->ttft_ms > 0) {
@@ -319,7 +322,7 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
     line.tenant = record_->tenant();
     line.method = method_;
     line.peer = record_->peer();
-    line.outcome = usage.has_value() && status.ok() ? usage->finish_reason : code_label;
+    line.outcome = outcome;
     line.code = code;
     line.error = status.error_message();
     if (usage.has_value()) {

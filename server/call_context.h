@@ -137,8 +137,8 @@ struct CallerIdentification {
 //   - kvserve_rpcs_total{method,code};
 //   - for Generate and GenerateStream, kvserve_requests_total{outcome} when the engine did not
 //     count it (refused before it was submitted: malformed, unknown prefix, model loading, an
-//     escaped exception), and, when it finished, kvserve_e2e_request_latency_seconds and
-//     kvserve_request_prefill_time_seconds.
+//     escaped exception), kvserve_tenant_requests_total{tenant,outcome} always, and, when it
+//     finished, kvserve_e2e_request_latency_seconds and kvserve_request_prefill_time_seconds.
 // `metrics` must outlive the server. Thread-safe.
 //
 // With `identification` enabled, each call is authenticated before its handler runs: from its

@@ -306,7 +306,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
 
 KvServer::KvServer(const ServerOptions& options)
     : options_(options),
-      metrics_(std::make_unique<ServerMetrics>()),
+      metrics_(std::make_unique<ServerMetrics>(options.limits.max_new_tokens_limit)),
       replica_(std::make_unique<ReplicaIdentity>()),
       generation_(std::make_unique<GenerationService>(replica_.get())),
       prefixes_(std::make_unique<PrefixService>(replica_.get())),
@@ -320,6 +320,7 @@ absl::Status KvServer::ReloadApiKeys() {
   if (api_keys_ == nullptr) return absl::OkStatus();
   absl::Status reloaded = api_keys_->Reload();
   if (reloaded.ok()) {
+    metrics_->SetTenants(api_keys_->keys()->tenants());
     spdlog::info("API keys: {} from {}", api_keys_->keys()->size(), api_keys_->path());
   }
   return reloaded;
@@ -337,6 +338,7 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
         ApiKeyRegistry::Open(options.api_keys_file);
     if (!keys.ok()) return keys.status();
     server->api_keys_ = *std::move(keys);
+    server->metrics_->SetTenants(server->api_keys_->keys()->tenants());
     spdlog::info("API keys: {} from {}", server->api_keys_->keys()->size(), options.api_keys_file);
   }
   if (!options.metrics_listen.empty()) {
