@@ -1,8 +1,9 @@
-// ConfigureLogging: spdlog's default logger in kvserve's text or JSON-lines format, and the
-// access log (one line per call).
+// ConfigureLogging: spdlog's default logger in kvserve's text or JSON-lines format (gRPC's and
+// protobuf's own lines included), and the access log (one line per call).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -12,8 +13,18 @@ namespace kvserve::server {
 // bytes that are not UTF-8 escaped, so a record is one line); "json": one object per line with
 // time, level and msg (the message escaped as a JSON string). Other formats keep spdlog's
 // default. `level` is one of trace, debug, info, warn, error, critical, off (others: info).
-// Call once at start-up, before other threads log.
+// gRPC's and protobuf's lines go through the same logger (RouteLibraryLogs), so that in JSON
+// every line of stderr is one object. Call once at start-up, before other threads log.
 void ConfigureLogging(const std::string& format, const std::string& level = "info");
+
+// Sends what gRPC (gpr_log) and protobuf log to spdlog's default logger of the moment of each
+// line, as "grpc: FILE:LINE: message" and "protobuf: FILE:LINE: message" (FILE without its
+// folders) at the library's level: gRPC's ERROR is error, its INFO and DEBUG (its own
+// machinery: "grpc epoll fd: 5") are debug; protobuf's INFO, WARNING, ERROR and FATAL are info,
+// warn, error and critical. gRPC formats only the lines `level` (as ConfigureLogging takes it)
+// keeps, unless the GRPC_VERBOSITY environment variable sets its threshold. Call before gRPC
+// starts; not thread-safe.
+void RouteLibraryLogs(const std::string& level);
 
 // `text` as the body of a JSON string literal: quotes, backslashes and control characters
 // escaped, every byte that is not part of valid UTF-8 replaced by \ufffd, so that the result
