@@ -26,6 +26,10 @@
 #include "cache/cache_factory.h"
 #include "cache/kv_cache_manager.h"
 #include "cache/torch_compat.h"
+#include "grpc_health/v1/health.pb.h"
+#include "kvserve/v1/generation.grpc.pb.h"
+#include "kvserve/v1/prefix.grpc.pb.h"
+#include "kvserve/v1/session.grpc.pb.h"
 #include "model/embedded_model.h"
 #include "model/generator.h"
 #include "model/transformer.h"
@@ -43,6 +47,10 @@
 #include "server/request_parser.h"
 #include "server/session_service.h"
 #include "tokenizer/tokenizer.h"
+
+#ifdef KVSERVE_OWN_REFLECTION_V1
+#include "server/server_reflection_v1.h"
+#endif
 
 // The project's version (CMake's PROJECT_VERSION).
 #ifndef KVSERVE_VERSION
@@ -215,6 +223,14 @@ std::pair<std::string, std::string> TorchAndCudaVersions() {
   return {torch, cuda};
 }
 
+// kvserve's own services: each has a health status of its own.
+const std::vector<std::string>& KvserveServices() {
+  static const std::vector<std::string> names = {v1::Generation::service_full_name(),
+                                                 v1::PrefixCache::service_full_name(),
+                                                 v1::Sessions::service_full_name()};
+  return names;
+}
+
 // Runs one short generation straight on the model, before the engine exists, so that the
 // first client does not pay for lazy initialisation (allocator pools, thread pools, kernels).
 // It is not a request: no metric counts it and no injected fault reaches it.
@@ -350,6 +366,9 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
     server->metrics_port_ = server->metrics_server_->port();
   }
   grpc::EnableDefaultHealthCheckService(true);
+  // gRPC's health service is built without protobuf descriptors: reflection resolves
+  // grpc.health.v1.Health from the copy of the protocol in proto/, linked in by this use.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, ServerCredentials(options, *tls_files), &server->port_);
@@ -359,6 +378,14 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   builder.RegisterService(server->generation_.get());
   builder.RegisterService(server->prefixes_.get());
   builder.RegisterService(server->sessions_.get());
+#ifdef KVSERVE_OWN_REFLECTION_V1
+  // What gRPC's v1alpha plugin lists: every service registered, health and reflection too.
+  std::vector<std::string> listed = KvserveServices();
+  listed.insert(listed.end(), {"grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                               "grpc.reflection.v1alpha.ServerReflection"});
+  server->reflection_v1_ = std::make_unique<ServerReflectionV1>(std::move(listed));
+  builder.RegisterService(server->reflection_v1_.get());
+#endif
   // Prompts may be long token-id lists or long chat transcripts; gRPC refuses a bigger
   // message with RESOURCE_EXHAUSTED before it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
@@ -383,7 +410,11 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
     return absl::UnavailableError(
         absl::StrCat("--listen '", options.listen, "': cannot listen: ", reason));
   }
-  server->server_->GetHealthCheckService()->SetServingStatus(false);
+  // The server as a whole ("") and each kvserve service by name; the calls that change them
+  // all (Serve, Shutdown) reach every name set here.
+  grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService();
+  for (const std::string& name : KvserveServices()) health->SetServingStatus(name, false);
+  health->SetServingStatus(false);
   server->replica_->Set(
       options.replica_id.empty()
           ? absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", server->port_)

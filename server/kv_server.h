@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -14,6 +15,7 @@
 
 namespace grpc {
 class Server;
+class Service;
 }  // namespace grpc
 namespace kvserve::model {
 class Model;
@@ -97,6 +99,8 @@ class KvServer {
   std::unique_ptr<GenerationService> generation_;
   std::unique_ptr<PrefixService> prefixes_;
   std::unique_ptr<SessionService> sessions_;
+  // grpc.reflection.v1 (ServerReflectionV1); null where gRPC's plugin serves it.
+  std::unique_ptr<grpc::Service> reflection_v1_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -1,7 +1,8 @@
 // In-process kvserve on 127.0.0.1:0 driven through the real gRPC stubs: unary and streamed
 // results against the plain generation loop, concurrency across cache strategies, cancel,
-// deadline, queue limit, malformed requests, health, metrics and graceful shutdown; request
-// ids, access-log lines and the count of every outcome; a taken port; request size limits.
+// deadline, queue limit, malformed requests, health (per service), reflection (v1 and
+// v1alpha), metrics and graceful shutdown; request ids, access-log lines and the count of
+// every outcome; a taken port; request size limits.
 #include "server/kv_server.h"
 
 #include <gmock/gmock.h>
@@ -14,12 +15,18 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/text_format.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+#include <grpcpp/impl/codegen/rpc_method.h>
+#include <grpcpp/support/sync_stream.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -29,6 +36,9 @@
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
 #include "grpc_health/v1/health.grpc.pb.h"
+#ifdef KVSERVE_OWN_REFLECTION_V1
+#include "grpc_reflection/v1/reflection.pb.h"
+#endif
 #include "kvserve/v1/generation.grpc.pb.h"
 #include "kvserve/v1/prefix.grpc.pb.h"
 #include "model/generator.h"
@@ -79,12 +89,13 @@ class KvServerTest : public ::testing::Test {
     ASSERT_TRUE(serving.ok()) << serving;
   }
 
-  grpc::health::v1::HealthCheckResponse::ServingStatus Health() {
+  grpc::health::v1::HealthCheckResponse::ServingStatus Health(const std::string& service = "") {
     grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
     grpc::health::v1::HealthCheckResponse response;
-    grpc::Status status =
-        health_->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
+    grpc::Status status = health_->Check(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << service << ": " << status.error_message();
     return response.status();
   }
 
@@ -138,6 +149,103 @@ TEST_F(KvServerTest, HealthIsNotServingUntilTheModelIsWarm) {
   ServeEmbeddedModel();
   EXPECT_EQ(Health(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
+
+TEST_F(KvServerTest, HealthReportsEachKvserveServiceByName) {
+  StartServer();
+  const std::vector<std::string> services = {"kvserve.v1.Generation", "kvserve.v1.PrefixCache",
+                                             "kvserve.v1.Sessions"};
+  for (const std::string& service : services) {
+    EXPECT_EQ(Health(service), grpc::health::v1::HealthCheckResponse::NOT_SERVING) << service;
+  }
+  ServeEmbeddedModel();
+  for (const std::string& service : services) {
+    EXPECT_EQ(Health(service), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+  }
+  EXPECT_EQ(Health(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // A name the server does not serve is NOT_FOUND, as the protocol says.
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("kvserve.v1.Nothing");
+  grpc::health::v1::HealthCheckResponse response;
+  EXPECT_EQ(health_->Check(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+#ifdef KVSERVE_OWN_REFLECTION_V1
+// (With a gRPC whose plugin serves v1 itself, this build has no copy of its messages.)
+// One request of server reflection over `method` (v1 or v1alpha: their messages are the same
+// on the wire), on a stream of its own. The call's status, when not OK, is in error_response.
+grpc::reflection::v1::ServerReflectionResponse Reflect(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+    const grpc::reflection::v1::ServerReflectionRequest& request) {
+  grpc::ClientContext context;
+  const grpc::internal::RpcMethod rpc(method.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::reflection::v1::ServerReflectionRequest,
+                                           grpc::reflection::v1::ServerReflectionResponse>>
+      stream(grpc::internal::ClientReaderWriterFactory<
+             grpc::reflection::v1::ServerReflectionRequest,
+             grpc::reflection::v1::ServerReflectionResponse>::Create(channel.get(), rpc, &context));
+  grpc::reflection::v1::ServerReflectionResponse response;
+  stream->Write(request);
+  stream->WritesDone();
+  const bool read = stream->Read(&response);
+  const grpc::Status status = stream->Finish();
+  if (!status.ok() || !read) {
+    response.mutable_error_response()->set_error_code(status.ok() ? -1 : status.error_code());
+    response.mutable_error_response()->set_error_message(status.error_message());
+  }
+  return response;
+}
+
+constexpr char kReflectionV1[] = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+constexpr char kReflectionV1alpha[] =
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+
+TEST_F(KvServerTest, ReflectionV1AndV1alphaListTheSameServicesAndResolveEach) {
+  StartServer();
+  ServeEmbeddedModel();
+  grpc::reflection::v1::ServerReflectionRequest list;
+  list.set_list_services("");
+  std::map<std::string, std::set<std::string>> listed;
+  for (const char* method : {kReflectionV1, kReflectionV1alpha}) {
+    const grpc::reflection::v1::ServerReflectionResponse response = Reflect(channel_, method, list);
+    ASSERT_FALSE(response.has_error_response())
+        << method << ": " << response.error_response().ShortDebugString();
+    for (const auto& service : response.list_services_response().service()) {
+      listed[method].insert(service.name());
+    }
+  }
+  EXPECT_EQ(listed[kReflectionV1], listed[kReflectionV1alpha]);
+  for (const char* name : {"kvserve.v1.Generation", "kvserve.v1.PrefixCache", "kvserve.v1.Sessions",
+                           "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                           "grpc.reflection.v1alpha.ServerReflection"}) {
+    EXPECT_TRUE(listed[kReflectionV1].contains(name)) << name;
+  }
+  // Every listed service resolves, through either version, to the file that declares it.
+  for (const std::string& service : listed[kReflectionV1]) {
+    for (const char* method : {kReflectionV1, kReflectionV1alpha}) {
+      grpc::reflection::v1::ServerReflectionRequest request;
+      request.set_file_containing_symbol(service);
+      const grpc::reflection::v1::ServerReflectionResponse response =
+          Reflect(channel_, method, request);
+      ASSERT_TRUE(response.has_file_descriptor_response())
+          << method << " " << service << ": " << response.error_response().ShortDebugString();
+      google::protobuf::FileDescriptorProto file;
+      ASSERT_TRUE(
+          file.ParseFromString(response.file_descriptor_response().file_descriptor_proto(0)));
+      bool declared = false;
+      for (const auto& declared_service : file.service()) {
+        declared |= file.package() + "." + declared_service.name() == service;
+      }
+      EXPECT_TRUE(declared) << method << ": " << service << " is not in " << file.name();
+    }
+  }
+  grpc::reflection::v1::ServerReflectionRequest unknown;
+  unknown.set_file_containing_symbol("kvserve.v1.Nothing");
+  EXPECT_EQ(Reflect(channel_, kReflectionV1, unknown).error_response().error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+#endif  // KVSERVE_OWN_REFLECTION_V1
 
 TEST_F(KvServerTest, UnaryAndStreamEqualThePlainGenerationLoop) {
   StartServer();
