@@ -206,6 +206,15 @@ std::string BindFailureReason(const std::string& address) {
   return reason;
 }
 
+}  // namespace
+
+std::string BoundAddress(const std::string& listen, int port) {
+  if (listen.rfind("unix:", 0) == 0) return listen;
+  return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+}
+
+namespace {
+
 // The LibTorch and CUDA versions of this build, from compat::BuildDescription() ("LibTorch
 // 2.6.0, CUDA 12.4" or "LibTorch 1.13.0, CPU only"); CUDA is "none" without it.
 std::pair<std::string, std::string> TorchAndCudaVersions() {
@@ -415,10 +424,8 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService();
   for (const std::string& name : KvserveServices()) health->SetServingStatus(name, false);
   health->SetServingStatus(false);
-  server->replica_->Set(
-      options.replica_id.empty()
-          ? absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", server->port_)
-          : options.replica_id);
+  server->address_ = BoundAddress(options.listen, server->port_);
+  server->replica_->Set(options.replica_id.empty() ? server->address_ : options.replica_id);
   return server;
 }
 

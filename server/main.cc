@@ -55,9 +55,8 @@ int Run(const ServerOptions& options) {
     spdlog::error("{}", std::string(server.status().message()));
     return 2;
   }
-  // The first line on stdout: scripts and tests read the port from it.
-  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  std::printf("kvserve listening on %s:%d\n", host.c_str(), (*server)->port());
+  // The first line on stdout: scripts and tests read the port (or the socket's path) from it.
+  std::printf("kvserve listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
   if ((*server)->metrics_port() != 0) {
     spdlog::info("metrics on http://{}/metrics (port {})", options.metrics_listen,

@@ -2,7 +2,7 @@
 // results against the plain generation loop, concurrency across cache strategies, cancel,
 // deadline, queue limit, malformed requests, health (per service), reflection (v1 and
 // v1alpha), metrics and graceful shutdown; request ids, access-log lines and the count of
-// every outcome; a taken port; request size limits.
+// every outcome; a taken port; a unix socket; request size limits.
 #include "server/kv_server.h"
 
 #include <gmock/gmock.h>
@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -66,14 +68,16 @@ struct StreamResult {
 
 class KvServerTest : public ::testing::Test {
  protected:
-  void StartServer(ServerOptions options = {}) {
-    options.listen = "127.0.0.1:0";
+  // Starts a server on `listen` (a unix: socket, or 127.0.0.1:0 by default) and connects.
+  void StartServer(ServerOptions options = {}, const std::string& listen = "127.0.0.1:0") {
+    options.listen = listen;
     options.threads = 1;
     absl::StatusOr<std::unique_ptr<KvServer>> server = KvServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                   grpc::InsecureChannelCredentials());
+    channel_ = grpc::CreateChannel(
+        listen.rfind("unix:", 0) == 0 ? listen : absl::StrCat("127.0.0.1:", server_->port()),
+        grpc::InsecureChannelCredentials());
     stub_ = v1::Generation::NewStub(channel_);
     health_ = grpc::health::v1::Health::NewStub(channel_);
   }
@@ -246,6 +250,40 @@ TEST_F(KvServerTest, ReflectionV1AndV1alphaListTheSameServicesAndResolveEach) {
 }
 
 #endif  // KVSERVE_OWN_REFLECTION_V1
+
+TEST_F(KvServerTest, AUnixSocketIsReportedByItsPath) {
+  char folder[] = "/tmp/kvserve-unix-XXXXXX";
+  ASSERT_NE(::mkdtemp(folder), nullptr);
+  const std::string listen = absl::StrCat("unix:", folder, "/grpc.sock");
+  StartServer({}, listen);
+  EXPECT_EQ(server_->address(), listen);
+  ServeEmbeddedModel();
+  grpc::ClientContext context;
+  v1::GenerateResponse response;
+  ASSERT_TRUE(stub_
+                  ->Generate(&context,
+                             Request("token_ids { ids: [1] } "
+                                     "sampling { max_new_tokens: 1 }"),
+                             &response)
+                  .ok());
+  auto trailer = context.GetServerTrailingMetadata().find("x-kvserve-replica");
+  ASSERT_NE(trailer, context.GetServerTrailingMetadata().end());
+  EXPECT_EQ(std::string(trailer->second.data(), trailer->second.size()), listen);
+  grpc::ClientContext info_context;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.replica_id(), listen);
+  server_.reset();
+  std::filesystem::remove_all(folder);
+}
+
+TEST(BoundAddressTest, TheBoundPortReplacesPortZeroAndASocketKeepsItsPath) {
+  EXPECT_EQ(BoundAddress("127.0.0.1:0", 40123), "127.0.0.1:40123");
+  EXPECT_EQ(BoundAddress("[::1]:0", 40123), "[::1]:40123");
+  EXPECT_EQ(BoundAddress("localhost:50051", 50051), "localhost:50051");
+  EXPECT_EQ(BoundAddress("unix:/run/kvserve/grpc.sock", 1), "unix:/run/kvserve/grpc.sock");
+  EXPECT_EQ(BoundAddress("unix:relative.sock", 1), "unix:relative.sock");
+}
 
 TEST_F(KvServerTest, UnaryAndStreamEqualThePlainGenerationLoop) {
   StartServer();
