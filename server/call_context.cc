@@ -181,6 +181,16 @@ std::optional<GenerationUsage> CallRecord::generation() const {
   return generation_;
 }
 
+void CallRecord::SetPromptTokens(int64_t prompt_tokens) {
+  absl::MutexLock lock(&mu_);
+  prompt_tokens_ = prompt_tokens;
+}
+
+std::optional<int64_t> CallRecord::prompt_tokens() const {
+  absl::MutexLock lock(&mu_);
+  return prompt_tokens_;
+}
+
 std::shared_ptr<CallRecord> FindCallRecord(const grpc::ServerContextBase* context) {
   CallRegistry& calls = Calls();
   absl::MutexLock lock(&calls.mu);
@@ -329,8 +339,11 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
       line.prompt_tokens = usage->prompt_tokens;
       line.cached_tokens = usage->cached_tokens;
       line.completion_tokens = usage->completion_tokens;
-      line.queue_ms = usage->queue_ms;
-      line.ttft_ms = usage->ttft_ms;
+      // A request is admitted before its first token; one never admitted has neither time.
+      if (usage->queue_ms > 0 || usage->ttft_ms > 0) line.queue_ms = usage->queue_ms;
+      if (usage->ttft_ms > 0) line.ttft_ms = usage->ttft_ms;
+    } else if (generation_) {
+      line.prompt_tokens = record_->prompt_tokens();
     }
     line.total_ms = total_seconds * 1000;
     LogAccess(line);

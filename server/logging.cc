@@ -227,24 +227,36 @@ std::string TextEscape(std::string_view text, bool quoted) {
 }
 
 std::string AccessLogText(const AccessRecord& r) {
-  std::string line = absl::StrFormat(
-      "access request_id=%s tenant=%s method=%s peer=%s outcome=%s code=%s prompt_tokens=%d "
-      "cached_tokens=%d completion_tokens=%d queue_ms=%s ttft_ms=%s total_ms=%s",
-      TextValue(r.request_id), TextValue(r.tenant), TextValue(r.method), TextValue(r.peer),
-      TextValue(r.outcome), TextValue(r.code), r.prompt_tokens, r.cached_tokens,
-      r.completion_tokens, Ms(r.queue_ms), Ms(r.ttft_ms), Ms(r.total_ms));
+  std::string line =
+      absl::StrFormat("access request_id=%s tenant=%s method=%s peer=%s outcome=%s code=%s",
+                      TextValue(r.request_id), TextValue(r.tenant), TextValue(r.method),
+                      TextValue(r.peer), TextValue(r.outcome), TextValue(r.code));
+  if (r.prompt_tokens) absl::StrAppendFormat(&line, " prompt_tokens=%d", *r.prompt_tokens);
+  if (r.cached_tokens) absl::StrAppendFormat(&line, " cached_tokens=%d", *r.cached_tokens);
+  if (r.completion_tokens) {
+    absl::StrAppendFormat(&line, " completion_tokens=%d", *r.completion_tokens);
+  }
+  if (r.queue_ms) line += " queue_ms=" + Ms(*r.queue_ms);
+  if (r.ttft_ms) line += " ttft_ms=" + Ms(*r.ttft_ms);
+  line += " total_ms=" + Ms(r.total_ms);
   if (!r.error.empty()) line += " error=" + TextValue(r.error);
   return line;
 }
 
 std::string AccessLogJsonMembers(const AccessRecord& r) {
-  std::string members = absl::StrFormat(
-      R"("msg":"access","request_id":"%s","tenant":"%s","method":"%s","peer":"%s",)"
-      R"("outcome":"%s","code":"%s","prompt_tokens":%d,"cached_tokens":%d,)"
-      R"("completion_tokens":%d,"queue_ms":%s,"ttft_ms":%s,"total_ms":%s)",
-      JsonEscape(r.request_id), JsonEscape(r.tenant), JsonEscape(r.method), JsonEscape(r.peer),
-      JsonEscape(r.outcome), JsonEscape(r.code), r.prompt_tokens, r.cached_tokens,
-      r.completion_tokens, Ms(r.queue_ms), Ms(r.ttft_ms), Ms(r.total_ms));
+  std::string members =
+      absl::StrFormat(R"("msg":"access","request_id":"%s","tenant":"%s","method":"%s","peer":"%s",)"
+                      R"("outcome":"%s","code":"%s")",
+                      JsonEscape(r.request_id), JsonEscape(r.tenant), JsonEscape(r.method),
+                      JsonEscape(r.peer), JsonEscape(r.outcome), JsonEscape(r.code));
+  if (r.prompt_tokens) absl::StrAppendFormat(&members, R"(,"prompt_tokens":%d)", *r.prompt_tokens);
+  if (r.cached_tokens) absl::StrAppendFormat(&members, R"(,"cached_tokens":%d)", *r.cached_tokens);
+  if (r.completion_tokens) {
+    absl::StrAppendFormat(&members, R"(,"completion_tokens":%d)", *r.completion_tokens);
+  }
+  if (r.queue_ms) members += R"(,"queue_ms":)" + Ms(*r.queue_ms);
+  if (r.ttft_ms) members += R"(,"ttft_ms":)" + Ms(*r.ttft_ms);
+  members += R"(,"total_ms":)" + Ms(r.total_ms);
   if (!r.error.empty()) members += R"(,"error":")" + JsonEscape(r.error) + "\"";
   return members;
 }

@@ -46,18 +46,22 @@ struct AccessRecord {
   std::string outcome;
   std::string code;   // the gRPC status code's name: "OK", "INVALID_ARGUMENT", ...
   std::string error;  // the status message of a failed call; empty on success
-  int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;
-  int64_t completion_tokens = 0;  // over every returned sequence
-  double queue_ms = 0;            // arrival to admission (generations)
-  double ttft_ms = 0;             // arrival to the first token (0: none was generated)
-  double total_ms = 0;            // the call from its start to its status
+  // What the call has of these: a finished generation all but the times it never reached, a
+  // generation that ended otherwise after it was parsed its prompt, other calls none. The
+  // line holds only those set.
+  std::optional<int64_t> prompt_tokens;
+  std::optional<int64_t> cached_tokens;
+  std::optional<int64_t> completion_tokens;  // over every returned sequence
+  std::optional<double> queue_ms;            // arrival to admission
+  std::optional<double> ttft_ms;             // arrival to the first token
+  double total_ms = 0;                       // the call from its start to its status
 };
 
 // The line's text: "access request_id=... tenant=... method=... ..." (values with spaces,
-// quotes or anything escaped are quoted).
+// quotes or anything escaped are quoted); the optional fields only when set.
 std::string AccessLogText(const AccessRecord& record);
 // The JSON object's members after time and level: "msg":"access","request_id":"...",...
+// (the optional fields only when set).
 std::string AccessLogJsonMembers(const AccessRecord& record);
 
 // Writes the record's line at info level in the configured format. Thread-safe.

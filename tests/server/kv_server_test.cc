@@ -721,10 +721,17 @@ TEST_F(KvServerTest, EveryCallHasOneAccessLogLine) {
   EXPECT_THAT(lines[0], Not(HasSubstr("ttft_ms=0.000")));
   EXPECT_THAT(lines[0], Not(HasSubstr("error=")));
   EXPECT_THAT(lines[1], StartsWith("access request_id=access-2 tenant=default method=Generate "));
-  EXPECT_THAT(lines[1], HasSubstr(" outcome=not_found code=NOT_FOUND prompt_tokens=0 "));
+  // Refused before its prompt was known: no token field at all, rather than zeros.
+  EXPECT_THAT(lines[1], HasSubstr(" outcome=not_found code=NOT_FOUND total_ms="));
   EXPECT_THAT(lines[1], HasSubstr(R"(error="prefix: no prefix named 'nope' is registered")"));
   EXPECT_THAT(lines[2], StartsWith("access request_id=access-3 tenant=default method=Tokenize "));
-  EXPECT_THAT(lines[2], HasSubstr(" outcome=ok code=OK "));
+  // A method without tokens, queue or first token has none of those fields.
+  EXPECT_THAT(lines[2], HasSubstr(" outcome=ok code=OK total_ms="));
+  for (const char* field :
+       {"prompt_tokens=", "cached_tokens=", "completion_tokens=", "queue_ms=", "ttft_ms="}) {
+    EXPECT_THAT(lines[1], Not(HasSubstr(field)));
+    EXPECT_THAT(lines[2], Not(HasSubstr(field)));
+  }
 }
 
 TEST_F(KvServerTest, EveryOutcomeIsCountedOnceAndTheWarmUpIsNot) {

@@ -142,6 +142,38 @@ TEST(LoggingTest, AccessLogTextIsOneLineOfKeyValues) {
   EXPECT_THAT(AccessLogText(odd), ::testing::EndsWith("total_ms=40.000"));
 }
 
+TEST(LoggingTest, AccessLogHoldsOnlyTheFieldsTheCallHas) {
+  AccessRecord record;
+  record.request_id = "r-1";
+  record.tenant = "default";
+  record.method = "ListPrefixes";
+  record.peer = "ipv4:127.0.0.1:5000";
+  record.outcome = "ok";
+  record.code = "OK";
+  record.total_ms = 2;
+  EXPECT_EQ(AccessLogText(record),
+            "access request_id=r-1 tenant=default method=ListPrefixes peer=ipv4:127.0.0.1:5000 "
+            "outcome=ok code=OK total_ms=2.000");
+  nlohmann::json line = nlohmann::json::parse("{" + AccessLogJsonMembers(record) + "}");
+  for (const char* field :
+       {"prompt_tokens", "cached_tokens", "completion_tokens", "queue_ms", "ttft_ms"}) {
+    EXPECT_FALSE(line.contains(field)) << field;
+  }
+  EXPECT_DOUBLE_EQ(line["total_ms"].get<double>(), 2);
+
+  // A generation refused after parsing: its prompt, nothing it never reached.
+  record.method = "Generate";
+  record.outcome = "resource_exhausted";
+  record.code = "RESOURCE_EXHAUSTED";
+  record.prompt_tokens = 4;
+  EXPECT_THAT(AccessLogText(record),
+              ::testing::EndsWith(" code=RESOURCE_EXHAUSTED prompt_tokens=4 total_ms=2.000"));
+  line = nlohmann::json::parse("{" + AccessLogJsonMembers(record) + "}");
+  EXPECT_EQ(line["prompt_tokens"], 4);
+  EXPECT_FALSE(line.contains("completion_tokens"));
+  EXPECT_FALSE(line.contains("ttft_ms"));
+}
+
 // Lines written to spdlog's default logger while it lives, as "LEVEL|MESSAGE".
 class DefaultLoggerCapture {
  public:
