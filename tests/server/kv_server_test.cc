@@ -734,6 +734,29 @@ TEST_F(KvServerTest, EveryCallHasOneAccessLogLine) {
   }
 }
 
+TEST_F(KvServerTest, ARequestRefusedForMemoryLogsItsPromptTokens) {
+  ServerOptions options;
+  options.kv_device_bytes = 1024;  // far below what 4 + 100 tokens need even offloaded
+  StartServer(options);
+  ServeEmbeddedModel();
+  LogCapture capture;
+  grpc::ClientContext context;
+  context.AddMetadata("x-request-id", "too-big");
+  v1::GenerateResponse response;
+  const grpc::Status status = stub_->Generate(
+      &context,
+      Request("token_ids { ids: [1, 2, 3, 4] } sampling { max_new_tokens: 100 ignore_eos: true }"),
+      &response);
+  ASSERT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  const std::vector<std::string> lines = capture.Lines("access request_id=too-big ");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0],
+              HasSubstr(" outcome=resource_exhausted code=RESOURCE_EXHAUSTED prompt_tokens=4 "
+                        "total_ms="));
+  EXPECT_THAT(lines[0], Not(HasSubstr("completion_tokens=")));
+  EXPECT_THAT(lines[0], Not(HasSubstr("ttft_ms=")));
+}
+
 TEST_F(KvServerTest, EveryOutcomeIsCountedOnceAndTheWarmUpIsNot) {
   StartServer();
   ServeEmbeddedModel();
