@@ -213,24 +213,22 @@ std::string BoundAddress(const std::string& listen, int port) {
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
 }
 
-namespace {
-
-// The LibTorch and CUDA versions of this build, from compat::BuildDescription() ("LibTorch
-// 2.6.0, CUDA 12.4" or "LibTorch 1.13.0, CPU only"); CUDA is "none" without it.
-std::pair<std::string, std::string> TorchAndCudaVersions() {
+BuildVersions GetBuildVersions() {
+  // compat::BuildDescription() says "LibTorch 2.6.0, CUDA 12.4" or "LibTorch 1.13.0, CPU only".
   const std::string description = compat::BuildDescription();
   constexpr std::string_view kTorch = "LibTorch ";
   constexpr std::string_view kCuda = ", CUDA ";
-  std::string torch = "unknown";
-  std::string cuda = "none";
+  BuildVersions versions{.kvserve = KVSERVE_VERSION, .torch = "unknown", .cuda = "none"};
   if (description.rfind(kTorch, 0) == 0) {
-    torch = description.substr(kTorch.size(), description.find(',') - kTorch.size());
+    versions.torch = description.substr(kTorch.size(), description.find(',') - kTorch.size());
   }
   if (const size_t at = description.find(kCuda); at != std::string::npos) {
-    cuda = description.substr(at + kCuda.size());
+    versions.cuda = description.substr(at + kCuda.size());
   }
-  return {torch, cuda};
+  return versions;
 }
+
+namespace {
 
 // kvserve's own services: each has a health status of its own.
 const std::vector<std::string>& KvserveServices() {
@@ -336,8 +334,8 @@ KvServer::KvServer(const ServerOptions& options)
       generation_(std::make_unique<GenerationService>(replica_.get())),
       prefixes_(std::make_unique<PrefixService>(replica_.get())),
       sessions_(std::make_unique<SessionService>(replica_.get())) {
-  const auto [torch, cuda] = TorchAndCudaVersions();
-  metrics_->SetBuildInfo(KVSERVE_VERSION, torch, cuda);
+  const BuildVersions versions = GetBuildVersions();
+  metrics_->SetBuildInfo(versions.kvserve, versions.torch, versions.cuda);
   metrics_->SetKvDeviceBudget(0, options.kv_device_bytes);
 }
 

@@ -50,6 +50,14 @@ struct LoadedModel {
   std::string fingerprint;                      // see ModelFingerprint
 };
 
+// This build's versions, as kvserve_build_info and `kvserve --version` report them.
+struct BuildVersions {
+  std::string kvserve;  // CMake's PROJECT_VERSION
+  std::string torch;    // LibTorch's
+  std::string cuda;     // "none" without CUDA
+};
+BuildVersions GetBuildVersions();
+
 // The address clients reach a server on that listens on `listen` (--listen) and bound `port`:
 // HOST:PORT or [IPV6]:PORT with the port gRPC chose for port 0; unix:PATH as given (gRPC has
 // no port to report for a socket file).

@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kvserve_git_revision.h"  // generated at build time (server/git_revision.cmake)
 #include "model/device_check.h"
 #include "server/kv_server.h"
 #include "server/logging.h"
@@ -105,6 +106,12 @@ int main(int argc, char** argv) {
   }
   if (help) {
     std::cout << usage;
+    return 0;
+  }
+  if (options->version) {
+    const kvserve::server::BuildVersions versions = kvserve::server::GetBuildVersions();
+    std::cout << "kvserve " << versions.kvserve << "\ngit revision " << KVSERVE_GIT_REVISION
+              << "\nLibTorch " << versions.torch << "\nCUDA " << versions.cuda << "\n";
     return 0;
   }
   // A device this build cannot use is refused before anything listens.
