@@ -96,6 +96,8 @@ std::vector<cli::FlagSpec> Flags() {
       {"shutdown-grace-seconds", "time in-flight requests get to finish after SIGTERM", "30"},
       {"replica-id", "this replica's name in x-kvserve-replica trailers and GetModelInfo",
        "the HOST:PORT it listens on"},
+      {"version", "print the version, git revision, LibTorch and CUDA versions, and exit", "",
+       true},
   };
 }
 
@@ -234,6 +236,8 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   *help = cl->help_requested();
   ServerOptions o;
   if (*help) return o;
+  o.version = cl->GetBool("version");
+  if (o.version) return o;
   o.model_dir = cl->GetString("model", "");
   o.listen = cl->GetString("listen", o.listen);
   o.metrics_listen = cl->GetString("metrics-listen", "");
