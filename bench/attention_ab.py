@@ -21,17 +21,13 @@ import argparse
 import json
 import os
 import random
-import signal
-import socket
 import statistics
 import subprocess
-import time
+import sys
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "client", "python"))
+from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def kvctl(args, target, *rest):
@@ -42,21 +38,11 @@ def kvctl(args, target, *rest):
 
 
 def start(args, isa):
-    port = free_port()
-    env = dict(os.environ, KVSERVE_CPU_ISA=isa)
-    proc = subprocess.Popen(
-        [os.path.join(args.build, "server/kvserve"), "--model", args.model, "--listen",
-         f"127.0.0.1:{port}", "--threads", "2", "--no-auto-prefix-cache"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    target = f"127.0.0.1:{port}"
-    for _ in range(900):
-        health = subprocess.run([os.path.join(args.build, "client/kvctl"), "--target", target,
-                                 "health"], capture_output=True)
-        if health.returncode == 0:
-            return proc, target
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"kvserve ({isa}) did not become healthy")
+    """kvserve with KVSERVE_CPU_ISA=isa, SERVING."""
+    return KvserveProcess(os.path.join(args.build, "server/kvserve"),
+                          ["--model", args.model, "--threads", "2", "--no-auto-prefix-cache"],
+                          env={"KVSERVE_CPU_ISA": isa}, start_timeout_s=180,
+                          name=f"kvserve ({isa})")
 
 
 def ids(rng, n):
@@ -72,18 +58,21 @@ def main():
     parser.add_argument("--prefix-tokens", type=int, default=2000)
     parser.add_argument("--suffix-tokens", type=int, default=32)
     args = parser.parse_args()
+    sys.path.insert(0, os.path.join(args.build, "proto", "python"))  # the stubs
     rng = random.Random(7)
     sides = ["avx512", "avx2"]
-    servers = {isa: start(args, isa) for isa in sides}
+    servers = {}
     results = {(isa, mode): [] for isa in sides for mode in ("cold", "prefix")}
     try:
+        for isa in sides:
+            servers[isa] = start(args, isa)
         prefix = ids(rng, args.prefix_tokens)
         for isa in sides:
-            kvctl(args, servers[isa][1], "prefix", "register", "--name", "ab",
+            kvctl(args, servers[isa].target, "prefix", "register", "--name", "ab",
                   "--token-ids", prefix)
         for _ in range(args.rounds):
             for isa in sides:
-                target = servers[isa][1]
+                target = servers[isa].target
                 cold = kvctl(args, target, "generate", "--token-ids",
                              ids(rng, args.prompt_tokens), "--max-new-tokens", "1")
                 results[(isa, "cold")].append(float(cold["timings"]["ttftMs"]) / 1000)
@@ -91,9 +80,8 @@ def main():
                             ids(rng, args.suffix_tokens), "--max-new-tokens", "1")
                 results[(isa, "prefix")].append(float(hit["timings"]["ttftMs"]) / 1000)
     finally:
-        for proc, _ in servers.values():
-            proc.send_signal(signal.SIGTERM)
-            proc.wait()
+        for server in servers.values():
+            server.close()
     for mode, what in (("cold", f"cold TTFT, {args.prompt_tokens} tokens"),
                        ("prefix", f"TTFT, {args.prefix_tokens} cached + {args.suffix_tokens} new")):
         medians = {}

@@ -52,16 +52,13 @@ import math
 import os
 import queue
 import random
-import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -72,18 +69,15 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
     grpc,
-    health_pb2,
-    health_pb2_grpc,
     prefix_pb2,
     prefix_pb2_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 sys.path.insert(0, os.path.join(HERE, "peer"))
 import servers as peer_servers  # noqa: E402  pylint: disable=wrong-import-position
 
 WORKLOADS = ("burst", "registration", "throughput", "tight")
-METRICS_PORT = re.compile(r"metrics on http://\S+ \(port (\d+)\)|metrics on http://[^\s:]+:(\d+)/")
 STARTUP_TIMEOUT_S = 180
 CALL_TIMEOUT_S = 900
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
@@ -93,109 +87,37 @@ def log(message):
     print(message, file=sys.stderr, flush=True)
 
 
-class Server:
-    """A kvserve subprocess: port from its first stdout line, metrics port from its log."""
+class Server(KvserveProcess):
+    """A kvserve subprocess (metrics on 127.0.0.1:0, log in workdir), SERVING, with stubs for
+    Generation and PrefixCache and its GetModelInfo."""
 
     def __init__(self, binary, model, threads, extra, workdir):
-        self.binary = binary
-        self.log_path = os.path.join(workdir, f"kvserve-{os.getpid()}-{time.monotonic_ns()}.log")
-        self.log = open(self.log_path, "w+b")  # pylint: disable=consider-using-with
-        command = [binary, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                   "--threads", str(threads)]
+        flags = ["--metrics-listen", "127.0.0.1:0", "--threads", str(threads)]
         if model:
-            command += ["--model", model]
-        command += list(extra)
-        self.command = command
-        self.channel = None
-        self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
+            flags += ["--model", model]
+        super().__init__(binary, flags + list(extra), start_timeout_s=STARTUP_TIMEOUT_S,
+                         stop_grace_s=40, log_path=os.path.join(
+                             workdir, f"kvserve-{os.getpid()}-{time.monotonic_ns()}.log"))
         try:
-            self.start()
+            channel = self.channel()
+            self.stub = gen_grpc.GenerationStub(channel)
+            self.prefixes = prefix_pb2_grpc.PrefixCacheStub(channel)
+            if not self.metrics_address:
+                log("warning: no metrics port in kvserve's log; metric-based figures are missing")
+            self.info = self.stub.GetModelInfo(gen.GetModelInfoRequest(), timeout=60)
         except BaseException:
-            self.stop()
+            self.close()
             raise
 
-    def start(self):
-        port, text = listening_port(self.proc, STARTUP_TIMEOUT_S)
-        if port is None:
-            raise RuntimeError(f"kvserve's first stdout line is {text!r}\n{self.log_tail()}")
-        self.target = f"127.0.0.1:{port}"
-        self.channel = grpc.insecure_channel(self.target)
-        self.stub = gen_grpc.GenerationStub(self.channel)
-        self.prefixes = prefix_pb2_grpc.PrefixCacheStub(self.channel)
-        self.wait_serving()
-        self.metrics_address = self.find_metrics_address()
-        self.info = self.stub.GetModelInfo(gen.GetModelInfoRequest(), timeout=60)
-
-    def log_text(self):
-        if not self.log.closed:
-            self.log.flush()
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def log_tail(self, lines=30):
-        return "kvserve stderr (last lines):\n" + "\n".join(self.log_text().splitlines()[-lines:])
-
-    def wait_serving(self):
-        health = health_pb2_grpc.HealthStub(self.channel)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        last = "no answer"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kvserve exited with {self.proc.returncode}\n{self.log_tail()}")
-            try:
-                status = health.Check(health_pb2.HealthCheckRequest(), timeout=2).status
-                if status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-                last = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
-            except grpc.RpcError as error:
-                last = f"{error.code().name}: {error.details()}"
-            time.sleep(0.1)
-        raise RuntimeError(f"kvserve not SERVING after {STARTUP_TIMEOUT_S} s ({last})")
-
-    def find_metrics_address(self):
-        for _ in range(50):
-            match = METRICS_PORT.search(self.log_text())
-            if match:
-                return f"127.0.0.1:{match.group(1) or match.group(2)}"
-            time.sleep(0.1)
-        log("warning: no metrics port in kvserve's log; metric-based figures are missing")
-        return None
-
-    def metrics(self):
+    def metrics(self, timeout_s=10):
         """{'name{labels}': value} of every sample line, or {} without the endpoint."""
         if not self.metrics_address:
             return {}
         try:
-            with urllib.request.urlopen(f"http://{self.metrics_address}/metrics",
-                                        timeout=10) as reply:
-                text = reply.read().decode("utf-8", "replace")
+            return super().metrics(timeout_s)
         except OSError as error:
             log(f"warning: metrics scrape failed: {error}")
             return {}
-        values = {}
-        for line in text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            key, _, value = line.rpartition(" ")
-            try:
-                values[key] = float(value)
-            except ValueError:
-                pass
-        return values
-
-    def stop(self):
-        if self.channel is not None:
-            self.channel.close()
-            self.channel = None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 # Helpers.
@@ -762,7 +684,7 @@ def main():
         # The model's shape (GetModelInfo of A on a short-lived server): the tight budget.
         probe = Server(binaries["A"], model, args.threads, args.server_arg, workdir)
         model_info = probe.info
-        probe.stop()
+        probe.close()
         i = model_info
         info_json = {"name": i.name, "model_type": i.model_type, "vocab_size": i.vocab_size,
                      "num_layers": i.num_layers, "num_kv_heads": i.num_kv_heads,
@@ -803,8 +725,8 @@ def main():
                         else:
                             run["result"] = run_tight(server, rng, args, tight_rounds[rep])
                         run["seconds"] = time.monotonic() - t
-                        if server.proc.poll() is not None:
-                            run["error"] = f"kvserve exited with {server.proc.returncode}"
+                        if not server.running:
+                            run["error"] = f"kvserve exited with {server.returncode}"
                     except (RuntimeError, grpc.RpcError, subprocess.SubprocessError,
                             OSError, ValueError, KeyError, queue.Empty) as error:
                         run["error"] = f"{type(error).__name__}: {error}"[-2000:]
@@ -813,7 +735,7 @@ def main():
                             run["log_tail"] = server.log_tail()
                     finally:
                         if server is not None:
-                            server.stop()
+                            server.close()
                     runs.append(run)
                     shown = json.dumps(run.get("result", {"error": run.get("error")}))
                     log(f"[{time.monotonic() - began:7.1f} s] rep {rep + 1}/{args.repeat} "

@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.normpath(os.path.join(HERE, ".."))
@@ -33,11 +32,10 @@ sys.path.insert(0, os.path.join(SOURCE, "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
-    grpc,
     session_pb2 as ses,
     session_pb2_grpc as ses_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
          "november oscar papa quebec romeo sierra tango uniform victor whiskey xray").split()
@@ -75,25 +73,11 @@ def main():
     with open(config_path, "w", encoding="utf-8") as f:
         json.dump(config, f)
 
-    log = open(os.path.join(work, "kvserve.log"), "wb")  # pylint: disable=consider-using-with
-    proc = subprocess.Popen([args.kvserve, "--model", model, "--listen", "127.0.0.1:0",
-                             "--threads", str(args.threads)],
-                            stdout=subprocess.PIPE, stderr=log)
-    port, text = listening_port(proc, 120)
-    if port is None:
-        sys.exit(f"kvserve did not start: {text}")
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    grpc.channel_ready_future(channel).result(timeout=120)
+    server = KvserveProcess(args.kvserve, ["--model", model, "--threads", str(args.threads)],
+                            log_path=os.path.join(work, "kvserve.log"), start_timeout_s=120)
+    channel = server.channel()
     g = gen_grpc.GenerationStub(channel)
     s = ses_grpc.SessionsStub(channel)
-    while True:
-        try:
-            g.GetModelInfo(gen.GetModelInfoRequest(), timeout=60)
-            break
-        except grpc.RpcError as e:
-            if e.code() != grpc.StatusCode.UNAVAILABLE:
-                raise
-            time.sleep(0.2)
     sampling = gen.SamplingParams(max_new_tokens=args.answer_tokens, ignore_eos=True)
     system = "You are a helpful assistant. Answer briefly, precisely and politely."
 
@@ -135,12 +119,13 @@ def main():
 
     ways = ["messages", "messages+session", "tokens", "tokens+session"]
     results = {w: [] for w in ways}
-    run("messages")  # warm-up
-    for _ in range(args.rounds):
-        for w in ways:
-            results[w].append(run(w))
-    proc.terminate()
-    proc.wait(timeout=60)
+    try:
+        run("messages")  # warm-up
+        for _ in range(args.rounds):
+            for w in ways:
+                results[w].append(run(w))
+    finally:
+        server.close()
 
     print(f"{args.turns} turns, ~{args.user_words} words per user message, "
           f"{args.answer_tokens} answer tokens, {args.preset}, --threads {args.threads}, "

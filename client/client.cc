@@ -40,9 +40,10 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-Client::Client(std::shared_ptr<grpc::Channel> channel, std::string api_key)
+Client::Client(std::shared_ptr<grpc::Channel> channel, std::string api_key, ChannelMode mode)
     : channel_(std::move(channel)),
       api_key_(std::move(api_key)),
+      mode_(mode),
       generation_(v1::Generation::NewStub(channel_)),
       prefix_cache_(v1::PrefixCache::NewStub(channel_)),
       sessions_(v1::Sessions::NewStub(channel_)),
@@ -57,6 +58,15 @@ std::shared_ptr<grpc::ChannelCredentials> Client::Credentials(const ChannelSecur
   return grpc::SslCredentials(ssl);
 }
 
+ChannelMode Client::ModeOf(const ChannelSecurity& security) {
+  if (!security.tls()) return ChannelMode::kPlaintext;
+  return security.cert_pem.empty() ? ChannelMode::kTls : ChannelMode::kMutualTls;
+}
+
+absl::Status Client::Failed(const grpc::Status& status) const {
+  return WithConnectionFailureHint(FromGrpcStatus(status), mode_);
+}
+
 std::unique_ptr<Client> Client::Connect(const std::string& target,
                                         const ChannelSecurity& security) {
   grpc::ChannelArguments arguments;
@@ -64,7 +74,8 @@ std::unique_ptr<Client> Client::Connect(const std::string& target,
     arguments.SetSslTargetNameOverride(security.server_name);
   }
   return std::make_unique<Client>(
-      grpc::CreateCustomChannel(target, Credentials(security), arguments), security.api_key);
+      grpc::CreateCustomChannel(target, Credentials(security), arguments), security.api_key,
+      ModeOf(security));
 }
 
 absl::StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest& request,
@@ -75,7 +86,7 @@ absl::StatusOr<v1::GenerateResponse> Client::Generate(const v1::GenerateRequest&
   v1::GenerateResponse response;
   grpc::Status status = generation_->Generate(&context, request, &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response;
 }
 
@@ -99,7 +110,7 @@ absl::Status Client::GenerateStream(
   }
   const grpc::Status status = reader->Finish();
   TakeCallInfo(context, info);
-  return FromGrpcStatus(status);
+  return Failed(status);
 }
 
 absl::StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest& request,
@@ -110,7 +121,7 @@ absl::StatusOr<v1::TokenizeResponse> Client::Tokenize(const v1::TokenizeRequest&
   v1::TokenizeResponse response;
   grpc::Status status = generation_->Tokenize(&context, request, &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response;
 }
 
@@ -121,7 +132,7 @@ absl::StatusOr<v1::ModelInfo> Client::GetModelInfo(const CallOptions& options,
   v1::ModelInfo response;
   grpc::Status status = generation_->GetModelInfo(&context, v1::GetModelInfoRequest(), &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response;
 }
 
@@ -133,7 +144,7 @@ absl::StatusOr<v1::Prefix> Client::RegisterPrefix(const v1::RegisterPrefixReques
   v1::Prefix response;
   grpc::Status status = prefix_cache_->RegisterPrefix(&context, request, &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response;
 }
 
@@ -146,7 +157,7 @@ absl::StatusOr<v1::Prefix> Client::GetPrefix(const std::string& name, const Call
   v1::Prefix response;
   grpc::Status status = prefix_cache_->GetPrefix(&context, request, &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response;
 }
 
@@ -157,7 +168,7 @@ absl::StatusOr<v1::ListPrefixesResponse> Client::ListPrefixes(const CallOptions&
   v1::ListPrefixesResponse response;
   grpc::Status status = prefix_cache_->ListPrefixes(&context, v1::ListPrefixesRequest(), &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response;
 }
 
@@ -171,7 +182,7 @@ absl::Status Client::DeletePrefix(const std::string& name, const CallOptions& op
   v1::DeletePrefixResponse response;
   const grpc::Status status = prefix_cache_->DeletePrefix(&context, request, &response);
   TakeCallInfo(context, info);
-  return FromGrpcStatus(status);
+  return Failed(status);
 }
 
 absl::StatusOr<v1::Session> Client::CreateSession(const v1::CreateSessionRequest& request,
@@ -182,7 +193,7 @@ absl::StatusOr<v1::Session> Client::CreateSession(const v1::CreateSessionRequest
   v1::Session response;
   grpc::Status status = sessions_->CreateSession(&context, request, &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response;
 }
 
@@ -195,7 +206,7 @@ absl::StatusOr<v1::Session> Client::GetSession(const std::string& id, const Call
   v1::Session response;
   grpc::Status status = sessions_->GetSession(&context, request, &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response;
 }
 
@@ -206,7 +217,7 @@ absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(const CallOptions&
   v1::ListSessionsResponse response;
   grpc::Status status = sessions_->ListSessions(&context, v1::ListSessionsRequest(), &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response;
 }
 
@@ -219,7 +230,7 @@ absl::Status Client::CloseSession(const std::string& id, const CallOptions& opti
   v1::CloseSessionResponse response;
   const grpc::Status status = sessions_->CloseSession(&context, request, &response);
   TakeCallInfo(context, info);
-  return FromGrpcStatus(status);
+  return Failed(status);
 }
 
 absl::StatusOr<v1::Session> Client::RollbackSession(const std::string& id, int32_t n,
@@ -233,7 +244,7 @@ absl::StatusOr<v1::Session> Client::RollbackSession(const std::string& id, int32
   v1::Session response;
   grpc::Status status = sessions_->RollbackSession(&context, request, &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response;
 }
 
@@ -244,7 +255,7 @@ absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Che
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status status = health_->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
   TakeCallInfo(context, info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Failed(status);
   return response.status();
 }
 

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/connection_hint.h"
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "kvserve/v1/generation.grpc.pb.h"
 #include "kvserve/v1/prefix.grpc.pb.h"
@@ -77,16 +78,21 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 class Client {
  public:
   // Uses `channel` (shared with whoever else holds it); every call presents `api_key` (empty:
-  // none) as kAuthorizationMetadataKey "Bearer KEY".
-  explicit Client(std::shared_ptr<grpc::Channel> channel, std::string api_key = {});
+  // none) as kAuthorizationMetadataKey "Bearer KEY". With `mode`, how the channel is secured,
+  // a failure to connect carries ConnectionFailureHint's explanation in its message.
+  explicit Client(std::shared_ptr<grpc::Channel> channel, std::string api_key = {},
+                  ChannelMode mode = ChannelMode::kUnknown);
 
   // A client on a channel to `target` ("host:port"), TLS when `security` has a CA, else
   // plaintext, whose every call presents security.api_key (if any); connects on the first
-  // call.
+  // call. A call that fails to connect says what most likely happened (ConnectionFailureHint:
+  // the server requires TLS, or a client certificate, or does not trust this one).
   static std::unique_ptr<Client> Connect(const std::string& target,
                                          const ChannelSecurity& security = {});
   // The channel credentials of `security` (plaintext without a CA).
   static std::shared_ptr<grpc::ChannelCredentials> Credentials(const ChannelSecurity& security);
+  // How `security` secures a channel.
+  static ChannelMode ModeOf(const ChannelSecurity& security);
 
   // Generation.Generate: the whole completion.
   absl::StatusOr<v1::GenerateResponse> Generate(const v1::GenerateRequest& request,
@@ -157,8 +163,12 @@ class Client {
       const CallOptions& options = {}, CallInfo* info = nullptr) const;
 
  private:
+  // FromGrpcStatus(status), with the hint of a failed connection.
+  absl::Status Failed(const grpc::Status& status) const;
+
   std::shared_ptr<grpc::Channel> channel_;
   const std::string api_key_;  // empty: none sent
+  const ChannelMode mode_;
   std::unique_ptr<v1::Generation::Stub> generation_;
   std::unique_ptr<v1::PrefixCache::Stub> prefix_cache_;
   std::unique_ptr<v1::Sessions::Stub> sessions_;

@@ -34,6 +34,32 @@ absl::StatusOr<std::optional<T>> ParseValue(const base::CommandLine& flags, cons
   return std::optional<T>(value);
 }
 
+// "name" of "--name" or "--name=value".
+std::string FlagName(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  return arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+}
+
+// The error of args[at], a positional argument beyond those the command takes. After a switch,
+// "true" or "false" was meant as its value, which a switch takes only after '='.
+absl::Status UnexpectedArgument(const std::vector<std::string>& args, size_t at,
+                                const std::vector<base::FlagSpec>& specs) {
+  const std::string& arg = args[at];
+  if ((arg == "true" || arg == "false") && at > 0) {
+    const std::string& before = args[at - 1];
+    const base::FlagSpec* spec = before.rfind("--", 0) == 0 && before.find('=') == std::string::npos
+                                    ? FindSpec(specs, FlagName(before))
+                                    : nullptr;
+    if (spec != nullptr && spec->is_bool) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "': ", before, " is a switch; write ", before,
+                       "=", arg, arg == "true" ? " or " + before + " alone" : ""));
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unexpected argument '", arg, "' (flags start with --)"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<int32_t>> ParsedFlags::GetInt32(const std::string& name) const {
@@ -62,17 +88,30 @@ absl::StatusOr<std::optional<float>> ParsedFlags::GetFloat(const std::string& na
                            [](const std::string& s, float* v) { return absl::SimpleAtof(s, v); });
 }
 
-absl::StatusOr<std::optional<bool>> ParsedFlags::GetBoolValue(const std::string& name) const {
-  return ParseValue<bool>(flags, name, "true or false", [](const std::string& s, bool* v) {
-    if (s != "true" && s != "false") return false;
-    *v = s == "true";
-    return true;
-  });
-}
-
 std::optional<bool> ParsedFlags::GetSwitch(const std::string& name) const {
   if (!flags.Has(name)) return std::nullopt;
   return flags.GetBool(name);
+}
+
+bool IsKnownFlag(const std::string& arg, const std::vector<base::FlagSpec>& specs) {
+  if (arg == "--help" || arg == "-h") return true;
+  if (arg.size() <= 2 || arg.rfind("--", 0) != 0) return false;
+  return FindSpec(specs, FlagName(arg)) != nullptr;
+}
+
+absl::StatusOr<std::string> FlagValueAfter(const std::string& name,
+                                           const std::vector<std::string>& args, size_t at,
+                                           const std::vector<base::FlagSpec>& specs) {
+  if (at + 1 >= args.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+  }
+  const std::string& next = args[at + 1];
+  if (IsKnownFlag(next, specs)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " needs a value, but the next argument ", next,
+                     " is a flag (write --", name, "=", next, " to give it as the value)"));
+  }
+  return next;
 }
 
 absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
@@ -80,35 +119,42 @@ absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
                                        const std::vector<std::string>& repeatable,
                                        const std::vector<std::string>& arguments) {
   ParsedFlags parsed;
-  // CommandLine::Parse skips argv[0].
+  // What CommandLine::Parse gets: the program's name, then `--name value` pairs, `--name=value`
+  // and switches, every one checked here first so that its errors (which add "see --help") are
+  // never reached.
   std::vector<std::string> rest = {"kvctl"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      rest.push_back(arg);
+      continue;
+    }
     if (arg.size() <= 2 || arg.rfind("--", 0) != 0) {
       if (parsed.arguments.size() < arguments.size()) {
         parsed.arguments.push_back(arg);
-      } else {
-        rest.push_back(arg);  // refused by CommandLine::Parse, which names it
+        continue;
       }
-      continue;
+      return UnexpectedArgument(args, i, specs);
     }
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const std::string name = FlagName(arg);
     const base::FlagSpec* spec = FindSpec(specs, name);
+    if (spec == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    const bool has_value = arg.find('=') != std::string::npos;
     if (Contains(repeatable, name)) {
-      if (eq != std::string::npos) {
-        parsed.repeated[name].push_back(arg.substr(eq + 1));
-      } else if (i + 1 < args.size()) {
-        parsed.repeated[name].push_back(args[++i]);
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      if (has_value) {
+        parsed.repeated[name].push_back(arg.substr(arg.find('=') + 1));
+        continue;
       }
+      absl::StatusOr<std::string> value = FlagValueAfter(name, args, i++, specs);
+      if (!value.ok()) return value.status();
+      parsed.repeated[name].push_back(*std::move(value));
       continue;
     }
     rest.push_back(arg);
-    // A value flag's next argument is its value, even when it starts with dashes.
-    if (spec != nullptr && !spec->is_bool && eq == std::string::npos && i + 1 < args.size()) {
-      rest.push_back(args[++i]);
+    if (!spec->is_bool && !has_value) {
+      absl::StatusOr<std::string> value = FlagValueAfter(name, args, i++, specs);
+      if (!value.ok()) return value.status();
+      rest.push_back(*std::move(value));
     }
   }
   std::vector<char*> argv;

@@ -1,5 +1,6 @@
 // ParsedFlags: kvctl's flag parsing on top of base::CommandLine, adding repeatable flags
-// (--stop a --stop b) and typed getters that check a value's range and name the flag.
+// (--stop a --stop b), a refusal of flags given as another flag's value, and typed getters that
+// check a value's range and name the flag.
 #pragma once
 
 #include <cstdint>
@@ -29,21 +30,34 @@ struct ParsedFlags {
   absl::StatusOr<std::optional<uint64_t>> GetUint64(const std::string& name) const;
   // Same for a float.
   absl::StatusOr<std::optional<float>> GetFloat(const std::string& name) const;
-  // A value flag spelled "true" or "false"; nullopt when not given.
-  absl::StatusOr<std::optional<bool>> GetBoolValue(const std::string& name) const;
   // A switch (--name, --name=true, --name=false); nullopt when not given.
   std::optional<bool> GetSwitch(const std::string& name) const;
 };
 
 // Parses `args` (no program name) against `specs`. Flags named in `repeatable` may be given
 // several times (`--stop a --stop=b`) and land in ParsedFlags::repeated; they must also be in
-// `specs` so that --help lists them. Up to `arguments.size()` positional arguments (named by
-// `arguments` for --help: "ID", "N") land in ParsedFlags::arguments, before, between or after
-// the flags; fewer is for the command to refuse. Errors (unknown flag, missing value, one
-// positional argument too many) are InvalidArgument naming the flag or the argument.
+// `specs` so that --help lists them. A flag that takes a value takes the next argument unless
+// that is itself a flag (see FlagValueAfter); `--prompt=--ignore-eos` gives such a value.
+// Switches (FlagSpec::is_bool) take no separate value: `--pinned`, `--pinned=false`. Up to
+// `arguments.size()` positional arguments (named by `arguments` for --help: "ID", "N") land in
+// ParsedFlags::arguments, before, between or after the flags; fewer is for the command to
+// refuse. Errors (unknown flag, missing value, one positional argument too many) are
+// InvalidArgument naming the flag or the argument; their messages carry no "see --help", which
+// the caller adds once.
 absl::StatusOr<ParsedFlags> ParseFlags(const std::vector<std::string>& args,
                                        std::vector<base::FlagSpec> specs,
                                        const std::vector<std::string>& repeatable = {},
                                        const std::vector<std::string>& arguments = {});
+
+// True when `arg` is a flag of `specs` (`--name` or `--name=...`), `--help` or `-h`.
+bool IsKnownFlag(const std::string& arg, const std::vector<base::FlagSpec>& specs);
+
+// The value of the flag `--name`, given without '=' at args[at]: args[at + 1]. InvalidArgument
+// naming the flag when there is none, or when it is a known flag of `specs` (IsKnownFlag):
+// `--prompt --ignore-eos` is a forgotten value far more often than a prompt, and
+// `--prompt=--ignore-eos` still gives that text.
+absl::StatusOr<std::string> FlagValueAfter(const std::string& name,
+                                           const std::vector<std::string>& args, size_t at,
+                                           const std::vector<base::FlagSpec>& specs);
 
 }  // namespace kvserve::client

@@ -1,6 +1,7 @@
 // What kvctl's commands share (see kvctl_command.h).
 #include "client/kvctl_command.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -10,6 +11,9 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
@@ -51,11 +55,59 @@ absl::Status CheckApiKey(const std::string& source, const std::string& key) {
   return absl::OkStatus();
 }
 
+// OK when `target` is an address gRPC can dial: HOST:PORT, [IPV6]:PORT, or one of gRPC's own
+// forms (unix:PATH, unix-abstract:NAME, dns:, ipv4:, ipv6:). Else InvalidArgument naming
+// --target: gRPC would dial port 0 for a missing port, and take "http://host:port" for a DNS name,
+// both failing later with errors that do not say why.
+absl::Status CheckTarget(const std::string& target) {
+  const auto refuse = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("--target '", target, "': ", why));
+  };
+  if (target.empty()) return refuse("empty (give HOST:PORT, e.g. 127.0.0.1:50051)");
+  for (const char* scheme : {"unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(target, scheme)) {
+      if (target.size() == std::strlen(scheme)) return refuse("no address after the scheme");
+      return absl::OkStatus();
+    }
+  }
+  if (target.find("://") != std::string::npos) {
+    return refuse(
+        "give HOST:PORT, not a URL (kvctl speaks gRPC; --tls-ca-file makes the channel TLS)");
+  }
+  std::string host;
+  std::string port;
+  if (absl::StartsWith(target, "[")) {
+    const size_t close = target.find(']');
+    if (close == std::string::npos) return refuse("no ']' after the IPv6 address");
+    if (target.compare(close + 1, 1, ":") != 0) {
+      return refuse("no port (give [IPV6]:PORT, e.g. [::1]:50051)");
+    }
+    host = target.substr(1, close - 1);
+    port = target.substr(close + 2);
+  } else {
+    const size_t colon = target.rfind(':');
+    if (colon == std::string::npos) return refuse("no port (give HOST:PORT, e.g. 127.0.0.1:50051)");
+    host = target.substr(0, colon);
+    port = target.substr(colon + 1);
+    if (host.find(':') != std::string::npos) {
+      return refuse("an IPv6 address goes in brackets: [IPV6]:PORT, e.g. [::1]:50051");
+    }
+  }
+  if (host.empty()) return refuse("no host (give HOST:PORT, e.g. 127.0.0.1:50051)");
+  int port_number = 0;
+  if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(port, &port_number) || port_number < 1 || port_number > 65535) {
+    return refuse(absl::StrCat("the port '", port, "' is not a number in [1, 65535]"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<base::FlagSpec> GlobalFlagSpecs() {
   return {
-      {"target", "server (or gateway) address HOST:PORT", "127.0.0.1:50051"},
+      {"target", "server (or gateway) address HOST:PORT, [IPV6]:PORT or unix:PATH",
+       "127.0.0.1:50051"},
       {"timeout-ms", "deadline of each call in milliseconds", "none"},
       {"output", "text or json (proto3 JSON mapping)", "text"},
       {"route", "routing key sent as x-kvserve-route metadata (a gateway hashes it to a replica)",
@@ -77,6 +129,7 @@ std::vector<base::FlagSpec> GlobalFlagSpecs() {
 absl::StatusOr<Globals> ParseGlobals(const ParsedFlags& flags) {
   Globals globals;
   globals.target = flags.flags.GetString("target", "127.0.0.1:50051");
+  if (absl::Status ok = CheckTarget(globals.target); !ok.ok()) return ok;
   const std::string output = flags.flags.GetString("output", "text");
   if (output != "text" && output != "json") {
     return absl::InvalidArgumentError("--output must be text or json");

@@ -18,6 +18,10 @@ namespace kvserve::client {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRpcError = 1;  // also: not SERVING
 inline constexpr int kExitBadFlags = 2;
+// generate and stream: the server ended the generation early (finish_reason CANCELLED: it was
+// shutting down and its grace period ran out), so the output is partial. Distinct from 0 so
+// that scripts do not take a cut-off answer for a whole one.
+inline constexpr int kExitCancelled = 3;
 
 // The environment variable that holds the API key when --api-key is not given.
 inline constexpr char kApiKeyEnvironmentVariable[] = "KVSERVE_API_KEY";
@@ -25,7 +29,7 @@ inline constexpr char kApiKeyEnvironmentVariable[] = "KVSERVE_API_KEY";
 // What every command takes: where to connect, the per-call deadline and routing key, the
 // output format.
 struct Globals {
-  std::string target;  // "host:port"
+  std::string target;  // "host:port", "[ipv6]:port" or one of gRPC's forms ("unix:path")
   // --tls-ca-file, --tls-cert-file, --tls-key-file (read), --tls-server-name; api_key from
   // --api-key or $KVSERVE_API_KEY.
   ChannelSecurity security{};
@@ -42,8 +46,9 @@ std::vector<base::FlagSpec> GlobalFlagSpecs();
 // register/get/delete), so that a prefix's registration and the requests naming it reach the
 // same replica; else none. The TLS flags' files are read here. The API key is --api-key when
 // given (`--api-key=` sends none), else kApiKeyEnvironmentVariable when set and not empty,
-// else none. InvalidArgument naming the flag (or the variable) for a malformed value, a file
-// that cannot be read or an API key that cannot travel as metadata (not printable ASCII).
+// else none. InvalidArgument naming the flag (or the variable) for a malformed value (a --target
+// without a port or given as a URL included), a file that cannot be read or an API key that
+// cannot travel as metadata (not printable ASCII).
 absl::StatusOr<Globals> ParseGlobals(const ParsedFlags& flags);
 
 // A client of globals.target secured by globals.security (its API key on every call).

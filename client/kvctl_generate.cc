@@ -18,6 +18,24 @@ std::string ReplicaSuffix(const CallInfo& info) {
   return info.replica_id.empty() ? "" : absl::StrCat(" replica=", info.replica_id);
 }
 
+// kExitCancelled, after saying why on `err`, when the server cancelled the generation; else
+// kExitOk.
+int FinishedExitCode(bool cancelled, std::ostream& err) {
+  if (!cancelled) return kExitOk;
+  err << "kvctl: the server cancelled the generation (finish_reason=cancelled: it is shutting "
+         "down); the output is partial"
+      << std::endl;
+  return kExitCancelled;
+}
+
+bool AnySequenceCancelled(const v1::GenerateResponse& response) {
+  if (response.finish_reason() == v1::FINISH_REASON_CANCELLED) return true;
+  for (const v1::Sequence& sequence : response.sequences()) {
+    if (sequence.finish_reason() == v1::FINISH_REASON_CANCELLED) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string OutputFormatHelp() {
@@ -34,7 +52,9 @@ std::string OutputFormatHelp() {
          "  generate prints them by index (beam search: best first); stream prints each when it\n"
          "  finishes (beam search: all at the end). The summary line is sequence 0's.\n"
          "  --output json prints the whole response (stream: each message) in the proto3 JSON\n"
-         "  mapping: sequences, scores, logprobs with their top lists.\n";
+         "  mapping: sequences, scores, logprobs with their top lists.\n"
+         "\nexit code 3 (not 0) when the server cancelled the generation as it shut down\n"
+         "(finish_reason=cancelled): the output is partial.\n";
 }
 
 int RunGenerate(const Globals& globals, const ParsedFlags& flags, std::ostream& out,
@@ -47,11 +67,11 @@ int RunGenerate(const Globals& globals, const ParsedFlags& flags, std::ostream& 
   if (!response.ok()) return RpcError(response.status(), err);
   if (globals.json) {
     out << ToJson(*response) << std::endl;
-    return kExitOk;
+  } else {
+    out << GenerateResponseText(*response) << std::flush;
+    err << GenerateSummaryText(*response) << ReplicaSuffix(info) << std::endl;
   }
-  out << GenerateResponseText(*response) << std::flush;
-  err << GenerateSummaryText(*response) << ReplicaSuffix(info) << std::endl;
-  return kExitOk;
+  return FinishedExitCode(AnySequenceCancelled(*response), err);
 }
 
 int RunStream(const Globals& globals, const ParsedFlags& flags, std::ostream& out,
@@ -60,6 +80,7 @@ int RunStream(const Globals& globals, const ParsedFlags& flags, std::ostream& ou
   if (!request.ok()) return BadFlags("stream", request.status(), err);
   StreamTextPrinter printer(request->sampling().num_return_sequences() > 1, out);
   std::optional<v1::GenerateStreamResponse> last;
+  bool cancelled = false;
   CallInfo info;
   const absl::Status status = Connect(globals)->GenerateStream(
       *request,
@@ -70,6 +91,7 @@ int RunStream(const Globals& globals, const ParsedFlags& flags, std::ostream& ou
           printer.Add(message);
         }
         if (message.has_usage()) last = message;
+        cancelled = cancelled || message.finish_reason() == v1::FINISH_REASON_CANCELLED;
         return true;
       },
       globals.call, &info);
@@ -80,7 +102,7 @@ int RunStream(const Globals& globals, const ParsedFlags& flags, std::ostream& ou
                              last->cache_report())
         << ScoreSuffix(printer.score()) << ReplicaSuffix(info) << std::endl;
   }
-  return kExitOk;
+  return FinishedExitCode(cancelled, err);
 }
 
 Command GenerateCommand() {

@@ -20,7 +20,8 @@ std::string OutputFormatHelp();
 
 // The commands' bodies: call the server at globals.target with flags parsed against
 // GenerateFlagSpecs(), write the answer to `out` and the summary line and errors to `err`, and
-// return the exit code (kExitOk, kExitRpcError or kExitBadFlags).
+// return the exit code (kExitOk, kExitRpcError, kExitBadFlags, or kExitCancelled when a
+// sequence finished CANCELLED, the partial output printed all the same).
 // - generate: text mode writes GenerateResponseText to `out` and GenerateSummaryText plus
 //   " replica=ID" to `err`; JSON mode the whole GenerateResponse (sequences and log-
 //   probabilities included) on one line.

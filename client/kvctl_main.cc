@@ -1,6 +1,6 @@
 // kvctl: the command-line client of a kvserve server (generate, stream, tokenize, info,
 // health, bench, chat, prefix, session). Exit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad
-// flags.
+// flags, 3 a generation the server cancelled (partial output).
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +21,7 @@
 #include "client/kvctl_generate.h"
 #include "client/kvctl_prefix.h"
 #include "client/kvctl_session.h"
+#include "client/kvctl_version.h"
 #include "client/output.h"
 #include "client/request_flags.h"
 
@@ -152,7 +153,7 @@ std::string TopUsage(const std::vector<Command>& commands,
   std::string out =
       "usage: kvctl [--target HOST:PORT] [--timeout-ms MS] [--output text|json] [--route KEY] "
       "[--tls-ca-file PEM [--tls-cert-file PEM --tls-key-file PEM]] [--api-key KEY] <command> "
-      "[flags]\n\n"
+      "[flags]\n       kvctl --version\n\n"
       "commands:\n";
   for (const Command& command : commands) {
     absl::StrAppend(&out, absl::StrFormat("  %-9s %s\n", command.name, command.summary));
@@ -173,8 +174,11 @@ std::string TopUsage(const std::vector<Command>& commands,
                   "included,\ncarries 'authorization: Bearer KEY'. Prefer the environment "
                   "variable:\n  export KVSERVE_API_KEY=KEY\nto --api-key KEY, which any user "
                   "can read in the process list (ps).\n"
-                  "\nexit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad flags.\n"
-                  "'kvctl <command> --help' lists a command's flags.\n");
+                  "\nexit codes: 0 ok, 1 RPC error (or not SERVING), 2 bad flags, 3 generate or "
+                  "stream\ncut short by the server's shutdown (finish_reason=cancelled: partial "
+                  "output).\n"
+                  "'kvctl <command> --help' lists a command's flags; kvctl --version names this "
+                  "build.\n");
   return out;
 }
 
@@ -208,13 +212,22 @@ int Main(int argc, char** argv) {
     const std::string& arg = args[i];
     if (IsHelp(arg)) {
       help = true;
+    } else if (arg == "--version") {
+      std::cout << KvctlVersionText();
+      return kExitOk;
     } else if (arg.rfind("--", 0) == 0) {
       const std::string name = arg.substr(2, arg.find('=') - 2);
       if (!IsGlobalValueFlag(name)) {
         std::cerr << "kvctl: " << arg << " must come after the command (see kvctl --help)\n";
         return kExitBadFlags;
       }
-      if (arg.find('=') == std::string::npos) ++i;  // its value
+      if (arg.find('=') == std::string::npos) {
+        absl::StatusOr<std::string> value = FlagValueAfter(name, args, i++, GlobalFlagSpecs());
+        if (!value.ok()) {
+          std::cerr << "kvctl: " << value.status().message() << " (see kvctl --help)\n";
+          return kExitBadFlags;
+        }
+      }
     } else {
       command_at = i;
     }

@@ -1,9 +1,6 @@
 // kvctl prefix: the PrefixCache subcommands (see kvctl_prefix.h).
 #include "client/kvctl_prefix.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -13,29 +10,14 @@
 #include "client/client.h"
 #include "client/output.h"
 #include "client/request_flags.h"
+#include "client/text_input.h"
 
 namespace kvserve::client {
 namespace {
 
-// The whole content of `path`; InvalidArgument naming --file, the path and the reason when it
-// cannot be read (a directory opens on Linux, and fails on the first read).
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  auto error = [&path](int error_number) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--file: cannot read '", path, "': ", std::strerror(error_number)));
-  };
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (file == nullptr) return error(errno);
-  std::string content;
-  char buffer[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) content.append(buffer, n);
-  if (std::ferror(file.get())) return error(errno);
-  return content;
-}
-
 // Sets the request's content oneof from exactly one of the content flags.
-absl::Status SetContent(const ParsedFlags& parsed, v1::RegisterPrefixRequest& request) {
+absl::Status SetContent(const ParsedFlags& parsed, std::istream& in,
+                        v1::RegisterPrefixRequest& request) {
   const base::CommandLine& flags = parsed.flags;
   const int given =
       flags.Has("text") + flags.Has("file") + flags.Has("token-ids") + flags.Has("messages");
@@ -47,7 +29,7 @@ absl::Status SetContent(const ParsedFlags& parsed, v1::RegisterPrefixRequest& re
   if (flags.Has("text")) {
     request.set_text(flags.GetString("text"));
   } else if (flags.Has("file")) {
-    absl::StatusOr<std::string> text = ReadTextFile(flags.GetString("file"));
+    absl::StatusOr<std::string> text = ReadTextInput("file", flags.GetString("file"), in);
     if (!text.ok()) return text.status();
     request.set_text(*std::move(text));
   } else {
@@ -58,11 +40,11 @@ absl::Status SetContent(const ParsedFlags& parsed, v1::RegisterPrefixRequest& re
 
 // Sets each option whose flag is given; `options` is created only when one is.
 absl::Status SetOptions(const ParsedFlags& parsed, v1::RegisterPrefixRequest& request) {
-  absl::StatusOr<std::optional<bool>> pinned = parsed.GetBoolValue("pinned");
-  if (!pinned.ok()) return pinned.status();
   absl::StatusOr<std::optional<int64_t>> ttl_seconds = parsed.GetInt64("ttl-seconds");
   if (!ttl_seconds.ok()) return ttl_seconds.status();
-  if (pinned->has_value()) request.mutable_options()->set_pinned(**pinned);
+  if (std::optional<bool> pinned = parsed.GetSwitch("pinned")) {
+    request.mutable_options()->set_pinned(*pinned);
+  }
   if (ttl_seconds->has_value()) request.mutable_options()->set_ttl_seconds(**ttl_seconds);
   if (parsed.flags.Has("cache-implementation")) {
     request.mutable_options()->set_cache_implementation(
@@ -80,13 +62,14 @@ std::vector<base::FlagSpec> PrefixRegisterFlagSpecs() {
   return {
       {"name", "name that requests give as --prefix: 1 to 128 characters of [A-Za-z0-9._-]", ""},
       {"text", "content as text (tokenized with the model's special tokens, e.g. BOS)", ""},
-      {"file", "content as text read from this file", ""},
+      {"file", "content as text read from this file, as is; - reads stdin", ""},
       {"token-ids", "content as token ids, comma-separated: 1,450,29", ""},
       {"messages", "content as a conversation, JSON (as for generate), no generation prompt", ""},
-      {"pinned", "never evicted to make room: true or false", "server: true"},
+      {"pinned", "never evicted to make room (--pinned=false: evicted when room is needed)",
+       "server: pinned", true},
       {"ttl-seconds", "removed this many seconds after registration (0: never)", "server: never"},
-      {"cache-implementation", "strategy of the snapshot's cache (static, dynamic, ...)",
-       "server: static"},
+      {"cache-implementation", "strategy the snapshot is prefilled in (dynamic, static, ...)",
+       "server: dynamic"},
       {"shared", "register it in the shared namespace every tenant can use (admins only)", "",
        true},
   };
@@ -98,12 +81,13 @@ absl::StatusOr<std::string> PrefixNameFlag(const ParsedFlags& flags) {
   return name;
 }
 
-absl::StatusOr<v1::RegisterPrefixRequest> BuildRegisterPrefixRequest(const ParsedFlags& flags) {
+absl::StatusOr<v1::RegisterPrefixRequest> BuildRegisterPrefixRequest(const ParsedFlags& flags,
+                                                                     std::istream& in) {
   v1::RegisterPrefixRequest request;
   absl::StatusOr<std::string> name = PrefixNameFlag(flags);
   if (!name.ok()) return name.status();
   request.set_name(*std::move(name));
-  if (absl::Status s = SetContent(flags, request); !s.ok()) return s;
+  if (absl::Status s = SetContent(flags, in, request); !s.ok()) return s;
   if (absl::Status s = SetOptions(flags, request); !s.ok()) return s;
   return request;
 }

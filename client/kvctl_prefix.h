@@ -2,6 +2,7 @@
 // mapping of `register`'s flags onto a RegisterPrefixRequest and each subcommand's body.
 #pragma once
 
+#include <iostream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -18,12 +19,13 @@ namespace kvserve::client {
 std::vector<base::FlagSpec> PrefixRegisterFlagSpecs();
 
 // Builds the request from flags parsed with PrefixRegisterFlagSpecs(). --name and exactly one of
-// --text, --file (the file's whole content as the text), --token-ids, --messages are required.
-// `options` stays unset when none of --pinned, --ttl-seconds, --cache-implementation is given,
-// and so does each option not given. A missing or malformed flag, or a --file that cannot be
-// read, is InvalidArgument naming the flag (and the path); values are otherwise left for the
-// server to validate.
-absl::StatusOr<v1::RegisterPrefixRequest> BuildRegisterPrefixRequest(const ParsedFlags& flags);
+// --text, --file (the file's whole content as the text; "-": `in`'s), --token-ids, --messages
+// are required. `options` stays unset when none of --pinned, --ttl-seconds,
+// --cache-implementation is given, and so does each option not given. A missing or malformed
+// flag, or a --file that cannot be read (ReadTextInput), is InvalidArgument naming the flag (and
+// the path); values are otherwise left for the server to validate.
+absl::StatusOr<v1::RegisterPrefixRequest> BuildRegisterPrefixRequest(const ParsedFlags& flags,
+                                                                     std::istream& in = std::cin);
 
 // The value of --name; InvalidArgument naming --name when it is missing or empty.
 absl::StatusOr<std::string> PrefixNameFlag(const ParsedFlags& flags);

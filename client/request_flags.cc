@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/text_input.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::client {
@@ -48,17 +49,28 @@ absl::StatusOr<int64_t> JsonInteger(const Json& object, const std::string& key, 
   return v;
 }
 
-// Sets the request's input oneof from --prompt, --token-ids or --messages (exactly one).
-absl::Status SetInput(const ParsedFlags& parsed, v1::GenerateRequest& request) {
+// Sets the request's input oneof from --prompt, --prompt-file, --token-ids or --messages
+// (exactly one); `in` is what --prompt-file - reads.
+absl::Status SetInput(const ParsedFlags& parsed, std::istream& in, v1::GenerateRequest& request) {
   const base::CommandLine& flags = parsed.flags;
-  const int given = flags.Has("prompt") + flags.Has("token-ids") + flags.Has("messages");
+  const int given = flags.Has("prompt") + flags.Has("prompt-file") + flags.Has("token-ids") +
+                    flags.Has("messages");
   if (given != 1) {
-    return absl::InvalidArgumentError(given == 0
-                                          ? "one of --prompt, --token-ids, --messages is required"
-                                          : "give only one of --prompt, --token-ids, --messages");
+    return absl::InvalidArgumentError(
+        given == 0 ? "one of --prompt, --prompt-file, --token-ids, --messages is required"
+                   : "give only one of --prompt, --prompt-file, --token-ids, --messages");
   }
   if (flags.Has("prompt")) {
-    request.set_prompt(flags.GetString("prompt"));
+    const std::string prompt = flags.GetString("prompt");
+    if (absl::Status utf8 = CheckUtf8("--prompt", prompt); !utf8.ok()) return utf8;
+    request.set_prompt(prompt);
+    return absl::OkStatus();
+  }
+  if (flags.Has("prompt-file")) {
+    absl::StatusOr<std::string> prompt =
+        ReadTextInput("prompt-file", flags.GetString("prompt-file"), in);
+    if (!prompt.ok()) return prompt.status();
+    request.set_prompt(*std::move(prompt));
     return absl::OkStatus();
   }
   return SetTokenIdsOrMessages(flags, request);
@@ -141,8 +153,9 @@ absl::Status SetCache(const ParsedFlags& p, v1::CacheOptions& c) {
   }
   status.Update(
       SetIfGiven(p.GetInt64("max-cache-len"), [&](int64_t v) { c.set_max_cache_len(v); }));
-  status.Update(SetIfGiven(p.GetBoolValue("offload-only-non-sliding"),
-                           [&](bool v) { c.set_offload_only_non_sliding(v); }));
+  if (std::optional<bool> v = p.GetSwitch("offload-only-non-sliding")) {
+    c.set_offload_only_non_sliding(*v);
+  }
   if (p.GetSwitch("no-prefix-reuse").value_or(false)) c.set_skip_prefix_reuse(true);
   return status;
 }
@@ -214,7 +227,10 @@ std::vector<base::FlagSpec> CacheStrategyFlagSpecs() {
        "q_group_size, residual_length",
        ""},
       {"max-cache-len", "static caches: slots per layer", ""},
-      {"offload-only-non-sliding", "offloaded caches: true or false", ""},
+      {"offload-only-non-sliding",
+       "offloaded caches: keep sliding-window and chunked layers on the device "
+       "(=false: offload them too)",
+       "server: false for offloaded, true for offloaded_static", true},
   };
 }
 
@@ -252,6 +268,8 @@ absl::StatusOr<std::string> TemplateKwargsFlag(const ParsedFlags& flags) {
 std::vector<base::FlagSpec> GenerateFlagSpecs() {
   std::vector<base::FlagSpec> specs = {
       {"prompt", "input text (tokenized with the model's special tokens)", ""},
+      {"prompt-file",
+       "input text read from this file, as is (a final newline included); - reads stdin", ""},
       {"token-ids", "input token ids, comma-separated: 1,450,29", ""},
       {"messages", "input conversation, JSON: [{\"role\":\"user\",\"content\":\"Hi\"}]", ""},
       TemplateKwargsFlagSpec(),
@@ -274,9 +292,10 @@ std::vector<base::FlagSpec> GenerateFlagSpecs() {
 
 std::vector<std::string> GenerateRepeatableFlags() { return {"stop"}; }
 
-absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flags) {
+absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flags,
+                                                         std::istream& in) {
   v1::GenerateRequest request;
-  if (absl::Status s = SetInput(flags, request); !s.ok()) return s;
+  if (absl::Status s = SetInput(flags, in, request); !s.ok()) return s;
   if (absl::Status s = CheckTemplateKwargsHasMessages(flags); !s.ok()) return s;
   absl::StatusOr<std::string> template_kwargs = TemplateKwargsFlag(flags);
   if (!template_kwargs.ok()) return template_kwargs.status();

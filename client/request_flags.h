@@ -3,6 +3,7 @@
 // kvserve.v1 requests (a proto optional field is set only when its flag is given).
 #pragma once
 
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,11 +21,13 @@ std::vector<base::FlagSpec> GenerateFlagSpecs();
 std::vector<std::string> GenerateRepeatableFlags();
 
 // Builds the request from flags parsed with GenerateFlagSpecs(). Exactly one of --prompt,
-// --token-ids, --messages is required; --template-kwargs only with --messages. `sampling`
-// and `cache` stay unset when none of their flags is given, and so does each optional field.
-// A malformed value is InvalidArgument naming the flag; values are otherwise left for the
-// server to validate.
-absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flags);
+// --prompt-file (a file's text, or `in`'s with "-"), --token-ids, --messages is required;
+// --template-kwargs only with --messages. `sampling` and `cache` stay unset when none of their
+// flags is given, and so does each optional field. A malformed value (a prompt that is not
+// UTF-8 included) or an unreadable file is InvalidArgument naming the flag; values are otherwise
+// left for the server to validate.
+absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flags,
+                                                         std::istream& in = std::cin);
 
 // The sampling flags (--max-new-tokens ... --ignore-eos), as GenerateFlagSpecs() has them.
 std::vector<base::FlagSpec> SamplingFlagSpecs();

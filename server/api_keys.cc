@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -177,6 +178,14 @@ std::optional<Principal> ApiKeys::Find(std::string_view key) const {
   }
   if (found == nullptr) return std::nullopt;
   return found->principal;
+}
+
+std::vector<std::string> ApiKeys::tenants() const {
+  std::vector<std::string> tenants;
+  for (const Entry& entry : entries_) tenants.push_back(entry.principal.tenant);
+  std::sort(tenants.begin(), tenants.end());
+  tenants.erase(std::unique(tenants.begin(), tenants.end()), tenants.end());
+  return tenants;
 }
 
 absl::StatusOr<std::string_view> BearerKey(std::string_view authorization) {

@@ -63,6 +63,8 @@ class ApiKeys {
   std::optional<Principal> Find(std::string_view key) const;
 
   size_t size() const { return entries_.size(); }
+  // The tenants the entries name, sorted, each once.
+  std::vector<std::string> tenants() const;
 
  private:
   struct Entry {

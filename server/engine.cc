@@ -767,6 +767,13 @@ void Engine::PublishStats() {
                              .named_entries = p.named_entries,
                              .automatic_entries = p.automatic_entries});
   metrics_->SetQueue(scheduler_->num_waiting(), scheduler_->num_running());
+  std::map<std::string, ServerMetrics::TenantQueue> by_tenant;
+  for (const auto& [id, live] : live_) {
+    if (live->is_registration()) continue;
+    ServerMetrics::TenantQueue& queue = by_tenant[live->request.tenant];
+    ++(live->admitted ? queue.running : queue.waiting);
+  }
+  metrics_->SetTenantQueues(by_tenant);
   absl::MutexLock lock(&mu_);
   stats_.num_waiting = num_queued_;
   stats_.num_running = num_live_ - num_queued_;

@@ -26,6 +26,10 @@
 #include "cache/cache_factory.h"
 #include "cache/kv_cache_manager.h"
 #include "cache/torch_compat.h"
+#include "grpc_health/v1/health.pb.h"
+#include "kvserve/v1/generation.grpc.pb.h"
+#include "kvserve/v1/prefix.grpc.pb.h"
+#include "kvserve/v1/session.grpc.pb.h"
 #include "model/embedded_model.h"
 #include "model/generator.h"
 #include "model/transformer.h"
@@ -44,6 +48,10 @@
 #include "server/prefixes_file.h"
 #include "server/request_builder.h"
 #include "tokenizer/tokenizer.h"
+
+#ifdef KVSERVE_OWN_REFLECTION_V1
+#include "server/grpc_api/server_reflection_v1.h"
+#endif
 
 // The project's version (CMake's PROJECT_VERSION).
 #ifndef KVSERVE_VERSION
@@ -199,21 +207,36 @@ std::string BindFailureReason(const std::string& address) {
   return reason;
 }
 
-// The LibTorch and CUDA versions of this build, from compat::BuildDescription() ("LibTorch
-// 2.6.0, CUDA 12.4" or "LibTorch 1.13.0, CPU only"); CUDA is "none" without it.
-std::pair<std::string, std::string> TorchAndCudaVersions() {
+}  // namespace
+
+std::string BoundAddress(const std::string& listen, int port) {
+  if (listen.rfind("unix:", 0) == 0) return listen;
+  return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+}
+
+BuildVersions GetBuildVersions() {
+  // compat::BuildDescription() says "LibTorch 2.6.0, CUDA 12.4" or "LibTorch 1.13.0, CPU only".
   const std::string description = compat::BuildDescription();
   constexpr std::string_view kTorch = "LibTorch ";
   constexpr std::string_view kCuda = ", CUDA ";
-  std::string torch = "unknown";
-  std::string cuda = "none";
+  BuildVersions versions{.kvserve = KVSERVE_VERSION, .torch = "unknown", .cuda = "none"};
   if (description.rfind(kTorch, 0) == 0) {
-    torch = description.substr(kTorch.size(), description.find(',') - kTorch.size());
+    versions.torch = description.substr(kTorch.size(), description.find(',') - kTorch.size());
   }
   if (const size_t at = description.find(kCuda); at != std::string::npos) {
-    cuda = description.substr(at + kCuda.size());
+    versions.cuda = description.substr(at + kCuda.size());
   }
-  return {torch, cuda};
+  return versions;
+}
+
+namespace {
+
+// kvserve's own services: each has a health status of its own.
+const std::vector<std::string>& KvserveServices() {
+  static const std::vector<std::string> names = {v1::Generation::service_full_name(),
+                                                 v1::PrefixCache::service_full_name(),
+                                                 v1::Sessions::service_full_name()};
+  return names;
 }
 
 // Runs one short generation straight on the model, before the engine exists, so that the
@@ -307,13 +330,13 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
 
 KvServer::KvServer(const ServerOptions& options)
     : options_(options),
-      metrics_(std::make_unique<ServerMetrics>()),
+      metrics_(std::make_unique<ServerMetrics>(options.limits.max_new_tokens_limit)),
       replica_(std::make_unique<grpc_api::ReplicaIdentity>()),
       generation_(std::make_unique<grpc_api::GenerationService>(replica_.get())),
       prefixes_(std::make_unique<grpc_api::PrefixService>(replica_.get())),
       sessions_(std::make_unique<grpc_api::SessionService>(replica_.get())) {
-  const auto [torch, cuda] = TorchAndCudaVersions();
-  metrics_->SetBuildInfo(KVSERVE_VERSION, torch, cuda);
+  const BuildVersions versions = GetBuildVersions();
+  metrics_->SetBuildInfo(versions.kvserve, versions.torch, versions.cuda);
   metrics_->SetKvDeviceBudget(0, options.kv_device_bytes);
 }
 
@@ -321,6 +344,7 @@ absl::Status KvServer::ReloadApiKeys() {
   if (api_keys_ == nullptr) return absl::OkStatus();
   absl::Status reloaded = api_keys_->Reload();
   if (reloaded.ok()) {
+    metrics_->SetTenants(api_keys_->keys()->tenants());
     spdlog::info("API keys: {} from {}", api_keys_->keys()->size(), api_keys_->path());
   }
   return reloaded;
@@ -338,6 +362,7 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
         ApiKeyRegistry::Open(options.api_keys_file);
     if (!keys.ok()) return keys.status();
     server->api_keys_ = *std::move(keys);
+    server->metrics_->SetTenants(server->api_keys_->keys()->tenants());
     spdlog::info("API keys: {} from {}", server->api_keys_->keys()->size(), options.api_keys_file);
   }
   if (!options.metrics_listen.empty()) {
@@ -349,6 +374,9 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
     server->metrics_port_ = server->metrics_server_->port();
   }
   grpc::EnableDefaultHealthCheckService(true);
+  // gRPC's health service is built without protobuf descriptors: reflection resolves
+  // grpc.health.v1.Health from the copy of the protocol in proto/, linked in by this use.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, ServerCredentials(options, *tls_files), &server->port_);
@@ -358,6 +386,14 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   builder.RegisterService(server->generation_.get());
   builder.RegisterService(server->prefixes_.get());
   builder.RegisterService(server->sessions_.get());
+#ifdef KVSERVE_OWN_REFLECTION_V1
+  // What gRPC's v1alpha plugin lists: every service registered, health and reflection too.
+  std::vector<std::string> listed = KvserveServices();
+  listed.insert(listed.end(), {"grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                               "grpc.reflection.v1alpha.ServerReflection"});
+  server->reflection_v1_ = std::make_unique<ServerReflectionV1>(std::move(listed));
+  builder.RegisterService(server->reflection_v1_.get());
+#endif
   // Prompts may be long token-id lists or long chat transcripts; gRPC refuses a bigger
   // message with RESOURCE_EXHAUSTED before it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
@@ -383,11 +419,13 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
     return absl::UnavailableError(
         absl::StrCat("--listen '", options.listen, "': cannot listen: ", reason));
   }
-  server->server_->GetHealthCheckService()->SetServingStatus(false);
-  server->replica_->Set(
-      options.replica_id.empty()
-          ? absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", server->port_)
-          : options.replica_id);
+  // The server as a whole ("") and each kvserve service by name; the calls that change them
+  // all (Serve, Shutdown) reach every name set here.
+  grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService();
+  for (const std::string& name : KvserveServices()) health->SetServingStatus(name, false);
+  health->SetServingStatus(false);
+  server->address_ = BoundAddress(options.listen, server->port_);
+  server->replica_->Set(options.replica_id.empty() ? server->address_ : options.replica_id);
   return server;
 }
 

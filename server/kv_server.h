@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -14,6 +15,7 @@
 
 namespace grpc {
 class Server;
+class Service;
 }  // namespace grpc
 namespace kvserve::model {
 class Model;
@@ -53,6 +55,19 @@ struct LoadedModel {
   std::string fingerprint;                          // see ModelFingerprint
 };
 
+// This build's versions, as kvserve_build_info and `kvserve --version` report them.
+struct BuildVersions {
+  std::string kvserve;  // CMake's PROJECT_VERSION
+  std::string torch;    // LibTorch's
+  std::string cuda;     // "none" without CUDA
+};
+BuildVersions GetBuildVersions();
+
+// The address clients reach a server on that listens on `listen` (--listen) and bound `port`:
+// HOST:PORT or [IPV6]:PORT with the port gRPC chose for port 0; unix:PATH as given (gRPC has
+// no port to report for a socket file).
+std::string BoundAddress(const std::string& listen, int port);
+
 // Loads --model (or the embedded tiny model) on --device in --dtype, with its tokenizer.
 // Errors name the file and the problem.
 absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options);
@@ -81,6 +96,9 @@ class KvServer {
 
   // The bound gRPC port, and the metrics port (0 when --metrics-listen is off).
   int port() const { return port_; }
+  // Where clients reach the gRPC port (BoundAddress): what the first stdout line names and the
+  // default replica id.
+  const std::string& address() const { return address_; }
   int metrics_port() const { return metrics_port_; }
   // Null before Serve.
   Engine* engine() const;
@@ -102,9 +120,12 @@ class KvServer {
   std::unique_ptr<grpc_api::GenerationService> generation_;
   std::unique_ptr<grpc_api::PrefixService> prefixes_;
   std::unique_ptr<grpc_api::SessionService> sessions_;
+  // grpc.reflection.v1 (ServerReflectionV1); null where gRPC's plugin serves it.
+  std::unique_ptr<grpc::Service> reflection_v1_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::string address_;
   int metrics_port_ = 0;
 
   mutable absl::Mutex mu_;  // guards the model state below and the lifecycle flags

@@ -1,6 +1,8 @@
 // ConfigureLogging: text and JSON log formats for spdlog, and the access log.
 #include "server/logging.h"
 
+#include <google/protobuf/stubs/logging.h>
+#include <grpc/support/log.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -8,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "absl/strings/str_format.h"
@@ -95,6 +98,53 @@ class TextMessageFlag final : public spdlog::custom_flag_formatter {
   }
 };
 
+// `path` without its folders: "src/core/tsi/ssl_transport_security.cc" is
+// "ssl_transport_security.cc".
+std::string_view BaseName(const char* path) {
+  if (path == nullptr) return "?";
+  const std::string_view text = path;
+  const size_t slash = text.rfind('/');
+  return slash == std::string_view::npos ? text : text.substr(slash + 1);
+}
+
+// gpr_log's function: one line on the default logger. gRPC's INFO lines describe its own
+// machinery ("grpc epoll fd: 5", "Callback server."): debug for kvserve, as DEBUG.
+void LogGrpcLine(gpr_log_func_args* args) {
+  const spdlog::level::level_enum level =
+      args->severity == GPR_LOG_SEVERITY_ERROR ? spdlog::level::err : spdlog::level::debug;
+  spdlog::default_logger_raw()->log(level, "grpc: {}:{}: {}", BaseName(args->file), args->line,
+                                    args->message != nullptr ? args->message : "");
+}
+
+// protobuf's log handler: one line on the default logger (flushed before a fatal one aborts).
+void LogProtobufLine(google::protobuf::LogLevel severity, const char* file, int line,
+                     const std::string& message) {
+  spdlog::level::level_enum level = spdlog::level::err;
+  switch (severity) {
+    case google::protobuf::LOGLEVEL_INFO:
+      level = spdlog::level::info;
+      break;
+    case google::protobuf::LOGLEVEL_WARNING:
+      level = spdlog::level::warn;
+      break;
+    case google::protobuf::LOGLEVEL_ERROR:
+      level = spdlog::level::err;
+      break;
+    case google::protobuf::LOGLEVEL_FATAL:
+      level = spdlog::level::critical;
+      break;
+  }
+  spdlog::logger* logger = spdlog::default_logger_raw();
+  logger->log(level, "protobuf: {}:{}: {}", BaseName(file), line, message);
+  if (level == spdlog::level::critical) logger->flush();
+}
+
+// --log-level as spdlog reads it (an unknown name is info).
+spdlog::level::level_enum ParseLevel(const std::string& level) {
+  const spdlog::level::level_enum parsed = spdlog::level::from_str(level);
+  return parsed == spdlog::level::off && level != "off" ? spdlog::level::info : parsed;
+}
+
 constexpr char kJsonTime[] = R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l",)";
 constexpr char kTextTime[] = "%Y-%m-%d %H:%M:%S.%e %-5l ";
 
@@ -177,24 +227,36 @@ std::string TextEscape(std::string_view text, bool quoted) {
 }
 
 std::string AccessLogText(const AccessRecord& r) {
-  std::string line = absl::StrFormat(
-      "access request_id=%s tenant=%s method=%s peer=%s outcome=%s code=%s prompt_tokens=%d "
-      "cached_tokens=%d completion_tokens=%d queue_ms=%s ttft_ms=%s total_ms=%s",
-      TextValue(r.request_id), TextValue(r.tenant), TextValue(r.method), TextValue(r.peer),
-      TextValue(r.outcome), TextValue(r.code), r.prompt_tokens, r.cached_tokens,
-      r.completion_tokens, Ms(r.queue_ms), Ms(r.ttft_ms), Ms(r.total_ms));
+  std::string line =
+      absl::StrFormat("access request_id=%s tenant=%s method=%s peer=%s outcome=%s code=%s",
+                      TextValue(r.request_id), TextValue(r.tenant), TextValue(r.method),
+                      TextValue(r.peer), TextValue(r.outcome), TextValue(r.code));
+  if (r.prompt_tokens) absl::StrAppendFormat(&line, " prompt_tokens=%d", *r.prompt_tokens);
+  if (r.cached_tokens) absl::StrAppendFormat(&line, " cached_tokens=%d", *r.cached_tokens);
+  if (r.completion_tokens) {
+    absl::StrAppendFormat(&line, " completion_tokens=%d", *r.completion_tokens);
+  }
+  if (r.queue_ms) line += " queue_ms=" + Ms(*r.queue_ms);
+  if (r.ttft_ms) line += " ttft_ms=" + Ms(*r.ttft_ms);
+  line += " total_ms=" + Ms(r.total_ms);
   if (!r.error.empty()) line += " error=" + TextValue(r.error);
   return line;
 }
 
 std::string AccessLogJsonMembers(const AccessRecord& r) {
-  std::string members = absl::StrFormat(
-      R"("msg":"access","request_id":"%s","tenant":"%s","method":"%s","peer":"%s",)"
-      R"("outcome":"%s","code":"%s","prompt_tokens":%d,"cached_tokens":%d,)"
-      R"("completion_tokens":%d,"queue_ms":%s,"ttft_ms":%s,"total_ms":%s)",
-      JsonEscape(r.request_id), JsonEscape(r.tenant), JsonEscape(r.method), JsonEscape(r.peer),
-      JsonEscape(r.outcome), JsonEscape(r.code), r.prompt_tokens, r.cached_tokens,
-      r.completion_tokens, Ms(r.queue_ms), Ms(r.ttft_ms), Ms(r.total_ms));
+  std::string members =
+      absl::StrFormat(R"("msg":"access","request_id":"%s","tenant":"%s","method":"%s","peer":"%s",)"
+                      R"("outcome":"%s","code":"%s")",
+                      JsonEscape(r.request_id), JsonEscape(r.tenant), JsonEscape(r.method),
+                      JsonEscape(r.peer), JsonEscape(r.outcome), JsonEscape(r.code));
+  if (r.prompt_tokens) absl::StrAppendFormat(&members, R"(,"prompt_tokens":%d)", *r.prompt_tokens);
+  if (r.cached_tokens) absl::StrAppendFormat(&members, R"(,"cached_tokens":%d)", *r.cached_tokens);
+  if (r.completion_tokens) {
+    absl::StrAppendFormat(&members, R"(,"completion_tokens":%d)", *r.completion_tokens);
+  }
+  if (r.queue_ms) members += R"(,"queue_ms":)" + Ms(*r.queue_ms);
+  if (r.ttft_ms) members += R"(,"ttft_ms":)" + Ms(*r.ttft_ms);
+  members += R"(,"total_ms":)" + Ms(r.total_ms);
   if (!r.error.empty()) members += R"(,"error":")" + JsonEscape(r.error) + "\"";
   return members;
 }
@@ -235,10 +297,20 @@ void ConfigureLogging(const std::string& format, const std::string& level) {
         std::make_unique<spdlog::pattern_formatter>(std::string(kTextTime) + "%v"));
   }
   spdlog::register_logger(access);
-  spdlog::level::level_enum parsed = spdlog::level::from_str(level);
-  if (parsed == spdlog::level::off && level != "off") parsed = spdlog::level::info;
-  spdlog::set_level(parsed);
+  spdlog::set_level(ParseLevel(level));
   g_access_logger.store(access.get(), std::memory_order_release);
+  RouteLibraryLogs(level);
+}
+
+void RouteLibraryLogs(const std::string& level) {
+  gpr_set_log_function(LogGrpcLine);
+  google::protobuf::SetLogHandler(LogProtobufLine);
+  // gRPC formats nothing the logger would drop; GRPC_VERBOSITY, when set, decides instead
+  // (gRPC reads it at its start unless a threshold was set).
+  if (std::getenv("GRPC_VERBOSITY") == nullptr) {
+    gpr_set_log_verbosity(ParseLevel(level) <= spdlog::level::debug ? GPR_LOG_SEVERITY_DEBUG
+                                                                    : GPR_LOG_SEVERITY_ERROR);
+  }
 }
 
 }  // namespace kvserve::server

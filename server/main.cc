@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kvserve_git_revision.h"  // generated at build time (server/git_revision.cmake)
 #include "model/device_check.h"
 #include "server/kv_server.h"
 #include "server/logging.h"
@@ -55,9 +56,8 @@ int Run(const ServerOptions& options) {
     spdlog::error("{}", std::string(server.status().message()));
     return 2;
   }
-  // The first line on stdout: scripts and tests read the port from it.
-  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  std::printf("kvserve listening on %s:%d\n", host.c_str(), (*server)->port());
+  // The first line on stdout: scripts and tests read the port (or the socket's path) from it.
+  std::printf("kvserve listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
   if ((*server)->metrics_port() != 0) {
     spdlog::info("metrics on http://{}/metrics (port {})", options.metrics_listen,
@@ -106,6 +106,12 @@ int main(int argc, char** argv) {
   }
   if (help) {
     std::cout << usage;
+    return 0;
+  }
+  if (options->version) {
+    const kvserve::server::BuildVersions versions = kvserve::server::GetBuildVersions();
+    std::cout << "kvserve " << versions.kvserve << "\ngit revision " << KVSERVE_GIT_REVISION
+              << "\nLibTorch " << versions.torch << "\nCUDA " << versions.cuda << "\n";
     return 0;
   }
   // A device this build cannot use is refused before anything listens.

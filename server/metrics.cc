@@ -8,28 +8,61 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <limits>
 #include <vector>
+
+#include "server/api_keys.h"
+#include "server/process_metrics.h"
 
 namespace kvserve::server {
 namespace {
 
-// Latency buckets in seconds, from sub-millisecond decode steps on a GPU to long CPU prefills.
-const std::vector<double>& LatencyBuckets() {
+// Buckets in seconds between consecutive tokens: sub-millisecond decode steps on a GPU to a
+// step stalled behind long CPU prefills.
+const std::vector<double>& TokenLatencyBuckets() {
   static const std::vector<double> buckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                               0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
   return buckets;
 }
 
+// Buckets in seconds of what may last a whole generation (queue, first token, the request):
+// those between tokens, then doubling until the longest generation `max_new_tokens_limit`
+// allows at ServerMetrics::kSlowestTokensPerSecond falls in a finite bucket.
+std::vector<double> RequestLatencyBuckets(int64_t max_new_tokens_limit) {
+  std::vector<double> buckets = TokenLatencyBuckets();
+  const double longest = static_cast<double>(std::max<int64_t>(max_new_tokens_limit, 1)) /
+                         ServerMetrics::kSlowestTokensPerSecond;
+  while (buckets.back() < longest) buckets.push_back(buckets.back() * 2);
+  return buckets;
+}
+
 }  // namespace
 
-ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+ServerMetrics::ServerMetrics(int64_t max_new_tokens_limit)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      process_(std::make_unique<ProcessMetrics>()) {
+  const std::vector<double> request_buckets = RequestLatencyBuckets(max_new_tokens_limit);
   requests_ = &prometheus::BuildCounter()
                    .Name("kvserve_requests_total")
                    .Help(
                        "Generation requests that ended, refused ones included, by outcome "
                        "(finish reason or error code)")
                    .Register(*registry_);
+  tenant_requests_ = &prometheus::BuildCounter()
+                          .Name("kvserve_tenant_requests_total")
+                          .Help(
+                              "kvserve_requests_total by the caller's tenant (tenants the keys "
+                              "file does not name: \"(other)\")")
+                          .Register(*registry_);
+  tenant_waiting_ = &prometheus::BuildGauge()
+                         .Name("kvserve_tenant_num_requests_waiting")
+                         .Help("kvserve_num_requests_waiting by tenant")
+                         .Register(*registry_);
+  tenant_running_ = &prometheus::BuildGauge()
+                         .Name("kvserve_tenant_num_requests_running")
+                         .Help("kvserve_num_requests_running by tenant")
+                         .Register(*registry_);
   rpcs_ = &prometheus::BuildCounter()
                .Name("kvserve_rpcs_total")
                .Help("Calls of kvserve's services, by method and gRPC status code")
@@ -38,12 +71,12 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                       .Name("kvserve_e2e_request_latency_seconds")
                       .Help("Finished generation requests, from the call's start to its status")
                       .Register(*registry_)
-                      .Add({}, LatencyBuckets());
+                      .Add({}, request_buckets);
   prefill_time_ = &prometheus::BuildHistogram()
                        .Name("kvserve_request_prefill_time_seconds")
                        .Help("From admission into the running batch to the first token")
                        .Register(*registry_)
-                       .Add({}, LatencyBuckets());
+                       .Add({}, request_buckets);
   kv_device_used_ = &prometheus::BuildGauge()
                          .Name("kvserve_kv_device_bytes_used")
                          .Help(
@@ -90,20 +123,22 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                .Name("kvserve_time_to_first_token_seconds")
                .Help("From arrival to the first generated token")
                .Register(*registry_)
-               .Add({}, LatencyBuckets());
+               .Add({}, request_buckets);
   itl_ = &prometheus::BuildHistogram()
               .Name("kvserve_inter_token_latency_seconds")
               .Help("Between consecutive generated tokens of a request")
               .Register(*registry_)
-              .Add({}, LatencyBuckets());
+              .Add({}, TokenLatencyBuckets());
   queue_time_ = &prometheus::BuildHistogram()
                      .Name("kvserve_request_queue_time_seconds")
                      .Help("From arrival to admission into the running batch")
                      .Register(*registry_)
-                     .Add({}, LatencyBuckets());
+                     .Add({}, request_buckets);
   kv_bytes_ = &prometheus::BuildGauge()
                    .Name("kvserve_kv_cache_bytes")
-                   .Help("Bytes held by the KV caches of live requests, by strategy and device")
+                   .Help(
+                       "Bytes held by the KV caches of live requests, by strategy and location "
+                       "(device, host)")
                    .Register(*registry_);
   oom_events_ = &prometheus::BuildCounter()
                      .Name("kvserve_oom_events_total")
@@ -146,8 +181,9 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   sessions_ = &prometheus::BuildGauge()
                    .Name("kvserve_sessions")
                    .Help(
-                       "Chat sessions by state (live: open; offloaded: open with their idle "
-                       "cache moved to host memory)")
+                       "Open chat sessions: state=\"live\" counts every open session, offloaded "
+                       "and evicted ones included; state=\"offloaded\" counts those of them whose "
+                       "idle cache is in host memory (a subset: do not add the states)")
                    .Register(*registry_);
   session_bytes_ = &prometheus::BuildGauge()
                         .Name("kvserve_session_kv_bytes")
@@ -174,6 +210,7 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   for (const char* state : {"live", "offloaded"}) sessions_->Add({{"state", state}});
   for (const char* location : {"device", "host"}) session_bytes_->Add({{"location", location}});
   for (const char* cache : {"hit", "miss"}) session_turns_->Add({{"cache", cache}});
+  SetTenants({});
 }
 
 void ServerMetrics::SetSessionCounts(const SessionCounts& c) {
@@ -216,6 +253,47 @@ void ServerMetrics::SetPrefixCounts(const PrefixCounts& c) {
 
 void ServerMetrics::CountRequest(const std::string& outcome) {
   requests_->Add({{"outcome", outcome}}).Increment();
+}
+
+void ServerMetrics::CountTenantRequest(const std::string& tenant, const std::string& outcome) {
+  tenant_requests_->Add({{"tenant", TenantLabel(tenant)}, {"outcome", outcome}}).Increment();
+}
+
+void ServerMetrics::SetTenants(const std::vector<std::string>& tenants) {
+  absl::MutexLock lock(&mu_);
+  tenants_ = {tenants.begin(), tenants.end()};
+  tenants_.insert(kDefaultTenant);
+  // Every label value shows in the queue gauges from the start, at 0.
+  std::vector<std::string> labels(tenants_.begin(), tenants_.end());
+  labels.push_back(kOtherTenant);
+  for (const std::string& label : labels) {
+    if (tenant_queue_labels_.insert(label).second) {
+      tenant_waiting_->Add({{"tenant", label}});
+      tenant_running_->Add({{"tenant", label}});
+    }
+  }
+}
+
+std::string ServerMetrics::TenantLabel(const std::string& tenant) const {
+  absl::MutexLock lock(&mu_);
+  return tenants_.contains(tenant) ? tenant : kOtherTenant;
+}
+
+void ServerMetrics::SetTenantQueues(const std::map<std::string, TenantQueue>& by_tenant) {
+  std::map<std::string, TenantQueue> by_label;
+  for (const auto& [tenant, queue] : by_tenant) {
+    TenantQueue& sum = by_label[TenantLabel(tenant)];
+    sum.waiting += queue.waiting;
+    sum.running += queue.running;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [label, queue] : by_label) tenant_queue_labels_.insert(label);
+  for (const std::string& label : tenant_queue_labels_) {
+    const auto it = by_label.find(label);
+    const TenantQueue queue = it == by_label.end() ? TenantQueue() : it->second;
+    tenant_waiting_->Add({{"tenant", label}}).Set(static_cast<double>(queue.waiting));
+    tenant_running_->Add({{"tenant", label}}).Set(static_cast<double>(queue.running));
+  }
 }
 
 void ServerMetrics::CountRpc(const std::string& method, const std::string& code) {
@@ -263,22 +341,32 @@ void ServerMetrics::ObserveQueueTime(double seconds) { queue_time_->Observe(seco
 
 void ServerMetrics::SetKvBytes(
     const std::map<std::pair<std::string, std::string>, int64_t>& bytes) {
-  absl::MutexLock lock(&mu_);
+  // By (strategy, location): every device name is location "device".
+  std::map<std::pair<std::string, std::string>, int64_t> by_location;
   for (const auto& [key, value] : bytes) {
+    by_location[{key.first, key.second == "host" ? "host" : "device"}] += value;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, value] : by_location) {
     auto it = kv_gauges_.find(key);
     if (it == kv_gauges_.end()) {
-      prometheus::Gauge* gauge = &kv_bytes_->Add({{"strategy", key.first}, {"device", key.second}});
+      prometheus::Gauge* gauge =
+          &kv_bytes_->Add({{"strategy", key.first}, {"location", key.second}});
       it = kv_gauges_.emplace(key, gauge).first;
     }
   }
   for (const auto& [key, gauge] : kv_gauges_) {
-    auto value = bytes.find(key);
-    gauge->Set(value == bytes.end() ? 0.0 : static_cast<double>(value->second));
+    auto value = by_location.find(key);
+    gauge->Set(value == by_location.end() ? 0.0 : static_cast<double>(value->second));
   }
 }
 
 std::string ServerMetrics::TextFormat() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::vector<prometheus::MetricFamily> process = process_->Collect();
+  families.insert(families.end(), std::make_move_iterator(process.begin()),
+                  std::make_move_iterator(process.end()));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace kvserve::server

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -22,10 +24,20 @@ class Family;
 
 namespace kvserve::server {
 
+class ProcessMetrics;
+
 // Thread-safe: every method may be called from any thread.
 class ServerMetrics {
  public:
-  ServerMetrics();
+  // The tenant label of every tenant the keys file does not name (and of unauthenticated
+  // calls): not a valid tenant name, so it never mixes with one.
+  static constexpr char kOtherTenant[] = "(other)";
+  // The slowest decode the latency histograms plan for: their buckets reach the longest
+  // generation `max_new_tokens_limit` allows at this rate.
+  static constexpr double kSlowestTokensPerSecond = 30;
+
+  // `max_new_tokens_limit` is --max-new-tokens-limit (see kSlowestTokensPerSecond).
+  explicit ServerMetrics(int64_t max_new_tokens_limit = 4096);
   ~ServerMetrics();
 
   // The registry (to add collectables of other modules).
@@ -36,6 +48,25 @@ class ServerMetrics {
   // reasons), and for failures the lower-case gRPC code name ("invalid_argument",
   // "not_found", "resource_exhausted", "deadline_exceeded", ...).
   void CountRequest(const std::string& outcome);
+  // kvserve_tenant_requests_total{tenant,outcome}: kvserve_requests_total by the caller's
+  // tenant (TenantLabel), so that refusals (the error outcomes) show whom they hit.
+  void CountTenantRequest(const std::string& tenant, const std::string& outcome);
+  // The tenants that get a label value of their own: these and "default" (the --api-keys-file's
+  // tenants; again after each reload). Every other tenant is counted as kOtherTenant, which
+  // bounds the labels' cardinality whatever names client certificates carry.
+  void SetTenants(const std::vector<std::string>& tenants);
+  // `tenant`'s label value: itself when SetTenants named it (or it is "default"), else
+  // kOtherTenant.
+  std::string TenantLabel(const std::string& tenant) const;
+  // kvserve_tenant_num_requests_waiting{tenant} and kvserve_tenant_num_requests_running{tenant}:
+  // the engine's requests by tenant (TenantLabel; tenants folded into one label are summed).
+  // Every label value known (SetTenants) or set once stays exported; one missing from
+  // `by_tenant` reads 0.
+  struct TenantQueue {
+    int64_t waiting = 0;
+    int64_t running = 0;
+  };
+  void SetTenantQueues(const std::map<std::string, TenantQueue>& by_tenant);
   // kvserve_rpcs_total{method,code}: one per call of a kvserve service, by method
   // ("Generate", "RegisterPrefix", ...) and gRPC status code name ("OK", "NOT_FOUND", ...).
   void CountRpc(const std::string& method, const std::string& code);
@@ -69,8 +100,10 @@ class ServerMetrics {
   // kvserve_offload_fallbacks_total: request caches moved to their offloaded form.
   void CountOutOfMemory();
   void CountOffloadFallback();
-  // kvserve_kv_cache_bytes{strategy, device}: bytes the live caches hold. Every (strategy,
-  // device) pair set once stays exported; pairs missing from `bytes` are set to 0.
+  // kvserve_kv_cache_bytes{strategy, location}: bytes the live caches hold, by (strategy, where):
+  // `where` is "host" for host memory, else the device's name ("cpu", "cuda:0"), exported as
+  // location="device" (the vocabulary of kvserve_session_kv_bytes). Every (strategy, location)
+  // pair set once stays exported; pairs missing from `bytes` are set to 0.
   void SetKvBytes(const std::map<std::pair<std::string, std::string>, int64_t>& bytes);
 
   // The prefix store's counts: kvserve_prefix_cache_queries_total{kind} and
@@ -84,9 +117,10 @@ class ServerMetrics {
   };
   void SetPrefixCounts(const PrefixCounts& counts);
 
-  // Sessions: kvserve_sessions{state} (live: open; offloaded: of those, with their cache on
-  // the host while idle), kvserve_session_kv_bytes{location} (idle sessions' caches: device,
-  // host), kvserve_session_evictions_total, kvserve_session_expirations_total,
+  // Sessions: kvserve_sessions{state} (live: every open session, offloaded ones included;
+  // offloaded: those of them whose idle cache is in host memory),
+  // kvserve_session_kv_bytes{location} (idle sessions' caches: device, host),
+  // kvserve_session_evictions_total, kvserve_session_expirations_total,
   // kvserve_session_turns_total{cache} (hit: reused the session's cache; miss: computed the
   // prompt). Cumulative totals, as SetPrefixCounts.
   struct SessionCounts {
@@ -95,12 +129,18 @@ class ServerMetrics {
   };
   void SetSessionCounts(const SessionCounts& counts);
 
-  // The registry in Prometheus text format (what /metrics serves).
+  // The registry in Prometheus text format (what /metrics serves), followed by the process
+  // metrics every Prometheus client exports (ProcessMetrics: process_cpu_seconds_total,
+  // process_resident_memory_bytes, process_start_time_seconds, process_open_fds, ...).
   std::string TextFormat() const;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<ProcessMetrics> process_;
   prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Counter>* tenant_requests_;
+  prometheus::Family<prometheus::Gauge>* tenant_waiting_;
+  prometheus::Family<prometheus::Gauge>* tenant_running_;
   prometheus::Family<prometheus::Counter>* rpcs_;
   prometheus::Histogram* e2e_latency_;
   prometheus::Histogram* prefill_time_;
@@ -130,8 +170,12 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* session_turns_;
   PrefixCounts last_prefix_counts_ ABSL_GUARDED_BY(mu_);
   SessionCounts last_session_counts_ ABSL_GUARDED_BY(mu_);
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> kv_gauges_ ABSL_GUARDED_BY(mu_);
+  // The tenants with a label of their own ("default" always), and every tenant label value
+  // whose queue gauges exist.
+  std::set<std::string, std::less<>> tenants_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string, std::less<>> tenant_queue_labels_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvserve::server

@@ -804,7 +804,7 @@ absl::StatusOr<PrefixRegistration> RequestBuilder::Registration(const Registrati
   // The snapshot always holds every token's K/V; the strategy decides how its prompt is
   // prefilled (whole for a quantized one) and is checked against the model here.
   out.options.cache_implementation =
-      input.cache_implementation.empty() ? "static" : input.cache_implementation;
+      input.cache_implementation.empty() ? "dynamic" : input.cache_implementation;
   absl::StatusOr<cache::CacheSpec> spec = cache::CacheSpec::Parse(out.options.cache_implementation);
   if (!spec.ok()) {
     return FieldError("options.cache_implementation", std::string(spec.status().message()));

@@ -35,7 +35,7 @@ std::vector<base::FlagSpec> Flags() {
       {"listen", "gRPC listen address (port 0: any free port)", "127.0.0.1:50051"},
       {"tls-cert-file", "server certificate chain (PEM); with --tls-key-file, gRPC serves TLS",
        "none: plaintext"},
-      {"tls-key-file", "private key (PEM) of --tls-cert-file", "none"},
+      {"tls-key-file", "private key (PEM) of --tls-cert-file", "none: plaintext"},
       {"tls-client-ca-file",
        "CA certificates (PEM): clients must present a certificate they sign (mutual TLS)", "none"},
       {"insecure",
@@ -53,31 +53,31 @@ std::vector<base::FlagSpec> Flags() {
        "comma-separated certificate CNs (tenants) with the admin role (--tenant-from-client-cert)",
        "none"},
       {"tenant-max-running-requests",
-       "requests of one tenant running at once at most; its others wait (0: no limit)", "0"},
+       "requests of one tenant running at once at most; its others wait", "0: no limit"},
       {"tenant-max-queued-requests",
-       "requests of one tenant waiting at most (beyond: RESOURCE_EXHAUSTED; 0: no limit)", "0"},
+       "requests of one tenant waiting at most (beyond: RESOURCE_EXHAUSTED)", "0: no limit"},
       {"tenant-max-prefix-bytes",
-       "bytes of prefix snapshots (named and automatic) one tenant may hold (0: no limit)", "0"},
+       "bytes of prefix snapshots (named and automatic) one tenant may hold", "0: no limit"},
       {"metrics-listen", "Prometheus /metrics listen address (plaintext)", "off"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
       {"weight-dtype", model::kWeightDtypeFlagHelp, "auto"},
       {"bf16-compute", model::kBf16ComputeFlagHelp, "auto"},
-      {"threads", "CPU threads for LibTorch (0: every core)", "0"},
+      {"threads", "CPU threads for LibTorch", "0: all cores"},
       {"max-batch-size", "sequences in the running batch at most", "32"},
       {"max-batch-tokens", "tokens per step at most (long prefills are chunked to fit)", "2048"},
       {"max-queue", "requests waiting for admission at most (beyond: RESOURCE_EXHAUSTED)", "256"},
       {"max-new-tokens-limit", "the largest max_new_tokens a request may ask for", "4096"},
-      {"prefix-cache-bytes",
-       "bytes of prefix snapshots kept (named and automatic); 0: follow the device and model",
-       "GPU: 1/4 of the KV budget; CPU: 4 full contexts, 64 MiB-1 GiB"},
+      {"prefix-cache-bytes", "bytes of prefix snapshots kept (named and automatic)",
+       "0: follows the device and model: CUDA 1/4 of the KV budget, CPU 4 full contexts (64 "
+       "MiB-1 GiB)"},
       {"no-auto-prefix-cache", "do not reuse shared prompt prefixes automatically", "", true},
       {"auto-prefix-min-tokens", "shortest prompt prefix kept and reused automatically", "32"},
       {"session-idle-offload-seconds",
        "an idle session's cache moves to host memory after this many seconds", "60"},
       {"session-cache-bytes",
        "bytes idle sessions' caches may hold; the least recently used are evicted beyond",
-       "1073741824"},
+       "1073741824 (1 GiB)"},
       {"session-ttl-seconds", "a session closes this long after its last use (unless it says)",
        "1800"},
       {"max-sessions", "sessions open at once at most", "1024"},
@@ -91,10 +91,13 @@ std::vector<base::FlagSpec> Flags() {
       {"log-format", "text | json", "text"},
       {"log-level", "trace | debug | info | warn | error | critical | off", "info"},
       {"max-request-bytes",
-       "largest request message accepted (beyond: RESOURCE_EXHAUSTED); at least 4096", "67108864"},
+       "largest request message accepted (beyond: RESOURCE_EXHAUSTED); at least 4096",
+       "67108864 (64 MiB)"},
       {"shutdown-grace-seconds", "time in-flight requests get to finish after SIGTERM", "30"},
       {"replica-id", "this replica's name in x-kvserve-replica trailers and GetModelInfo",
-       "HOST:PORT it listens on"},
+       "the HOST:PORT it listens on"},
+      {"version", "print the version, git revision, LibTorch and CUDA versions, and exit", "",
+       true},
   };
 }
 
@@ -233,6 +236,8 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   *help = cl->help_requested();
   ServerOptions o;
   if (*help) return o;
+  o.version = cl->GetBool("version");
+  if (o.version) return o;
   o.model_dir = cl->GetString("model", "");
   o.listen = cl->GetString("listen", o.listen);
   o.metrics_listen = cl->GetString("metrics-listen", "");

@@ -102,6 +102,9 @@ struct ServerOptions {
   // in GetModelInfo; empty: the HOST:PORT it listens on.
   std::string replica_id;
 
+  // --version: print what this build is and exit (the other fields keep their defaults).
+  bool version = false;
+
   // Parses the command line. InvalidArgument naming the flag for an unknown flag or a bad
   // value; `*help` is set (and the options are defaults) for --help, with the usage text in
   // `*usage`.

@@ -4,6 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "tokenizer/unicode_utils.h"
@@ -22,6 +25,70 @@ constexpr const char* kMerges[] = {
     "Ġ T",    "ĠT he",  "Ġ g",   "Ġw h", "Ġ r",   "l e",    "a l",   "Ġb e",   "Ġ u",     "Ġ I",
     "Ġth at", "Ġw ith", "a s",   "i c",
 };
+
+// Whole words (each after a byte-level space) that fill the vocabulary's ids past the merges, so
+// that every id a model of that vocabulary can sample decodes to text. No merge produces them,
+// so encoding never does: they change what ids decode to, never how text encodes.
+constexpr const char* kWords[] = {
+    "time",    "people",  "year",     "way",     "day",      "man",        "thing",    "woman",
+    "life",    "child",   "world",    "school",  "state",    "family",     "student",  "group",
+    "country", "problem", "hand",     "part",    "place",    "case",       "week",     "company",
+    "system",  "program", "question", "work",    "number",   "night",      "point",    "home",
+    "water",   "room",    "mother",   "area",    "money",    "story",      "fact",     "month",
+    "lot",     "right",   "study",    "book",    "eye",      "job",        "word",     "business",
+    "issue",   "side",    "kind",     "head",    "house",    "service",    "friend",   "father",
+    "power",   "hour",    "game",     "line",    "end",      "member",     "law",      "car",
+    "city",    "name",    "team",     "minute",  "idea",     "kid",        "body",     "face",
+    "others",  "level",   "office",   "door",    "health",   "person",     "art",      "war",
+    "history", "party",   "result",   "change",  "morning",  "reason",     "research", "girl",
+    "guy",     "moment",  "air",      "teacher", "force",    "river",      "garden",   "light",
+    "music",   "letter",  "paper",    "say",     "get",      "make",       "go",       "know",
+    "take",    "see",     "come",     "think",   "look",     "want",       "give",     "use",
+    "find",    "tell",    "ask",      "seem",    "feel",     "try",        "leave",    "call",
+    "keep",    "let",     "begin",    "help",    "talk",     "turn",       "start",    "show",
+    "hear",    "play",    "run",      "move",    "like",     "live",       "believe",  "hold",
+    "bring",   "happen",  "write",    "provide", "sit",      "stand",      "lose",     "pay",
+    "meet",    "include", "continue", "learn",   "lead",     "understand", "watch",    "follow",
+    "stop",    "create",  "speak",    "read",    "spend",    "grow",       "open",     "walk",
+    "win",     "offer",   "remember", "love",    "consider", "appear",     "buy",      "wait",
+    "serve",   "die",     "send",     "good",    "new",      "first",      "last",     "long",
+    "great",   "little",  "own",      "other",   "old",      "big",        "high",     "different",
+    "small",   "large",   "next",     "early",   "young",    "important",  "few",      "public",
+    "bad",     "same",    "able",     "quiet",   "green",    "blue",       "red",      "warm",
+    "cold",    "happy",   "simple",   "clear",   "strong",   "free",       "true",     "full",
+    "and",     "but",     "or",       "so",      "then",     "when",       "where",    "because",
+    "after",   "before",  "over",     "under",   "again",    "never",      "always",   "often",
+    "here",    "there",   "now",      "very",    "just",     "also",       "well",     "only",
+    "even",    "still",   "back",     "down",    "up",       "out",        "about",    "into",
+    "from",    "for",     "by",       "they",    "we",       "he",         "she",      "it",
+    "this",    "what",    "which",    "who",
+};
+
+// Consonants and vowels of the made-up words that fill what kWords leaves: "ba", "be", ...,
+// then "baba", "babe", ..., then three syllables (at most 6 letters, far below the 16 bytes a
+// token may hold without changing the request parser's text limit).
+constexpr char kConsonants[] = "bdfgklmnprstvz";
+constexpr char kVowels[] = "aeiou";
+
+// The `index`-th made-up word: syllables counted in base (consonants x vowels).
+std::string MadeUpWord(int64_t index) {
+  constexpr int64_t kSyllables = (sizeof(kConsonants) - 1) * (sizeof(kVowels) - 1);
+  int64_t count = kSyllables;
+  int syllables = 1;
+  while (index >= count) {
+    index -= count;
+    count *= kSyllables;
+    ++syllables;
+  }
+  std::string word;
+  for (int i = 0; i < syllables; ++i) {
+    const int64_t syllable = index % kSyllables;
+    index /= kSyllables;
+    word.insert(word.begin(), {kConsonants[syllable / (sizeof(kVowels) - 1)],
+                               kVowels[syllable % (sizeof(kVowels) - 1)]});
+  }
+  return word;
+}
 
 }  // namespace
 
@@ -42,6 +109,20 @@ std::string MakeTinyTokenizerJson(int32_t vocab_size_hint) {
     vocab[merged] = next_id++;
     merges.push_back(m);
   }
+  // An ordered object looks keys up one by one, too slow for 32,000 words: `taken` knows the
+  // tokens, and the words are appended without a look-up.
+  std::unordered_set<std::string> taken;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) taken.insert(it.key());
+  Json::object_t& entries = vocab.get_ref<Json::object_t&>();
+  const std::string space = bytes[' '];
+  const auto add_word = [&](const std::string& word) {
+    if (taken.insert(space + word).second) entries.emplace_back(space + word, next_id++);
+  };
+  for (const char* word : kWords) {
+    if (next_id >= vocab_size_hint) break;
+    add_word(word);
+  }
+  for (int64_t i = 0; next_id < vocab_size_hint; ++i) add_word(MadeUpWord(i));
   auto added = [](int32_t id, const char* content) {
     return Json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
                 {"rstrip", false}, {"normalized", false}, {"special", true}};

@@ -12,8 +12,12 @@ inline constexpr int32_t kTinyBosId = 256, kTinyEosId = 257;
 
 // tokenizer.json text: ByteLevel pre-tokenizer (GPT-2 regex) and decoder, a BPE model whose
 // ids 0..255 are the bytes, merges of common English pairs with ids 258.. (only as many as fit
-// below `vocab_size_hint`), <s>/</s> as added special tokens, and a TemplateProcessing
-// post-processor that prepends <s>. Deterministic: the same hint gives the same bytes.
+// below `vocab_size_hint`), then whole words after a space (" time", ...; then made-up ones:
+// " ba", " be", ...) up to `vocab_size_hint` - 1, <s>/</s> as added special tokens, and a
+// TemplateProcessing post-processor that prepends <s>. Every id below the hint (past 257) is a
+// token, so whatever id a model of that vocabulary samples decodes to text; no merge makes the
+// words, so they never change how text encodes. Deterministic: the same hint gives the same
+// bytes.
 std::string MakeTinyTokenizerJson(int32_t vocab_size_hint);
 
 // tokenizer_config.json text with bos_token <s>, eos_token </s> and a Llama-3-like chat

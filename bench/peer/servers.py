@@ -1,6 +1,7 @@
 """Helpers of server_rows.py and server_sweep.py: kvserve and llama-server on one model pair.
 
-- Kvserve / LlamaServer start a server on a free loopback port and wait until it serves.
+- Kvserve / LlamaServer start a server on a loopback port and wait until it serves (kvserve
+  through client/python/kvserve_launch.py, on port 0; llama-server on a free port).
   Single requests go through kvctl (kvserve) and llama-server's /completion (non-streamed);
   their TTFT is server-side: kvserve's timings.ttft_ms (arrival to first token) and
   llama-server's timings.prompt_ms (its prompt processing; with one request and one slot there
@@ -25,7 +26,6 @@ import multiprocessing
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +35,11 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    KvserveProcess,
+    free_port,
+)
 CALL_TIMEOUT_S = 900
 KVSERVE = "kvserve"
 LLAMA = "llama.cpp"
@@ -56,12 +61,6 @@ def model_files(args):
     """(the Hugging Face folder for kvserve, the GGUF for llama.cpp) of --model under --peer."""
     models = os.path.join(args.peer, "models")
     return os.path.join(models, args.model + "-hf"), os.path.join(models, args.model + ".gguf")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(check, what, timeout_s=300):
@@ -93,7 +92,7 @@ def round_up(n, to):
 
 
 class _Process:
-    """A server subprocess whose stderr goes to a temporary file (shown if it fails)."""
+    """A llama-server subprocess whose stderr goes to a temporary file (shown if it fails)."""
 
     def _spawn(self, cmd, name):
         self.name = name
@@ -121,25 +120,25 @@ class _Process:
         os.unlink(self.log.name)
 
 
-class Kvserve(_Process):
+class Kvserve:
+    """kvserve of BUILD on 127.0.0.1:0 (kvserve_launch.KvserveProcess), SERVING; requests go
+    through kvctl."""
     side = KVSERVE
 
     def __init__(self, build, model_dir, threads, extra=()):
         self.build = build
         self.kvctl_bin = os.path.join(build, "client/kvctl")
-        self.target = f"127.0.0.1:{free_port()}"
-        self._spawn([os.path.join(build, "server/kvserve"), "--model", model_dir, "--listen",
-                     self.target, "--threads", str(threads), *extra], "kvserve")
-        try:
-            wait_until(self._healthy, "kvserve")
-        except BaseException:
-            self.stop()
-            raise
+        _kvserve_stubs(os.path.abspath(os.path.join(build, "proto/python")))  # health checks
+        self.process = KvserveProcess(os.path.join(build, "server/kvserve"),
+                                      ["--model", model_dir, "--threads", str(threads), *extra],
+                                      start_timeout_s=300, stop_grace_s=60)
+        self.target = self.process.target
 
-    def _healthy(self):
-        self._alive()
-        return subprocess.run([self.kvctl_bin, "--target", self.target, "health"],
-                              capture_output=True, check=False).returncode == 0
+    def log_tail(self, n=20):
+        return self.process.log_tail(n)
+
+    def stop(self):
+        self.process.close()
 
     def kvctl(self, *rest):
         cmd = [self.kvctl_bin, "--target", self.target, "--output", "json", "--timeout-ms",

@@ -11,10 +11,13 @@ message (`index`, `score`, `logprobs`), which the example gathers by index.
 Uses Debian's python3-grpcio and python3-protobuf and the stubs generated at build time:
   PYTHONPATH=build/proto/python /usr/bin/python3 client/python/kvserve_beams_example.py \\
       --target 127.0.0.1:50051 [--num-beams 4] [--num-return-sequences 2] [--top-logprobs 3] \\
-      [--stream] [--route KEY] [--api-key KEY]
+      [--stream] [--route KEY] [--tls-ca-file PEM [--tls-cert-file PEM --tls-key-file PEM]] \\
+      [--api-key KEY]
 
---api-key KEY (default: the environment variable KVSERVE_API_KEY, preferable since the flag
-shows in the process list) sends "authorization: Bearer KEY" metadata on every call.
+--tls-ca-file (TLS), --tls-cert-file and --tls-key-file (mutual TLS) and --tls-server-name
+secure the channel as kvserve_client_example.py's do. --api-key KEY (default: the environment
+variable KVSERVE_API_KEY, preferable since the flag shows in the process list) sends
+"authorization: Bearer KEY" metadata on every call.
 """
 import argparse
 import os
@@ -24,10 +27,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     add_api_key_argument,
+    add_tls_arguments,
     call_metadata,
+    check_tls_arguments,
+    describe_rpc_error,
     generation_pb2,
     generation_pb2_grpc,
     grpc,
+    open_channel_from_args,
 )
 
 EARLY_STOPPING = {
@@ -86,8 +93,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
     parser.add_argument("--route", default="",
                         help="routing key sent as x-kvserve-route metadata (default: none)")
+    add_tls_arguments(parser)
     add_api_key_argument(parser)
     args = parser.parse_args()
+    check_tls_arguments(parser, args)
     metadata = call_metadata(api_key=args.api_key, route=args.route)
 
     sampling = generation_pb2.SamplingParams(
@@ -102,7 +111,12 @@ def main() -> int:
         sampling.length_penalty = args.length_penalty
     request = generation_pb2.GenerateRequest(prompt=args.prompt, sampling=sampling)
 
-    with grpc.insecure_channel(args.target) as channel:
+    try:
+        channel = open_channel_from_args(args)
+    except OSError as error:
+        print(f"error: cannot read a TLS file: {error}", file=sys.stderr)
+        return 2
+    with channel:
         stub = generation_pb2_grpc.GenerationStub(channel)
         try:
             if args.stream:
@@ -113,7 +127,7 @@ def main() -> int:
                 response = stub.Generate(request, timeout=args.timeout, metadata=metadata)
                 sequences, usage = list(response.sequences), response.usage
         except grpc.RpcError as error:
-            print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
+            print(f"error: {describe_rpc_error(error, args)}", file=sys.stderr)
             return 1
     for sequence in sequences:
         print_sequence(sequence)

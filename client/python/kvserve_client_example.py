@@ -11,7 +11,8 @@ the trailing metadata x-kvserve-replica, printed as "replica:".
 
 With --tls-ca-file the channel is TLS, verifying the server against those CA certificates;
 --tls-cert-file and --tls-key-file add a client certificate for a server that requires one
-(kvserve --tls-client-ca-file).
+(kvserve --tls-client-ca-file). A call that cannot connect says what most likely happened (the
+server requires TLS, or a client certificate, or does not trust the one given).
 
 With --api-key KEY (default: the environment variable KVSERVE_API_KEY, which is preferable:
 the flag shows in the process list), every call carries gRPC metadata
@@ -30,8 +31,11 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     health_pb2,
     health_pb2_grpc,
     add_api_key_argument,
+    add_tls_arguments,
     call_metadata,
-    open_channel,
+    check_tls_arguments,
+    describe_rpc_error,
+    open_channel_from_args,
 )
 
 
@@ -65,25 +69,14 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
     parser.add_argument("--route", default="",
                         help="routing key sent as x-kvserve-route metadata (default: none)")
-    parser.add_argument("--tls-ca-file", default=None,
-                        help="CA certificates (PEM) verifying the server; with it, TLS")
-    parser.add_argument("--tls-cert-file", default=None,
-                        help="client certificate chain (PEM) for mutual TLS")
-    parser.add_argument("--tls-key-file", default=None,
-                        help="private key (PEM) of --tls-cert-file")
-    parser.add_argument("--tls-server-name", default=None,
-                        help="name the server's certificate must carry (default: the host)")
+    add_tls_arguments(parser)
     add_api_key_argument(parser)
     args = parser.parse_args()
-    if (args.tls_cert_file is None) != (args.tls_key_file is None):
-        parser.error("--tls-cert-file and --tls-key-file go together")
-    if args.tls_ca_file is None and (args.tls_cert_file or args.tls_server_name):
-        parser.error("--tls-cert-file and --tls-server-name need --tls-ca-file")
+    check_tls_arguments(parser, args)
     metadata = call_metadata(api_key=args.api_key, route=args.route)
 
     try:
-        channel = open_channel(args.target, args.tls_ca_file, args.tls_cert_file,
-                               args.tls_key_file, args.tls_server_name)
+        channel = open_channel_from_args(args)
     except OSError as error:
         print(f"error: cannot read a TLS file: {error}", file=sys.stderr)
         return 2
@@ -116,7 +109,7 @@ def main() -> int:
                 print(f"  {summary(last)}")
             print(f"  replica: {replica_of(stream)}")
         except grpc.RpcError as error:
-            print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
+            print(f"error: {describe_rpc_error(error, args)}", file=sys.stderr)
             return 1
     return 0
 

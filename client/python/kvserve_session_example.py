@@ -9,13 +9,15 @@ common prefix, so each turn's cached_tokens covers the turns before it), rolls t
 Uses Debian's python3-grpcio and python3-protobuf and the stubs generated at build time:
   PYTHONPATH=build/proto/python /usr/bin/python3 client/python/kvserve_session_example.py \\
       --target 127.0.0.1:50051 [--system TEXT] [--prefix NAME] [--route KEY] \\
-      [--api-key KEY]
+      [--tls-ca-file PEM [--tls-cert-file PEM --tls-key-file PEM]] [--api-key KEY]
 
 A session lives in the memory of the replica that created it: behind a gateway, give every call
 the same routing key (--route, sent as x-kvserve-route metadata).
 
---api-key KEY (default: the environment variable KVSERVE_API_KEY, preferable since the flag
-shows in the process list) sends "authorization: Bearer KEY" metadata on every call.
+--tls-ca-file (TLS), --tls-cert-file and --tls-key-file (mutual TLS) and --tls-server-name
+secure the channel as kvserve_client_example.py's do. --api-key KEY (default: the environment
+variable KVSERVE_API_KEY, preferable since the flag shows in the process list) sends
+"authorization: Bearer KEY" metadata on every call.
 """
 import argparse
 import os
@@ -25,10 +27,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     add_api_key_argument,
+    add_tls_arguments,
     call_metadata,
+    check_tls_arguments,
+    describe_rpc_error,
     generation_pb2,
     generation_pb2_grpc,
     grpc,
+    open_channel_from_args,
     session_pb2,
     session_pb2_grpc,
 )
@@ -68,11 +74,18 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
     parser.add_argument("--route", default="",
                         help="routing key sent as x-kvserve-route metadata (default: none)")
+    add_tls_arguments(parser)
     add_api_key_argument(parser)
     args = parser.parse_args()
+    check_tls_arguments(parser, args)
     metadata = call_metadata(api_key=args.api_key, route=args.route)
 
-    with grpc.insecure_channel(args.target) as channel:
+    try:
+        channel = open_channel_from_args(args)
+    except OSError as error:
+        print(f"error: cannot read a TLS file: {error}", file=sys.stderr)
+        return 2
+    with channel:
         sessions = session_pb2_grpc.SessionsStub(channel)
         generation = generation_pb2_grpc.GenerationStub(channel)
         session = None
@@ -119,7 +132,7 @@ def main() -> int:
             else:
                 print("rolled back the last turn: it added no tokens")
         except grpc.RpcError as error:
-            print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
+            print(f"error: {describe_rpc_error(error, args)}", file=sys.stderr)
             exit_code = 1
         else:
             exit_code = 0
@@ -129,7 +142,7 @@ def main() -> int:
                                       timeout=args.timeout, metadata=metadata)
                 print(f"closed {session.id}")
             except grpc.RpcError as error:
-                print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
+                print(f"error: {describe_rpc_error(error, args)}", file=sys.stderr)
                 exit_code = 1
     return exit_code
 

@@ -181,6 +181,16 @@ std::optional<GenerationUsage> CallRecord::generation() const {
   return generation_;
 }
 
+void CallRecord::SetPromptTokens(int64_t prompt_tokens) {
+  absl::MutexLock lock(&mu_);
+  prompt_tokens_ = prompt_tokens;
+}
+
+std::optional<int64_t> CallRecord::prompt_tokens() const {
+  absl::MutexLock lock(&mu_);
+  return prompt_tokens_;
+}
+
 std::shared_ptr<CallRecord> FindCallRecord(const grpc::ServerContextBase* context) {
   CallRegistry& calls = Calls();
   absl::MutexLock lock(&calls.mu);
@@ -304,9 +314,12 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
         absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
     const std::string code_label = absl::AsciiStrToLower(code);
     const std::optional<GenerationUsage> usage = record_->generation();
+    const std::string outcome =
+        usage.has_value() && status.ok() ? usage->finish_reason : code_label;
     if (known_) metrics_->CountRpc(method_, code);
     if (generation_) {
       if (!record_->counted_by_engine()) metrics_->CountRequest(code_label);
+      metrics_->CountTenantRequest(record_->tenant(), outcome);
       if (usage.has_value()) {
         metrics_->ObserveEndToEndLatency(total_seconds);
         if (usage->ttft_ms > 0) {
@@ -319,15 +332,18 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
     line.tenant = record_->tenant();
     line.method = method_;
     line.peer = record_->peer();
-    line.outcome = usage.has_value() && status.ok() ? usage->finish_reason : code_label;
+    line.outcome = outcome;
     line.code = code;
     line.error = status.error_message();
     if (usage.has_value()) {
       line.prompt_tokens = usage->prompt_tokens;
       line.cached_tokens = usage->cached_tokens;
       line.completion_tokens = usage->completion_tokens;
-      line.queue_ms = usage->queue_ms;
-      line.ttft_ms = usage->ttft_ms;
+      // A request is admitted before its first token; one never admitted has neither time.
+      if (usage->queue_ms > 0 || usage->ttft_ms > 0) line.queue_ms = usage->queue_ms;
+      if (usage->ttft_ms > 0) line.ttft_ms = usage->ttft_ms;
+    } else if (generation_) {
+      line.prompt_tokens = record_->prompt_tokens();
     }
     line.total_ms = total_seconds * 1000;
     LogAccess(line);

@@ -58,7 +58,7 @@ struct GenerationUsage {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t completion_tokens = 0;
-  double queue_ms = 0;  // arrival to admission
+  double queue_ms = 0;  // arrival to admission; 0 when it was never admitted
   double ttft_ms = 0;   // arrival to the first token; 0 when none was generated
 };
 
@@ -92,6 +92,11 @@ class CallRecord {
   // The engine's summary of a finished generation. Set before the call's Finish.
   void SetGeneration(GenerationUsage usage) ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<GenerationUsage> generation() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The prompt's tokens of a generation request once it is parsed (before it is submitted),
+  // so that its access-log line has them when it ends without a summary (refused by the
+  // engine, cancelled, failed). nullopt until set.
+  void SetPromptTokens(int64_t prompt_tokens) ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<int64_t> prompt_tokens() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::string request_id_;
@@ -103,6 +108,7 @@ class CallRecord {
   bool counted_by_engine_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status denied_ ABSL_GUARDED_BY(mu_);
   std::optional<GenerationUsage> generation_ ABSL_GUARDED_BY(mu_);
+  std::optional<int64_t> prompt_tokens_ ABSL_GUARDED_BY(mu_);
 };
 
 // The record of the call `context` serves, or null when no CallTracker sees the call (a
@@ -134,13 +140,15 @@ struct CallerIdentification {
 // for the calls of kvserve's own services (health and reflection are left alone). Each call
 // gets a CallRecord before its handler runs, with its request id (see BeginCall), which the
 // initial metadata carries as x-request-id. When its status is sent, the call gets:
-//   - one access-log line (LogAccess): request id, tenant, method, peer, outcome, tokens,
-//     queue and TTFT (generations), total time, and the error message of a failure;
+//   - one access-log line (LogAccess): request id, tenant, method, peer, outcome, total time,
+//     the error message of a failure, and the fields the call has (generations: tokens, and
+//     the queue time and TTFT it reached; a generation without a summary: its prompt's tokens
+//     when it was parsed; other methods: none);
 //   - kvserve_rpcs_total{method,code};
 //   - for Generate and GenerateStream, kvserve_requests_total{outcome} when the engine did not
 //     count it (refused before it was submitted: malformed, unknown prefix, model loading, an
-//     escaped exception), and, when it finished, kvserve_e2e_request_latency_seconds and
-//     kvserve_request_prefill_time_seconds.
+//     escaped exception), kvserve_tenant_requests_total{tenant,outcome} always, and, when it
+//     finished, kvserve_e2e_request_latency_seconds and kvserve_request_prefill_time_seconds.
 // `metrics` must outlive the server. Thread-safe.
 //
 // With `identification` enabled, each call is authenticated before its handler runs: from its

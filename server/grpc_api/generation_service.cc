@@ -170,7 +170,10 @@ class EngineCall : public Reactor {
     } else {
       // Submit counts the request in the metrics, refused or at its end (which may come
       // before Submit returns).
-      if (record_ != nullptr) record_->MarkCountedByEngine();
+      if (record_ != nullptr) {
+        record_->MarkCountedByEngine();
+        record_->SetPromptTokens(static_cast<int64_t>(request->prompt_ids.size()));
+      }
       absl::StatusOr<RequestId> id =
           engine_->Submit(*std::move(request), std::make_shared<CallSink<Derived>>(self));
       if (!id.ok()) {

@@ -25,7 +25,8 @@ int32_t NumSequences(const v1::GenerateRequest& request) {
 }
 
 // How FakeSequence's sequence `index` ends.
-v1::FinishReason FakeFinishReason(int32_t index) {
+v1::FinishReason FakeFinishReason(const v1::GenerateRequest& request, int32_t index) {
+  if (request.prompt() == "drain") return v1::FINISH_REASON_CANCELLED;
   return index == 0 ? v1::FINISH_REASON_LENGTH : v1::FINISH_REASON_EOS;
 }
 
@@ -110,7 +111,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
           AddToken(request, i, j, *message.mutable_text(), *message.mutable_token_ids(),
                    *message.mutable_logprobs());
           if (j + 1 == n && !hang_) {
-            message.set_finish_reason(FakeFinishReason(i));
+            message.set_finish_reason(FakeFinishReason(request, i));
           }
         }
       }
@@ -208,7 +209,7 @@ v1::Sequence FakeSequence(const v1::GenerateRequest& request, int32_t index, int
     AddToken(request, index, j, *sequence.mutable_text(), *sequence.mutable_token_ids(),
              *sequence.mutable_logprobs());
   }
-  sequence.set_finish_reason(FakeFinishReason(index));
+  sequence.set_finish_reason(FakeFinishReason(request, index));
   if (request.sampling().num_beams() > 1) sequence.set_score(-0.5 * (index + 1));
   return sequence;
 }
@@ -279,10 +280,13 @@ grpc::ServerUnaryReactor* FakeHealthService::Check(
   return reactor;
 }
 
-FakeServer::FakeServer(std::string replica_id) : replica_(std::move(replica_id)) {
+FakeServer::FakeServer(std::string replica_id, std::shared_ptr<grpc::ServerCredentials> credentials)
+    : replica_(std::move(replica_id)) {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort("127.0.0.1:0",
+                           credentials != nullptr ? credentials : grpc::InsecureServerCredentials(),
+                           &port);
   builder.RegisterService(&generation_);
   builder.RegisterService(&prefix_cache_);
   builder.RegisterService(&sessions_);

@@ -29,7 +29,8 @@ v1::Sequence FakeSequence(const v1::GenerateRequest& request, int32_t index, int
 // Generation:
 // - Generate: no input is INVALID_ARGUMENT "input: ..."; otherwise max_new_tokens (unset: 3)
 //   tokens 10, 11, ..., text "t0t1...", finish LENGTH, usage.prompt_tokens = the number of
-//   token ids (or prompt bytes, or the messages' content bytes plus one per message).
+//   token ids (or prompt bytes, or the messages' content bytes plus one per message). Prompt
+//   "drain": every sequence finishes CANCELLED instead, as when kvserve's shutdown cuts it off.
 //   With `session`: a turn of `sessions`' session (NOT_FOUND for an unknown one), whose
 //   cached_tokens its answer carries, and cache_report.session the id.
 //   Every answer lists its sequences (FakeSequence): num_return_sequences (unset: 1) of them,
@@ -85,12 +86,13 @@ class FakeHealthService final : public grpc::health::v1::Health::CallbackService
 };
 
 // The fakes (Generation, PrefixCache, Sessions, Health) served on 127.0.0.1 at a free port until
-// destroyed, as one replica called `replica_id`.
+// destroyed, as one replica called `replica_id`, over `credentials` (null: plaintext).
 class FakeServer {
  public:
   static constexpr char kDefaultReplicaId[] = "fake-replica";
 
-  explicit FakeServer(std::string replica_id = kDefaultReplicaId);
+  explicit FakeServer(std::string replica_id = kDefaultReplicaId,
+                      std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
   ~FakeServer();
   // "127.0.0.1:PORT".
   std::string target() const { return target_; }

@@ -63,7 +63,7 @@ grpc::ServerUnaryReactor* FakePrefixCacheService::RegisterPrefix(
   options->set_pinned(request->options().has_pinned() ? request->options().pinned() : true);
   options->set_ttl_seconds(request->options().ttl_seconds());
   options->set_cache_implementation(request->options().cache_implementation().empty()
-                                        ? "static"
+                                        ? "dynamic"
                                         : request->options().cache_implementation());
   prefixes_[prefix.name()] = prefix;
   *response = prefix;

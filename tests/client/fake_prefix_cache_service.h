@@ -20,7 +20,7 @@ namespace kvserve::client::testing {
 //   the token ids, or the text's (or the messages' contents') bytes plus one for BOS; bytes =
 //   kFakeBytesPerToken per token; fingerprint kFakeFingerprint; created_at kFakeCreatedAtSeconds
 //   plus the number of earlier registrations; hits 0; options with defaults applied (pinned
-//   true, cache_implementation "static").
+//   true, cache_implementation "dynamic", as the server's).
 // - GetPrefix, DeletePrefix: NOT_FOUND "prefix 'NAME' is not registered" for an unknown name.
 // - ListPrefixes: every prefix, sorted by name.
 // Every call is served as `replica` (its routing key logged, the replica's id sent back).

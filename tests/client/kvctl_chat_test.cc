@@ -68,7 +68,7 @@ TEST(BuildChatOptionsTest, MalformedValuesNameTheFlag) {
       {{"--ttl-seconds", "soon"}, "--ttl-seconds: 'soon' is not an integer"},
       {{"--max-cache-len", "many"}, "--max-cache-len: 'many' is not an integer"},
       {{"--cache-config", R"({"bits":4})"}, "--cache-config: unknown key \"bits\""},
-      {{"--offload-only-non-sliding", "yes"}, "--offload-only-non-sliding: 'yes' is not true"},
+      {{"--offload-only-non-sliding=yes"}, "--offload-only-non-sliding takes no value, or =true"},
       {{"--max-new-tokens", "x"}, "--max-new-tokens: 'x' is not a 32-bit integer"},
       {{"--template-kwargs", "[1]"}, "--template-kwargs: expected a JSON object"},
       {{"--template-kwargs", "{"}, "--template-kwargs: not valid JSON"},

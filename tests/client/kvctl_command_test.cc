@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "client/kvctl_bench.h"
 #include "client/kvctl_generate.h"
 #include "client/kvctl_prefix.h"
@@ -87,6 +88,44 @@ TEST(ParseGlobalsTest, BadValuesNameTheFlag) {
   EXPECT_THAT(Parse({"--output", "yaml"}, {}).status().message(), HasSubstr("--output"));
   EXPECT_THAT(Parse({"--timeout-ms", "0"}, {}).status().message(), HasSubstr("--timeout-ms"));
   EXPECT_THAT(Parse({"--timeout-ms", "x"}, {}).status().message(), HasSubstr("timeout-ms"));
+}
+
+TEST(ParseGlobalsTest, TargetsGrpcCanDial) {
+  for (const std::string target :
+       {"127.0.0.1:50051", "localhost:1", "kvserve.example:65535", "[::1]:50051",
+        "[fe80::1%eth0]:8080", "unix:/run/kvserve.sock", "unix-abstract:kvserve",
+        "dns:///kvserve.example:443", "ipv4:127.0.0.1:50051,127.0.0.2:50051"}) {
+    absl::StatusOr<Globals> globals = Parse({"--target", target}, {});
+    ASSERT_TRUE(globals.ok()) << target << ": " << globals.status();
+    EXPECT_EQ(globals->target, target);
+  }
+}
+
+// gRPC dials port 0 for a target without a port and resolves "http://..." as a host name; both
+// fail only later, with errors that do not say why.
+TEST(ParseGlobalsTest, TargetsGrpcWouldMisreadAreRefused) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"127.0.0.1", "no port (give HOST:PORT, e.g. 127.0.0.1:50051)"},
+      {"kvserve.example", "no port (give HOST:PORT, e.g. 127.0.0.1:50051)"},
+      {"http://127.0.0.1:50051", "give HOST:PORT, not a URL"},
+      {"https://kvserve.example", "give HOST:PORT, not a URL"},
+      {"127.0.0.1:0", "the port '0' is not a number in [1, 65535]"},
+      {"127.0.0.1:65536", "the port '65536' is not a number in [1, 65535]"},
+      {"127.0.0.1:", "the port '' is not a number in [1, 65535]"},
+      {"127.0.0.1:+80", "the port '+80' is not a number in [1, 65535]"},
+      {"127.0.0.1:http", "the port 'http' is not a number in [1, 65535]"},
+      {":50051", "no host"},
+      {"::1:50051", "an IPv6 address goes in brackets"},
+      {"[::1]", "no port (give [IPV6]:PORT"},
+      {"[::1:50051", "no ']'"},
+      {"unix:", "no address after the scheme"},
+      {"", "empty (give HOST:PORT"},
+  };
+  for (const auto& [target, why] : cases) {
+    const absl::Status status = Parse({"--target", target}, {}).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << target;
+    EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("--target '", target, "': ", why)));
+  }
 }
 
 TEST(ParseGlobalsTest, RouteDefaultsToThePrefixName) {

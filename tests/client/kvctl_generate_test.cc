@@ -3,6 +3,8 @@
 // --help.
 #include "client/kvctl_generate.h"
 
+#include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -166,6 +168,50 @@ TEST_F(GenerateCommandTest, BadSequenceFlagsNameTheFlag) {
   EXPECT_EQ(out_.str(), "");
 }
 
+// A generation the server's shutdown cut short (finish_reason=cancelled) is not a success: its
+// output is printed all the same, and the exit code says it is partial.
+TEST_F(GenerateCommandTest, ACancelledGenerationExitsWithItsOwnCode) {
+  const std::string why =
+      "kvctl: the server cancelled the generation (finish_reason=cancelled: it is shutting "
+      "down); the output is partial\n";
+  for (const bool json : {false, true}) {
+    for (const RunBody body : {RunBody{RunGenerate}, RunBody{RunStream}}) {
+      ASSERT_EQ(Run(body, {"--prompt", "drain", "--max-new-tokens", "2"}, json), kExitCancelled)
+          << err_.str();
+      EXPECT_NE(kExitCancelled, kExitOk);
+      EXPECT_NE(kExitCancelled, kExitRpcError);
+      EXPECT_NE(kExitCancelled, kExitBadFlags);
+      if (json) {
+        EXPECT_THAT(out_.str(), HasSubstr("FINISH_REASON_CANCELLED"));
+        EXPECT_EQ(err_.str(), why);
+      } else {
+        EXPECT_EQ(out_.str(), "t0t1\n");
+        EXPECT_THAT(err_.str(), StartsWith("finish_reason=cancelled "));
+        EXPECT_THAT(err_.str(), ::testing::EndsWith(why));
+      }
+    }
+  }
+  // Several sequences: any one cancelled makes the output partial.
+  ASSERT_EQ(Stream({"--prompt", "drain", "--do-sample", "--num-return-sequences", "2"}),
+            kExitCancelled);
+  ASSERT_EQ(Generate({"--prompt", "drain", "--do-sample", "--num-return-sequences", "2"}),
+            kExitCancelled);
+  // Other finish reasons stay a success.
+  EXPECT_EQ(Stream({"--prompt", "Hi", "--do-sample", "--num-return-sequences", "2"}), kExitOk);
+}
+
+// The 128 KiB a single command-line argument may hold (Linux's MAX_ARG_STRLEN) no longer bounds
+// a prompt: the whole file reaches the server, which counts one prompt token per byte.
+TEST_F(GenerateCommandTest, APromptFileLargerThanAnArgumentReachesTheServer) {
+  const std::string path = ::testing::TempDir() + "kvctl_generate_large_prompt.txt";
+  std::ofstream(path, std::ios::binary) << std::string(300 << 10, 'p');
+  for (const RunBody body : {RunBody{RunGenerate}, RunBody{RunStream}}) {
+    ASSERT_EQ(Run(body, {"--prompt-file", path}), kExitOk) << err_.str();
+    EXPECT_THAT(err_.str(), StartsWith("finish_reason=length prompt_tokens=307200 "));
+  }
+  std::remove(path.c_str());
+}
+
 TEST(GenerateCommandsTest, HelpListsTheFlagsAndTheOutput) {
   for (const Command& command : {GenerateCommand(), StreamCommand()}) {
     std::vector<std::string> names;
@@ -176,6 +222,7 @@ TEST(GenerateCommandsTest, HelpListsTheFlagsAndTheOutput) {
     }
     EXPECT_THAT(command.details, HasSubstr("[sequence I score S finish F]"));
     EXPECT_THAT(command.details, HasSubstr("token=ID logprob=LP top=ID:LP"));
+    EXPECT_THAT(command.details, HasSubstr("exit code 3"));
   }
   EXPECT_EQ(GenerateCommand().name, "generate");
   EXPECT_EQ(StreamCommand().name, "stream");

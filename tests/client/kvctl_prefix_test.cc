@@ -69,7 +69,7 @@ TEST(BuildRegisterPrefixRequestTest, TokenIdsAndMessages) {
 
 TEST(BuildRegisterPrefixRequestTest, EachOptionAloneSetsOnlyItself) {
   absl::StatusOr<v1::RegisterPrefixRequest> pinned =
-      Build({"--name", "a", "--text", "x", "--pinned", "false"});
+      Build({"--name", "a", "--text", "x", "--pinned=false"});
   ASSERT_TRUE(pinned.ok()) << pinned.status();
   ASSERT_TRUE(pinned->has_options());
   EXPECT_TRUE(pinned->options().has_pinned());
@@ -90,6 +90,29 @@ TEST(BuildRegisterPrefixRequestTest, EachOptionAloneSetsOnlyItself) {
   EXPECT_FALSE(cache->options().has_pinned());
   EXPECT_EQ(cache->options().ttl_seconds(), 0);
   EXPECT_EQ(cache->options().cache_implementation(), "dynamic");
+}
+
+// --pinned is a switch, as the README shows it: `--pinned --ttl-seconds 5` once failed.
+TEST(BuildRegisterPrefixRequestTest, PinnedIsASwitch) {
+  absl::StatusOr<v1::RegisterPrefixRequest> request =
+      Build({"--name", "a", "--text", "x", "--pinned", "--ttl-seconds", "5"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_TRUE(request->options().has_pinned());
+  EXPECT_TRUE(request->options().pinned());
+  EXPECT_EQ(request->options().ttl_seconds(), 5);
+  // The old spelling with a separate value is refused saying what to write instead.
+  EXPECT_EQ(Build({"--name", "a", "--text", "x", "--pinned", "false"}).status().message(),
+            "unexpected argument 'false': --pinned is a switch; write --pinned=false");
+}
+
+TEST(BuildRegisterPrefixRequestTest, FileDashReadsStandardInput) {
+  absl::StatusOr<ParsedFlags> parsed =
+      ParseFlags({"--name", "sys", "--file", "-"}, PrefixRegisterFlagSpecs());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::istringstream in("from\nstdin\n");
+  absl::StatusOr<v1::RegisterPrefixRequest> request = BuildRegisterPrefixRequest(*parsed, in);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->text(), "from\nstdin\n");
 }
 
 TEST(BuildRegisterPrefixRequestTest, EveryOption) {
@@ -118,7 +141,7 @@ TEST(BuildRegisterPrefixRequestTest, MalformedValuesNameTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--token-ids", "1,x"}, "--token-ids"},
       {{"--messages", "{}"}, "--messages"},
-      {{"--text", "x", "--pinned", "yes"}, "--pinned"},
+      {{"--text", "x", "--pinned=yes"}, "--pinned"},
       {{"--text", "x", "--ttl-seconds", "soon"}, "--ttl-seconds"},
       {{"--text", "x", "--unknown", "1"}, "--unknown"},
   };
@@ -231,8 +254,7 @@ TEST_F(PrefixCommandTest, TextOutput) {
 }
 
 TEST_F(PrefixCommandTest, JsonOutput) {
-  ASSERT_EQ(Register({"--name", "sys", "--text", "Hi", "--pinned", "false"}, /*json=*/true),
-            kExitOk)
+  ASSERT_EQ(Register({"--name", "sys", "--text", "Hi", "--pinned=false"}, /*json=*/true), kExitOk)
       << err_.str();
   const nlohmann::json registered = nlohmann::json::parse(out_.str());
   EXPECT_EQ(registered["name"], "sys");

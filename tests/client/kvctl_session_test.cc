@@ -63,7 +63,7 @@ TEST(BuildCreateSessionRequestTest, EveryStrategyFlag) {
   absl::StatusOr<v1::CreateSessionRequest> request =
       Build({"--cache-implementation", "offloaded_static", "--cache-config",
              R"({"backend":"hqq","nbits":2})", "--max-cache-len", "1024",
-             "--offload-only-non-sliding", "false", "--prefix", "sys", "--ttl-seconds=0"});
+             "--offload-only-non-sliding=false", "--prefix", "sys", "--ttl-seconds=0"});
   ASSERT_TRUE(request.ok()) << request.status();
   const v1::CacheOptions& cache = request->options().cache();
   EXPECT_EQ(cache.cache_implementation(), "offloaded_static");
@@ -81,7 +81,7 @@ TEST(BuildCreateSessionRequestTest, MalformedValuesNameTheFlag) {
       {{"--ttl-seconds", "soon"}, "--ttl-seconds: 'soon' is not an integer"},
       {{"--max-cache-len", "1.5"}, "--max-cache-len: '1.5' is not an integer"},
       {{"--cache-config", "nbits=2"}, "--cache-config: not valid JSON"},
-      {{"--offload-only-non-sliding", "1"}, "--offload-only-non-sliding: '1' is not true or false"},
+      {{"--offload-only-non-sliding=1"}, "--offload-only-non-sliding takes no value, or =true"},
       // A session's cache is always used and reused: generate's switches are not flags here.
       {{"--no-cache"}, "--no-cache"},
       {{"--no-prefix-reuse"}, "--no-prefix-reuse"},

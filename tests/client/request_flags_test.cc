@@ -2,6 +2,11 @@
 // of the sampling and cache-strategy flags chat and session create share).
 #include "client/request_flags.h"
 
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -188,11 +193,11 @@ TEST(BuildGenerateRequestTest, DoSampleFalseIsSetNotUnset) {
 }
 
 TEST(BuildGenerateRequestTest, EveryCacheFlag) {
-  absl::StatusOr<v1::GenerateRequest> request = Build(
-      {"--prompt", "x", "--no-cache", "--cache-implementation", "quantized", "--cache-config",
-       R"({"backend": "hqq", "nbits": 2, "axis_key": 1, "axis_value": 0,
+  absl::StatusOr<v1::GenerateRequest> request =
+      Build({"--prompt", "x", "--no-cache", "--cache-implementation", "quantized", "--cache-config",
+             R"({"backend": "hqq", "nbits": 2, "axis_key": 1, "axis_value": 0,
              "q_group_size": 32, "residual_length": 0})",
-       "--max-cache-len", "4096", "--offload-only-non-sliding", "false", "--no-prefix-reuse"});
+             "--max-cache-len", "4096", "--offload-only-non-sliding=false", "--no-prefix-reuse"});
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_FALSE(request->has_sampling());
   const v1::CacheOptions& c = request->cache();
@@ -212,6 +217,16 @@ TEST(BuildGenerateRequestTest, EveryCacheFlag) {
   EXPECT_TRUE(c.has_offload_only_non_sliding());
   EXPECT_FALSE(c.offload_only_non_sliding());
   EXPECT_TRUE(c.skip_prefix_reuse());
+}
+
+// --offload-only-non-sliding is a switch like every other boolean flag.
+TEST(BuildGenerateRequestTest, OffloadOnlyNonSlidingIsASwitch) {
+  absl::StatusOr<v1::GenerateRequest> request =
+      Build({"--prompt", "x", "--offload-only-non-sliding", "--max-cache-len", "64"});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_TRUE(request->cache().has_offload_only_non_sliding());
+  EXPECT_TRUE(request->cache().offload_only_non_sliding());
+  EXPECT_EQ(request->cache().max_cache_len(), 64);
 }
 
 TEST(BuildGenerateRequestTest, OneCacheFlagSetsOnlyItsField) {
@@ -246,9 +261,51 @@ TEST(BuildGenerateRequestTest, EmptyPromptIsAnInput) {
 }
 
 TEST(BuildGenerateRequestTest, InputIsRequiredAndUnique) {
-  EXPECT_THAT(Build({"--max-new-tokens", "4"}).status().message(), HasSubstr("--prompt"));
-  EXPECT_THAT(Build({"--prompt", "a", "--token-ids", "1"}).status().message(),
-              HasSubstr("only one of"));
+  EXPECT_EQ(Build({"--max-new-tokens", "4"}).status().message(),
+            "one of --prompt, --prompt-file, --token-ids, --messages is required");
+  EXPECT_EQ(Build({"--prompt", "a", "--token-ids", "1"}).status().message(),
+            "give only one of --prompt, --prompt-file, --token-ids, --messages");
+  EXPECT_EQ(Build({"--prompt", "a", "--prompt-file", "-"}).status().message(),
+            "give only one of --prompt, --prompt-file, --token-ids, --messages");
+}
+
+// A prompt over 128 KiB cannot be one command-line argument (Linux's MAX_ARG_STRLEN).
+TEST(BuildGenerateRequestTest, PromptFileIsSentAsIs) {
+  const std::string prompt = std::string(200 << 10, 'a') + "\n\xc3\xa9 end\n";
+  const std::string path = ::testing::TempDir() + "kvctl_prompt_file.txt";
+  std::ofstream(path, std::ios::binary) << prompt;
+  absl::StatusOr<v1::GenerateRequest> request = Build({"--prompt-file", path});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->input_case(), v1::GenerateRequest::kPrompt);
+  EXPECT_EQ(request->prompt(), prompt);
+  std::remove(path.c_str());
+
+  request = Build({"--prompt-file", path});
+  EXPECT_EQ(request.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(request.status().message(),
+              HasSubstr("--prompt-file: cannot read '" + path + "': No such file"));
+}
+
+TEST(BuildGenerateRequestTest, PromptFileDashReadsStandardInput) {
+  absl::StatusOr<ParsedFlags> parsed = ParseFlags({"--prompt-file", "-", "--max-new-tokens", "2"},
+                                                  GenerateFlagSpecs(), GenerateRepeatableFlags());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::istringstream in("piped\nprompt");
+  absl::StatusOr<v1::GenerateRequest> request = BuildGenerateRequest(*parsed, in);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->prompt(), "piped\nprompt");
+  EXPECT_EQ(request->sampling().max_new_tokens(), 2);
+}
+
+// A request's string fields must be UTF-8: refused here, naming the flag, rather than by the
+// server's parser as an INTERNAL error.
+TEST(BuildGenerateRequestTest, APromptThatIsNotUtf8IsRefused) {
+  EXPECT_EQ(Build({"--prompt", "caf\xe9"}).status().message(), "--prompt: not UTF-8 text (byte 3)");
+  const std::string path = ::testing::TempDir() + "kvctl_latin1_prompt.txt";
+  std::ofstream(path, std::ios::binary) << "ok\n\xff";
+  EXPECT_EQ(Build({"--prompt-file", path}).status().message(),
+            "--prompt-file '" + path + "': not UTF-8 text (byte 3)");
+  std::remove(path.c_str());
 }
 
 // Each malformed value is InvalidArgument naming its flag.
@@ -265,7 +322,7 @@ TEST(BuildGenerateRequestTest, MalformedValuesNameTheFlag) {
       {{"--seed", "-3"}, "--seed"},
       {{"--stop-token-ids", "2,,a"}, "--stop-token-ids"},
       {{"--max-cache-len", "1e3"}, "--max-cache-len"},
-      {{"--offload-only-non-sliding", "yes"}, "--offload-only-non-sliding"},
+      {{"--offload-only-non-sliding=yes"}, "--offload-only-non-sliding"},
       {{"--cache-config", "{"}, "--cache-config"},
       {{"--messages", "{}"}, "--messages"},
       {{"--do-sample=maybe"}, "--do-sample"},

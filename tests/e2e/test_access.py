@@ -9,115 +9,67 @@ kvserve process (embedded tiny model, 127.0.0.1, port 0).
   UTF-8 even when the error quotes control characters and a character cut in half;
 - kvserve_requests_total counts refused requests (INVALID_ARGUMENT, NOT_FOUND) and not the
   start-up warm-up or the start-up prefixes; --log-level warn drops access lines;
-- a request over --max-request-bytes is RESOURCE_EXHAUSTED and the server goes on.
+- a request over --max-request-bytes is RESOURCE_EXHAUSTED and the server goes on;
+- the launcher (client/python/kvserve_launch.py): a failed start quotes kvserve's stderr, a
+  killed server restarts with the same flags.
 
 Needs PYTHONPATH=<build>/proto/python; run: test_access.py --kvserve build/server/kvserve
 """
 import argparse
-import hashlib
 import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import unittest
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
+    auth_metadata,
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
     grpc,
-    health_pb2,
-    health_pb2_grpc,
     prefix_pb2,
     prefix_pb2_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+import kvserve_launch  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    TIME_SCALE,
+    KvserveProcess,
+    KvserveStartError,
+    parse_metrics,
+    write_api_keys_file,
+)
 
 PATHS = {}
-TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
-STARTUP_TIMEOUT_S = 60 * TIME_SCALE
 CALL_TIMEOUT_S = 60 * TIME_SCALE
 HEX16 = re.compile(r"^[0-9a-f]{16}$")
-METRICS_PORT = re.compile(r"metrics on http://\S+ \(port (\d+)\)")
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ")
 
 
-class Server:
-    """A kvserve process on 127.0.0.1:0 with the given flags, SERVING before it returns."""
+class Server(KvserveProcess):
+    """A kvserve process on 127.0.0.1:0 (--threads 1) with the given flags, SERVING before it
+    returns, with stubs for Generation and PrefixCache."""
 
     def __init__(self, *flags):
-        self.log = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(
-            [PATHS["kvserve"], "--listen", "127.0.0.1:0", "--threads", "1", *flags],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
-        self.port, first = listening_port(self.proc, STARTUP_TIMEOUT_S)
-        if self.port is None:
-            self.stop()
-            raise AssertionError(f"no listening line: {first!r}\n{self.stderr()}")
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
-        self.stub = gen_grpc.GenerationStub(self.channel)
-        self.prefixes = prefix_pb2_grpc.PrefixCacheStub(self.channel)
-        health = health_pb2_grpc.HealthStub(self.channel)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"kvserve exited with {self.proc.returncode}\n"
-                                     f"{self.stderr()}")
-            try:
-                if health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == \
-                        health_pb2.HealthCheckResponse.SERVING:
-                    break
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("not SERVING in time\n" + self.stderr())
-            time.sleep(0.05)
-        found = METRICS_PORT.search(self.stderr())
-        self.metrics_port = int(found.group(1)) if found else None
-
-    def raw_stderr(self):
-        self.log.seek(0)
-        return self.log.read()
-
-    def stderr(self):
-        return self.raw_stderr().decode("utf-8", "replace")
-
-    def metrics(self):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                    timeout=CALL_TIMEOUT_S) as page:
-            return page.read().decode("utf-8")
+        super().__init__(PATHS["kvserve"], ["--threads", "1", *flags])
+        channel = self.channel()
+        self.stub = gen_grpc.GenerationStub(channel)
+        self.prefixes = prefix_pb2_grpc.PrefixCacheStub(channel)
 
     def generate(self, request, request_id=None):
         """(response, call) of a unary Generate."""
         metadata = [("x-request-id", request_id)] if request_id else None
         return self.stub.Generate.with_call(request, metadata=metadata, timeout=CALL_TIMEOUT_S)
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30 * TIME_SCALE)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if hasattr(self, "channel"):
-            self.channel.close()
-        return self.proc.returncode
-
 
 def refused_start(*flags):
     """Runs kvserve expecting it to refuse to start: (exit code, stderr)."""
-    proc = subprocess.run([PATHS["kvserve"], "--threads", "1", *flags],
-                          stdin=subprocess.DEVNULL, capture_output=True,
-                          timeout=120 * TIME_SCALE, check=False)
-    return proc.returncode, proc.stderr.decode("utf-8", "replace")
+    done = kvserve_launch.refused_start(PATHS["kvserve"], ["--threads", "1", *flags])
+    return done.returncode, done.stderr
 
 
 def metadata_value(metadata, key):
@@ -127,10 +79,7 @@ def metadata_value(metadata, key):
 
 def sample(text, name):
     """The value of Prometheus sample `name` (with its labels), or None."""
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line[len(name) + 1:])
-    return None
+    return parse_metrics(text).get(name)
 
 
 def short_request(max_new_tokens=2):
@@ -151,7 +100,7 @@ class AccessTest(unittest.TestCase):
     def test_a_second_server_on_a_taken_port_exits_2_naming_the_address(self):
         first = Server("--metrics-listen", "127.0.0.1:0")
         try:
-            self.assertIsNotNone(first.metrics_port, first.stderr())
+            self.assertIsNotNone(first.metrics_port, first.log_text())
             code, stderr = refused_start("--listen", f"127.0.0.1:{first.port}")
             self.assertEqual(code, 2, stderr)
             self.assertIn(f"--listen '127.0.0.1:{first.port}': cannot listen: "
@@ -166,7 +115,7 @@ class AccessTest(unittest.TestCase):
                 response, _ = first.generate(short_request())
                 self.assertEqual(response.usage.completion_tokens, 2)
         finally:
-            self.assertEqual(first.stop(), 0, first.stderr())
+            self.assertEqual(first.stop(), 0, first.log_text())
 
     def test_ports_out_of_range_are_refused_naming_the_flag(self):
         code, stderr = refused_start("--listen", "127.0.0.1:99999")
@@ -210,7 +159,7 @@ class AccessTest(unittest.TestCase):
             self.assertEqual(metadata_value(stream.trailing_metadata(), "x-request-id"),
                              "stream-1")
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
+            self.assertEqual(server.stop(), 0, server.log_text())
 
     def hostile_calls(self, server, prefix):
         """An OK generation, two NOT_FOUND errors quoting hostile strings, a malformed request;
@@ -237,8 +186,8 @@ class AccessTest(unittest.TestCase):
         try:
             ids = self.hostile_calls(server, "json")
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
-        raw = server.raw_stderr()
+            self.assertEqual(server.stop(), 0, server.log_text())
+        raw = server.log_bytes()
         text = raw.decode("utf-8")  # strict: every byte of the log is UTF-8
         access = {}
         for line in text.splitlines():
@@ -277,8 +226,8 @@ class AccessTest(unittest.TestCase):
         try:
             self.hostile_calls(server, "text")
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
-        text = server.raw_stderr().decode("utf-8")
+            self.assertEqual(server.stop(), 0, server.log_text())
+        text = server.log_bytes().decode("utf-8")
         ours = [line for line in text.splitlines() if TEXT_LINE.match(line)]
         access = [line for line in ours if " access request_id=" in line]
         self.assertEqual(len(access), 4, text)
@@ -300,7 +249,7 @@ class AccessTest(unittest.TestCase):
         server = Server("--metrics-listen", "127.0.0.1:0", "--prefixes-file", prefixes.name)
         try:
             os.unlink(prefixes.name)
-            start = server.metrics()
+            start = server.metrics_text()
             self.assertNotIn("kvserve_requests_total{", start)  # warm-up and prefixes
             self.assertNotIn("kvserve_rpcs_total{", start)
             self.assertIn('kvserve_build_info{cuda="', start)
@@ -322,7 +271,7 @@ class AccessTest(unittest.TestCase):
                 list(server.stub.GenerateStream(gen.GenerateRequest(prefix="absent", prompt="x"),
                                                 timeout=CALL_TIMEOUT_S))
             self.assertEqual(raised.exception.code(), grpc.StatusCode.NOT_FOUND)
-            page = server.metrics()
+            page = server.metrics_text()
             self.assertEqual(sample(page, 'kvserve_requests_total{outcome="length"}'), 2)
             self.assertEqual(sample(page, 'kvserve_requests_total{outcome="invalid_argument"}'), 2)
             self.assertEqual(sample(page, 'kvserve_requests_total{outcome="not_found"}'), 2)
@@ -334,16 +283,16 @@ class AccessTest(unittest.TestCase):
             self.assertEqual(sample(page, "kvserve_kv_device_bytes_limit"), float("inf"))
             self.assertGreater(sample(page, "kvserve_kv_device_bytes_used"), 0)  # "sys"
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
+            self.assertEqual(server.stop(), 0, server.log_text())
 
     def test_log_level_warn_drops_access_lines(self):
         server = Server("--log-level", "warn")
         try:
             server.generate(short_request(), request_id="quiet")
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
-        self.assertNotIn("request_id=quiet", server.stderr())
-        self.assertNotIn(" info ", server.stderr())
+            self.assertEqual(server.stop(), 0, server.log_text())
+        self.assertNotIn("request_id=quiet", server.log_text())
+        self.assertNotIn(" info ", server.log_text())
 
     def test_a_request_over_max_request_bytes_is_resource_exhausted(self):
         server = Server("--max-request-bytes", "65536")
@@ -354,20 +303,7 @@ class AccessTest(unittest.TestCase):
             response, _ = server.generate(short_request(1))
             self.assertEqual(response.usage.completion_tokens, 1)
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
-
-
-def keys_file_text(entries):
-    """A --api-keys-file in YAML: (plaintext key, tenant, role) -> its SHA-256 entry."""
-    lines = []
-    for key, tenant, role in entries:
-        lines += [f"- key_sha256: {hashlib.sha256(key.encode()).hexdigest()}",
-                  f"  tenant: {tenant}", f"  role: {role}"]
-    return "\n".join(lines) + "\n"
-
-
-def bearer(key):
-    return [("authorization", f"Bearer {key}")]
+            self.assertEqual(server.stop(), 0, server.log_text())
 
 
 class ApiKeysTest(unittest.TestCase):
@@ -378,9 +314,8 @@ class ApiKeysTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
         self.keys = os.path.join(self.dir.name, "keys.yaml")
-        with open(self.keys, "w", encoding="utf-8") as f:
-            f.write(keys_file_text([("alpha-secret", "alpha", "user"),
-                                    ("ops-secret", "ops", "admin")]))
+        write_api_keys_file(self.keys, [("alpha-secret", "alpha", "user"),
+                                        ("ops-secret", "ops", "admin")])
 
     def tearDown(self):
         self.dir.cleanup()
@@ -399,7 +334,7 @@ class ApiKeysTest(unittest.TestCase):
             self.assert_unauthenticated(
                 lambda: server.stub.Generate(request, timeout=CALL_TIMEOUT_S))
             self.assert_unauthenticated(
-                lambda: server.stub.Generate(request, metadata=bearer("wrong"),
+                lambda: server.stub.Generate(request, metadata=auth_metadata("wrong"),
                                              timeout=CALL_TIMEOUT_S))
             self.assert_unauthenticated(lambda: server.stub.Generate(
                 request, metadata=[("authorization", "Basic alpha-secret")],
@@ -413,13 +348,13 @@ class ApiKeysTest(unittest.TestCase):
             self.assert_unauthenticated(lambda: server.prefixes.RegisterPrefix(
                 prefix_pb2.RegisterPrefixRequest(name="p", text="hello"),
                 timeout=CALL_TIMEOUT_S))
-            response = server.stub.Generate(request, metadata=bearer("alpha-secret"),
+            response = server.stub.Generate(request, metadata=auth_metadata("alpha-secret"),
                                             timeout=CALL_TIMEOUT_S)
             self.assertEqual(response.usage.completion_tokens, 1)
-            server.stub.GetModelInfo(gen.GetModelInfoRequest(), metadata=bearer("ops-secret"),
-                                     timeout=CALL_TIMEOUT_S)
+            server.stub.GetModelInfo(gen.GetModelInfoRequest(),
+                                     metadata=auth_metadata("ops-secret"), timeout=CALL_TIMEOUT_S)
             tenants = {}
-            for line in server.stderr().splitlines():
+            for line in server.log_text().splitlines():
                 record = json.loads(line)
                 if record.get("msg") == "access":
                     tenants.setdefault(record.get("method"), []).append(
@@ -427,38 +362,40 @@ class ApiKeysTest(unittest.TestCase):
             self.assertIn(("alpha", "OK"), tenants["Generate"])
             self.assertIn(("-", "UNAUTHENTICATED"), tenants["Generate"])
             self.assertIn(("ops", "OK"), tenants["GetModelInfo"])
-            self.assertNotIn("alpha-secret", server.stderr())
-            metrics = server.metrics()
+            self.assertNotIn("alpha-secret", server.log_text())
+            metrics = server.metrics_text()
             self.assertEqual(sample(metrics, 'kvserve_requests_total{outcome="unauthenticated"}'),
                              4.0)
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
+            self.assertEqual(server.stop(), 0, server.log_text())
 
     def test_sighup_reloads_and_a_broken_file_keeps_the_keys(self):
         server = Server("--api-keys-file", self.keys)
         try:
             request = short_request(1)
-            server.stub.Generate(request, metadata=bearer("alpha-secret"), timeout=CALL_TIMEOUT_S)
-            with open(self.keys, "w", encoding="utf-8") as f:
-                f.write(keys_file_text([("beta-secret", "beta", "user")]))
-            server.proc.send_signal(signal.SIGHUP)
+            server.stub.Generate(request, metadata=auth_metadata("alpha-secret"),
+                                 timeout=CALL_TIMEOUT_S)
+            write_api_keys_file(self.keys, [("beta-secret", "beta", "user")])
+            server.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + 30 * TIME_SCALE
-            while "API keys reloaded" not in server.stderr():
-                self.assertLess(time.monotonic(), deadline, server.stderr())
+            while "API keys reloaded" not in server.log_text():
+                self.assertLess(time.monotonic(), deadline, server.log_text())
                 time.sleep(0.05)
             self.assert_unauthenticated(lambda: server.stub.Generate(
-                request, metadata=bearer("alpha-secret"), timeout=CALL_TIMEOUT_S))
-            server.stub.Generate(request, metadata=bearer("beta-secret"), timeout=CALL_TIMEOUT_S)
+                request, metadata=auth_metadata("alpha-secret"), timeout=CALL_TIMEOUT_S))
+            server.stub.Generate(request, metadata=auth_metadata("beta-secret"),
+                                 timeout=CALL_TIMEOUT_S)
             with open(self.keys, "w", encoding="utf-8") as f:
                 f.write("- tenant: nobody\n")
-            server.proc.send_signal(signal.SIGHUP)
-            while "were not reloaded" not in server.stderr():
-                self.assertLess(time.monotonic(), deadline, server.stderr())
+            server.send_signal(signal.SIGHUP)
+            while "were not reloaded" not in server.log_text():
+                self.assertLess(time.monotonic(), deadline, server.log_text())
                 time.sleep(0.05)
-            self.assertIn("keys[0].key_sha256: is required", server.stderr())
-            server.stub.Generate(request, metadata=bearer("beta-secret"), timeout=CALL_TIMEOUT_S)
+            self.assertIn("keys[0].key_sha256: is required", server.log_text())
+            server.stub.Generate(request, metadata=auth_metadata("beta-secret"),
+                                 timeout=CALL_TIMEOUT_S)
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
+            self.assertEqual(server.stop(), 0, server.log_text())
 
     def test_a_bad_keys_file_stops_the_start(self):
         with open(self.keys, "w", encoding="utf-8") as f:
@@ -466,6 +403,41 @@ class ApiKeysTest(unittest.TestCase):
         code, stderr = refused_start("--listen", "127.0.0.1:0", "--api-keys-file", self.keys)
         self.assertEqual(code, 2, stderr)
         self.assertIn(f"--api-keys-file: {self.keys}: keys[0].key_sha256", stderr)
+
+
+SERVING_LINE = re.compile(r" serving .* layers, vocab ")
+
+
+class LauncherTest(unittest.TestCase):
+    """client/python/kvserve_launch.py itself: a failed start quotes kvserve's stderr and exit
+    code; kill -9, a restart with the same flags, the current run's log, a clean stop."""
+
+    def test_a_failed_start_shows_the_log_tail(self):
+        with self.assertRaises(KvserveStartError) as raised:
+            KvserveProcess(PATHS["kvserve"], ["--threads", "1"], listen="127.0.0.1:99999")
+        self.assertEqual(raised.exception.returncode, 2)
+        message = str(raised.exception)
+        self.assertIn("kvserve did not start: exited with 2 before listening", message)
+        self.assertIn("kvserve stderr (last 1 lines):", message)
+        self.assertIn("is not HOST:PORT with a port in [0, 65535]", message)
+
+    def test_kill_then_restart_with_the_same_flags(self):
+        server = Server("--replica-id", "launcher-self-check")
+        try:
+            self.assertEqual(server.stdout_lines(), [f"kvserve listening on {server.target}"])
+            self.assertEqual(server.kill(), -signal.SIGKILL)
+            self.assertFalse(server.running)
+            server.restart()
+            self.assertTrue(server.running)
+            info = gen_grpc.GenerationStub(server.channel()).GetModelInfo(
+                gen.GetModelInfoRequest(), timeout=CALL_TIMEOUT_S)
+            self.assertEqual(info.replica_id, "launcher-self-check")
+            # One start in the current run's log, two in the whole file.
+            self.assertEqual(len(SERVING_LINE.findall(server.log_text())), 1, server.log_text())
+            self.assertEqual(len(SERVING_LINE.findall(server.log_text(all_runs=True))), 2)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log_text())
+        self.assertFalse(server.stopped_by_kill)
 
 
 def main():

@@ -40,12 +40,14 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     prefix_pb2,
     prefix_pb2_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    TIME_SCALE,
+    KvserveProcess,
+)
 import beam_reference as br  # noqa: E402  pylint: disable=wrong-import-position
 import reference_forward  # noqa: E402  pylint: disable=wrong-import-position
 
 PATHS = {}
-TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
 CALL_TIMEOUT_S = 120 * TIME_SCALE
 # A reference decision closer than this is not compared (see the module docstring).
 MARGIN = 1e-4
@@ -189,52 +191,17 @@ def conditioned_greedy(model, max_new, prompt_len=24, tries=16):
 # ----------------------------------------------------------------------------- server
 
 
-class Server:
-    """A kvserve process on 127.0.0.1:0 with stubs for Generation and PrefixCache."""
+class Server(KvserveProcess):
+    """A kvserve process on 127.0.0.1:0 (--threads 1, --no-auto-prefix-cache) serving
+    `model_dir`, SERVING, with stubs for Generation and PrefixCache and its GetModelInfo."""
 
     def __init__(self, model_dir, *flags):
-        self.log = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(
-            [PATHS["kvserve"], "--model", model_dir, "--listen", "127.0.0.1:0", "--threads", "1",
-             "--no-auto-prefix-cache", *flags],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
-        port, text = listening_port(self.proc, 60 * TIME_SCALE)
-        if port is None:
-            self.stop()
-            raise AssertionError(f"kvserve did not start: {text!r}\n{self.log_tail()}")
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        grpc.channel_ready_future(self.channel).result(timeout=60 * TIME_SCALE)
-        self.gen = gen_grpc.GenerationStub(self.channel)
-        self.prefixes = prefix_pb2_grpc.PrefixCacheStub(self.channel)
-        deadline = time.time() + 60 * TIME_SCALE
-        while True:
-            try:
-                self.info = self.gen.GetModelInfo(gen.GetModelInfoRequest(),
-                                                  timeout=CALL_TIMEOUT_S)
-                break
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or time.time() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def log_tail(self):
-        if self.log.closed:
-            return ""
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")[-4000:]
-
-    def stop(self):
-        if getattr(self, "channel", None) is not None:
-            self.channel.close()  # an open connection holds kvserve's shutdown up
-            self.channel = None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30 * TIME_SCALE)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+        super().__init__(PATHS["kvserve"], ["--model", model_dir, "--threads", "1",
+                                            "--no-auto-prefix-cache", *flags])
+        channel = self.channel()
+        self.gen = gen_grpc.GenerationStub(channel)
+        self.prefixes = prefix_pb2_grpc.PrefixCacheStub(channel)
+        self.info = self.gen.GetModelInfo(gen.GetModelInfoRequest(), timeout=CALL_TIMEOUT_S)
 
     def generate(self, request):
         return self.gen.Generate(request, timeout=CALL_TIMEOUT_S)
@@ -867,7 +834,7 @@ class Shutdown(BeamCheck):
             # The tiny model decodes thousands of tokens a second: both are well into their
             # 4,000 tokens when the signal comes.
             time.sleep(2 * TIME_SCALE)
-            server.proc.terminate()
+            server.terminate()
             for t in threads:
                 t.join(timeout=CALL_TIMEOUT_S)
         finally:

@@ -8,11 +8,18 @@ empty stdout means it never listened). Registered only for builds without CUDA; 
   test_device_refusal.py --kvserve build/server/kvserve --generate build/model/kvserve-generate
 """
 import argparse
+import os
 import re
 import socket
-import subprocess
 import sys
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    free_port,
+    refused_start,
+)
 
 PATHS = {}
 REFUSAL = re.compile(r"^(kvserve|kvserve-generate): --device cuda:0: this binary was built "
@@ -20,20 +27,13 @@ REFUSAL = re.compile(r"^(kvserve|kvserve-generate): --device cuda:0: this binary
                      r"image built with CUDA$")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class DeviceRefusalTest(unittest.TestCase):
 
     def check_refused(self, argv, program):
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
-                              check=False)
-        stderr = proc.stderr.decode()
+        proc = refused_start(argv[0], argv[1:], timeout_s=60)
+        stderr = proc.stderr
         self.assertEqual(proc.returncode, 2, stderr)
-        self.assertEqual(proc.stdout, b"", "printed on stdout, so it got as far as listening")
+        self.assertEqual(proc.stdout, "", "printed on stdout, so it got as far as listening")
         lines = stderr.splitlines()
         self.assertEqual(len(lines), 1, stderr)
         self.assertRegex(lines[0], REFUSAL)

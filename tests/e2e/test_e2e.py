@@ -1,20 +1,17 @@
 #!/usr/bin/python3
 """End-to-end test: a Python client and kvctl against a real kvserve process.
 
-Starts `kvserve --listen 127.0.0.1:0 --threads 1` (the embedded tiny model), reads the port
-from its first stdout line ("kvserve listening on 127.0.0.1:PORT"), waits for health SERVING,
-then checks unary and streamed generation, cancellation, bad requests, kvctl, and a clean
-exit on SIGTERM. Needs PYTHONPATH=<build>/proto/python; run:
+Starts `kvserve --listen 127.0.0.1:0 --threads 1` (the embedded tiny model) with
+client/python/kvserve_launch.py, which reads the port and waits for health SERVING, then
+checks unary and streamed generation, cancellation, bad requests, kvctl, and a clean exit on
+SIGTERM. Needs PYTHONPATH=<build>/proto/python; run:
   test_e2e.py --kvserve build/server/kvserve --kvctl build/client/kvctl
 """
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -26,46 +23,14 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     health_pb2,
     health_pb2_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    TIME_SCALE,
+    KvserveProcess,
+)
 
 PATHS = {"kvserve": os.environ.get("KVSERVE_BIN"), "kvctl": os.environ.get("KVCTL_BIN")}
-# Sanitizer builds run several times slower: their ctest sets KVSERVE_TEST_TIME_SCALE.
-TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
-STARTUP_TIMEOUT_S = 60 * TIME_SCALE
 SHUTDOWN_TIMEOUT_S = 30 * TIME_SCALE
 CALL_TIMEOUT_S = 60 * TIME_SCALE
-
-
-class KvserveProcess:
-    """A kvserve subprocess; its stderr goes to a temporary file, its stdout is drained."""
-
-    def __init__(self, binary):
-        self.log = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(
-            [binary, "--listen", "127.0.0.1:0", "--threads", "1"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
-        self.port = None
-        port, text = listening_port(self.proc, STARTUP_TIMEOUT_S)
-        if port is None:
-            self.kill()
-            raise AssertionError(
-                f"kvserve's first stdout line is {text!r}, not 'kvserve listening on "
-                f"127.0.0.1:PORT'\n{self.log_tail()}")
-        self.port = port
-
-    @property
-    def target(self):
-        return f"127.0.0.1:{self.port}"
-
-    def log_tail(self, lines=40):
-        self.log.seek(0)
-        text = self.log.read().decode("utf-8", "replace").splitlines()
-        return "kvserve stderr (last lines):\n" + "\n".join(text[-lines:])
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
 
 
 class KvserveEndToEndTest(unittest.TestCase):
@@ -78,12 +43,11 @@ class KvserveEndToEndTest(unittest.TestCase):
         for name, path in PATHS.items():
             if not path or not os.access(path, os.X_OK):
                 raise AssertionError(f"--{name} must name the built {name} binary, got {path!r}")
-        cls.server = KvserveProcess(PATHS["kvserve"])
+        cls.server = KvserveProcess(PATHS["kvserve"], ["--threads", "1"])
         try:
-            cls.channel = grpc.insecure_channel(cls.server.target)
+            cls.channel = cls.server.channel()
             cls.stub = gen_grpc.GenerationStub(cls.channel)
             cls.health = health_pb2_grpc.HealthStub(cls.channel)
-            cls.wait_until_serving()
             cls.info = cls.stub.GetModelInfo(gen.GetModelInfoRequest(), timeout=CALL_TIMEOUT_S)
         except BaseException:
             cls.server.kill()
@@ -92,28 +56,7 @@ class KvserveEndToEndTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         if cls.server is not None:
-            cls.channel.close()
             cls.server.kill()
-
-    @classmethod
-    def wait_until_serving(cls):
-        """Polls health (NOT_SERVING while the model warms up) until SERVING."""
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        last = "no answer"
-        while time.monotonic() < deadline:
-            if cls.server.proc.poll() is not None:
-                raise AssertionError(f"kvserve exited with {cls.server.proc.returncode} before "
-                                     f"serving\n{cls.server.log_tail()}")
-            try:
-                status = cls.health.Check(health_pb2.HealthCheckRequest(), timeout=2).status
-                if status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-                last = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
-            except grpc.RpcError as error:
-                last = f"{error.code().name}: {error.details()}"
-            time.sleep(0.1)
-        raise AssertionError(f"kvserve not SERVING after {STARTUP_TIMEOUT_S} s (last: {last})\n"
-                             f"{cls.server.log_tail()}")
 
     # Helpers.
 
@@ -266,10 +209,9 @@ class KvserveEndToEndTest(unittest.TestCase):
         self.assertEqual(report["output_tokens"], 9)  # ignore_eos: exactly 3 each
 
     def test_90_sigterm_exits_cleanly(self):
-        proc = self.server.proc
-        proc.send_signal(signal.SIGTERM)
+        self.server.terminate()
         try:
-            code = proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+            code = self.server.wait(SHUTDOWN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.fail(f"kvserve still running {SHUTDOWN_TIMEOUT_S} s after SIGTERM\n"
                       f"{self.server.log_tail()}")
@@ -285,7 +227,7 @@ def main():
     result = unittest.main(argv=[sys.argv[0], *rest], exit=False).result
     server = KvserveEndToEndTest.server
     if not result.wasSuccessful() and server is not None:
-        print(server.log_tail(), file=sys.stderr)
+        server.print_log_tail()
     return 0 if result.wasSuccessful() else 1
 
 

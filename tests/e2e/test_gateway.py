@@ -26,7 +26,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,15 +45,18 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     prefix_pb2,
     prefix_pb2_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    TIME_SCALE,
+    KvserveProcess,
+    free_port,
+    channel_to,
+)
 
 RENDER = os.path.join(ROOT, "deploy", "gateway", "render.py")
 PREFIXES_FILE = os.path.join(ROOT, "deploy", "k8s", "base", "prefixes.yaml")
 ROUTE_KEY = "x-kvserve-route"
 REPLICA_KEY = "x-kvserve-replica"
 SKIP_EXIT_CODE = 77
-# Sanitizer builds run several times slower: their ctest sets KVSERVE_TEST_TIME_SCALE.
-TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
 STARTUP_TIMEOUT_S = 180 * TIME_SCALE
 CALL_TIMEOUT_S = 120 * TIME_SCALE
 GROUPS = 3
@@ -68,19 +70,7 @@ REPORT = []  # lines printed after the tests
 
 
 # Loopback calls never go through a proxy that the environment may name.
-CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)
 HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def channel_to(target):
-    return grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
-
-
-def free_port():
-    """A port that was free a moment ago (for the processes that cannot report theirs)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def find_nginx(given):
@@ -97,66 +87,22 @@ def find_nginx(given):
     return path, None
 
 
-class Replica:
-    """One kvserve process on 127.0.0.1:0; stderr goes to a file, stdout is drained."""
+class Replica(KvserveProcess):
+    """One kvserve process on 127.0.0.1:0 (metrics on 127.0.0.1:0), its stderr in a file of
+    workdir; not yet SERVING when it returns (wait_until_serving())."""
 
     def __init__(self, replica_id, workdir):
-        self.replica_id = replica_id
-        self.metrics_port = free_port()
-        self.log_path = os.path.join(workdir, f"{replica_id}.log")
-        self.log = open(self.log_path, "w+b")  # pylint: disable=consider-using-with
-        command = [ARGS.kvserve, "--listen", "127.0.0.1:0", "--threads", str(ARGS.threads),
-                   "--replica-id", replica_id, "--prefixes-file", PREFIXES_FILE,
-                   "--metrics-listen", f"127.0.0.1:{self.metrics_port}"]
+        flags = ["--threads", str(ARGS.threads), "--replica-id", replica_id, "--prefixes-file",
+                 PREFIXES_FILE, "--metrics-listen", "127.0.0.1:0"]
         if ARGS.model:
-            command += ["--model", ARGS.model]
-        self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=self.log)
-        port, first = listening_port(self.proc, STARTUP_TIMEOUT_S)
-        if port is None:
-            self.kill()
-            raise AssertionError(f"{replica_id}: first stdout line {first!r}\n{self.log_tail()}")
-        self.port = port
-        self.target = f"127.0.0.1:{self.port}"
-
-    def wait_until_serving(self):
-        with channel_to(self.target) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"{self.replica_id} exited with "
-                                         f"{self.proc.returncode}\n{self.log_tail()}")
-                try:
-                    if health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == \
-                            health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.1)
-        raise AssertionError(f"{self.replica_id} not SERVING\n{self.log_tail()}")
+            flags += ["--model", ARGS.model]
+        super().__init__(ARGS.kvserve, flags, log_path=os.path.join(workdir, f"{replica_id}.log"),
+                         start_timeout_s=STARTUP_TIMEOUT_S, name=replica_id, wait=False)
+        self.replica_id = replica_id
 
     def metric(self, name, labels=""):
         """The value of one series of the replica's /metrics (0 when absent)."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with HTTP.open(url, timeout=10) as response:
-            text = response.read().decode()
-        series = name + ("{" + labels + "}" if labels else "")
-        for line in text.splitlines():
-            if line.startswith(series + " "):
-                return float(line.split()[-1])
-        return 0.0
-
-    def log_tail(self, lines=30):
-        self.log.flush()
-        with open(self.log_path, "rb") as f:
-            text = f.read().decode("utf-8", "replace").splitlines()
-        return f"{self.replica_id} stderr (last lines):\n" + "\n".join(text[-lines:])
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+        return self.metrics().get(name + ("{" + labels + "}" if labels else ""), 0.0)
 
 
 class Gateway:

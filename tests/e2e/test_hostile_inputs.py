@@ -12,7 +12,6 @@ import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,17 +24,16 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
     grpc,
-    health_pb2,
-    health_pb2_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    TIME_SCALE,
+    KvserveProcess,
+)
+import kvserve_launch  # noqa: E402  pylint: disable=wrong-import-position
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOSTILE = os.path.join(HERE, "..", "data", "hostile")
 PATHS = {}
-# Sanitizer builds run several times slower: their ctest sets KVSERVE_TEST_TIME_SCALE.
-TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
-STARTUP_TIMEOUT_S = 60 * TIME_SCALE
 CALL_TIMEOUT_S = 60 * TIME_SCALE
 
 
@@ -47,44 +45,18 @@ def rss_bytes(pid):
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-class Server:
-    """A kvserve process on 127.0.0.1:0 with the given flags, SERVING before it returns."""
+class Server(KvserveProcess):
+    """A kvserve process on 127.0.0.1:0 (--threads 1) with the given flags, SERVING before it
+    returns, with a Generation stub."""
 
     def __init__(self, *flags):
-        self.log = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(
-            [PATHS["kvserve"], "--listen", "127.0.0.1:0", "--threads", "1", *flags],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
-        port, first = listening_port(self.proc, STARTUP_TIMEOUT_S)
-        if port is None:
-            self.stop()
-            raise AssertionError(f"no listening line: {first!r}\n{self.stderr()}")
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        self.stub = gen_grpc.GenerationStub(self.channel)
-        health = health_pb2_grpc.HealthStub(self.channel)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"kvserve exited with {self.proc.returncode}\n"
-                                     f"{self.stderr()}")
-            try:
-                if health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == \
-                        health_pb2.HealthCheckResponse.SERVING:
-                    break
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("not SERVING in time\n" + self.stderr())
-            time.sleep(0.05)
-
-    def stderr(self):
-        self.log.seek(0)
-        return self.log.read().decode("utf-8", "replace")
+        super().__init__(PATHS["kvserve"], ["--threads", "1", *flags])
+        self.rpc_channel = self.channel()
+        self.stub = gen_grpc.GenerationStub(self.rpc_channel)
 
     def alive_and_serving(self):
         """The process is up and a plain request is answered."""
-        if self.proc.poll() is not None:
+        if not self.running:
             return False
         response = self.stub.Generate(
             gen.GenerateRequest(prompt="still there?",
@@ -92,24 +64,12 @@ class Server:
             timeout=CALL_TIMEOUT_S)
         return response.usage.completion_tokens == 2
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.channel.close() if hasattr(self, "channel") else None
-        return self.proc.returncode
-
 
 def refused_start(*flags):
     """Runs kvserve expecting it to refuse to start: (exit code, stderr)."""
-    proc = subprocess.run(
-        [PATHS["kvserve"], "--listen", "127.0.0.1:0", "--threads", "1", *flags],
-        stdin=subprocess.DEVNULL, capture_output=True, timeout=120, check=False)
-    return proc.returncode, proc.stderr.decode("utf-8", "replace")
+    done = kvserve_launch.refused_start(PATHS["kvserve"],
+                                        ["--listen", "127.0.0.1:0", "--threads", "1", *flags])
+    return done.returncode, done.stderr
 
 
 class HostileInputsTest(unittest.TestCase):
@@ -185,7 +145,7 @@ class HostileInputsTest(unittest.TestCase):
                     self.assertEqual(rendered, name == "deep_list.jinja")
                     self.assertTrue(server.alive_and_serving())
                 finally:
-                    self.assertEqual(server.stop(), 0, server.stderr())
+                    self.assertEqual(server.stop(), 0, server.log_text())
 
     def test_hostile_config_files_are_start_up_errors_naming_the_file(self):
         for path in sorted(glob.glob(os.path.join(HOSTILE, "config", "*.json"))):
@@ -243,12 +203,12 @@ class HostileInputsTest(unittest.TestCase):
             self.assertEqual(raised.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
             self.assertTrue(server.alive_and_serving())
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
+            self.assertEqual(server.stop(), 0, server.log_text())
 
     def test_oversize_text_is_refused_before_tokenizing(self):
         server = Server()
         try:
-            before = rss_bytes(server.proc.pid)
+            before = rss_bytes(server.pid)
             for _ in range(3):
                 with self.assertRaises(grpc.RpcError) as raised:
                     server.stub.Generate(gen.GenerateRequest(prompt="word " * (12 << 20)),
@@ -261,7 +221,7 @@ class HostileInputsTest(unittest.TestCase):
                                          timeout=CALL_TIMEOUT_S)
                 self.assertEqual(raised.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
                 self.assertTrue(raised.exception.details().startswith("text: 16777216 bytes"))
-            grown = rss_bytes(server.proc.pid) - before
+            grown = rss_bytes(server.pid) - before
             print(f"RSS after 3 x (60 MB prompt + 16 MB Tokenize): +{grown >> 20} MiB")
             # Tokenizing the 60 MB prompt took RSS from 258 MB to 992 MB; receiving the
             # messages costs their size once, not a tokenized copy.
@@ -270,12 +230,12 @@ class HostileInputsTest(unittest.TestCase):
             self.assertLess(grown, (300 << 20) + quarantine)
             self.assertTrue(server.alive_and_serving())
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
+            self.assertEqual(server.stop(), 0, server.log_text())
 
     def test_malformed_bytes_are_invalid_argument(self):
         server = Server()
         try:
-            raw = server.channel.unary_unary("/kvserve.v1.Generation/Generate")
+            raw = server.rpc_channel.unary_unary("/kvserve.v1.Generation/Generate")
             for payload in (b"\xff\xff\xff\xff\x0f", b"\x0a\x02\xc3\x28"):
                 with self.assertRaises(grpc.RpcError) as raised:
                     raw(payload, timeout=CALL_TIMEOUT_S)
@@ -284,11 +244,11 @@ class HostileInputsTest(unittest.TestCase):
                               raised.exception.details())
             self.assertTrue(server.alive_and_serving())
         finally:
-            self.assertEqual(server.stop(), 0, server.stderr())
+            self.assertEqual(server.stop(), 0, server.log_text())
 
     def test_injected_faults_do_not_stop_the_start_up(self):
         server = Server("--fault-inject-oom-rate", "0.9")
-        self.assertEqual(server.stop(), 0, server.stderr())
+        self.assertEqual(server.stop(), 0, server.log_text())
 
     def test_yaml_billion_laughs_is_refused_quickly(self):
         path = os.path.join(HOSTILE, "prefixes", "billion_laughs.yaml")

@@ -7,83 +7,61 @@ usage: PYTHONPATH=build/proto/python /usr/bin/python3 tests/e2e/test_prefix_pers
 import argparse
 import json
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import unittest
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from kvserve.v1 import generation_pb2, prefix_pb2, prefix_pb2_grpc
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
+    generation_pb2,
+    grpc,
+    prefix_pb2,
+    prefix_pb2_grpc,
+)
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    TIME_SCALE,
+    KvserveProcess,
+)
 
 KVSERVE = None
-# Sanitizer builds run several times slower: their ctest sets KVSERVE_TEST_TIME_SCALE.
-TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
 STARTUP_TIMEOUT_S = 120 * TIME_SCALE
 
 
-class Server:
-    """A kvserve process on 127.0.0.1:0 with a state directory."""
+class Server(KvserveProcess):
+    """A kvserve process on 127.0.0.1:0 with a state directory, SERVING, with a PrefixCache
+    stub (a new one after each start)."""
 
     def __init__(self, state_dir):
-        self.process = subprocess.Popen(
-            [KVSERVE, "--listen", "127.0.0.1:0", "--threads", "1", "--state-dir", state_dir],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.process.stdout.readline()
-        match = re.match(r"^kvserve listening on (127\.0\.0\.1:\d+)$", line.strip())
-        if not match:
-            self.process.kill()
-            raise RuntimeError("unexpected first line: %r" % line)
-        self.target = match.group(1)
-        self.channel = grpc.insecure_channel(self.target)
-        health = health_pb2_grpc.HealthStub(self.channel)
-        deadline = time.time() + STARTUP_TIMEOUT_S
-        while True:
-            try:
-                status = health.Check(health_pb2.HealthCheckRequest(), timeout=2).status
-                if status == health_pb2.HealthCheckResponse.SERVING:
-                    break
-            except grpc.RpcError:
-                pass
-            if time.time() > deadline or self.process.poll() is not None:
-                raise RuntimeError("kvserve did not become SERVING")
-            time.sleep(0.05)
-        self.prefixes = prefix_pb2_grpc.PrefixCacheStub(self.channel)
+        super().__init__(KVSERVE, ["--threads", "1", "--state-dir", state_dir],
+                         start_timeout_s=STARTUP_TIMEOUT_S)
+
+    def start(self, wait=True):
+        super().start(wait)
+        self.prefixes = prefix_pb2_grpc.PrefixCacheStub(self.channel())
+        return self
 
     def register(self, name, ids, timeout=60):
         return self.prefixes.RegisterPrefix(
             prefix_pb2.RegisterPrefixRequest(name=name, token_ids=generation_pb2.TokenIds(ids=ids)),
             timeout=timeout)
 
-    def kill(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
-        self.channel.close()
-
 
 class PrefixPersistenceTest(unittest.TestCase):
     def setUp(self):
         self.state_dir = tempfile.mkdtemp(prefix="kvserve-state-")
-        self.servers = []
+        self.server = None
 
     def tearDown(self):
-        for server in self.servers:
-            server.kill()
+        if self.server is not None:
+            self.server.kill()
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
-    def start(self):
-        server = Server(self.state_dir)
-        self.servers.append(server)
-        return server
-
     def test_kill_during_registration_keeps_every_completed_one(self):
-        server = self.start()
+        server = self.server = Server(self.state_dir)
         completed = {}
         for i in range(3):
             ids = [(7 * i + 3 * t + 1) % 250 for t in range(20 + i)]
@@ -124,8 +102,8 @@ class PrefixPersistenceTest(unittest.TestCase):
         for name in completed:
             self.assertIn("default/" + name, names)
 
-        restarted = self.start()
-        listed = restarted.prefixes.ListPrefixes(prefix_pb2.ListPrefixesRequest(), timeout=10)
+        server.restart()  # on the same --state-dir
+        listed = server.prefixes.ListPrefixes(prefix_pb2.ListPrefixesRequest(), timeout=10)
         back = {p.name: p.num_tokens for p in listed.prefixes}
         for name, num_tokens in completed.items():
             self.assertEqual(back.get(name), num_tokens)

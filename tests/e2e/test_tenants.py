@@ -31,20 +31,29 @@ import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_access  # noqa: E402  pylint: disable=wrong-import-position
-import test_tls  # noqa: E402  pylint: disable=wrong-import-position
-from test_access import (  # noqa: E402  pylint: disable=wrong-import-position
-    CALL_TIMEOUT_S, TIME_SCALE, Server, bearer, keys_file_text, sample)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
+    auth_metadata,
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
     grpc,
+    open_channel,
     prefix_pb2,
     prefix_pb2_grpc,
     session_pb2 as ses,
     session_pb2_grpc as ses_grpc,
 )
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    TIME_SCALE,
+    Certificates,
+    KvserveProcess,
+    refused_start,
+    write_api_keys_file,
+)
+
+PATHS = {}
+CALL_TIMEOUT_S = 60 * TIME_SCALE
 
 KEYS = [("alice-secret", "alice", "user"), ("bob-secret", "bob", "user"),
         ("ops-secret", "ops", "admin")]
@@ -68,20 +77,26 @@ def rpc_error(call):
     raise AssertionError("the call succeeded")
 
 
+def start(*flags, tls=None):
+    """kvserve on 127.0.0.1:0 (--threads 1) with the given flags, SERVING."""
+    return KvserveProcess(PATHS["kvserve"], ["--threads", "1", *flags], tls=tls)
+
+
 def stop(server, *channels):
-    """Closes the clients' channels (or the shutdown waits for them), then stops the server."""
+    """Closes the clients' channels (or the shutdown waits for them; the launcher closes those
+    of server.channel()), then stops the server."""
     for channel in channels:
         channel.close()
     code = server.stop()
     if code != 0:
-        raise AssertionError(f"kvserve exited with {code}\n{server.stderr()}")
+        raise AssertionError(f"kvserve exited with {code}\n{server.log_text()}")
 
 
 class Client:
     """One tenant's calls over `channel`, with the API key `key` when given."""
 
     def __init__(self, channel, key=None):
-        self.metadata = tuple(bearer(key)) if key else ()
+        self.metadata = auth_metadata(key)
         self.gen = gen_grpc.GenerationStub(channel)
         self.prefixes = prefix_pb2_grpc.PrefixCacheStub(channel)
         self.sessions = ses_grpc.SessionsStub(channel)
@@ -143,14 +158,14 @@ class KeysServerTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.TemporaryDirectory(prefix="kvserve-tenants-")
         cls.keys = os.path.join(cls.dir.name, "keys.yaml")
-        with open(cls.keys, "w", encoding="utf-8") as f:
-            f.write(keys_file_text(KEYS))
-        cls.server = Server("--api-keys-file", cls.keys, *cls.flags)
-        cls.alice, cls.bob, cls.ops = (Client(cls.server.channel, key) for key, _, _ in KEYS)
+        write_api_keys_file(cls.keys, KEYS)
+        cls.server = start("--api-keys-file", cls.keys, *cls.flags)
+        channel = cls.server.channel()
+        cls.alice, cls.bob, cls.ops = (Client(channel, key) for key, _, _ in KEYS)
 
     @classmethod
     def tearDownClass(cls):
-        stop(cls.server, cls.server.channel)
+        stop(cls.server)
         cls.dir.cleanup()
 
 
@@ -212,8 +227,7 @@ class NamespacesTest(KeysServerTest):
         after = self.server.metrics()
         for method in ("DeletePrefix", "RegisterPrefix"):
             label = f'kvserve_rpcs_total{{code="PERMISSION_DENIED",method="{method}"}}'
-            self.assertEqual((sample(after, label) or 0) - (sample(before, label) or 0), 2,
-                             method)
+            self.assertEqual(after.get(label, 0) - before.get(label, 0), 2, method)
         # alice's own prefix of that name is hers alone.
         self.assertFalse(alice.register("house-style", ids(5, 12)).shared)
         self.assertEqual((alice.get("house-style").num_tokens, alice.get("house-style").shared),
@@ -367,20 +381,20 @@ class StateDirTest(unittest.TestCase):
     def test_a_restart_keeps_namespaces_and_shared_prefixes(self):
         with tempfile.TemporaryDirectory(prefix="kvserve-tenants-") as folder:
             keys = os.path.join(folder, "keys.yaml")
-            with open(keys, "w", encoding="utf-8") as f:
-                f.write(keys_file_text(KEYS))
+            write_api_keys_file(keys, KEYS)
             state = os.path.join(folder, "state")
             os.mkdir(state)
-            flags = ("--api-keys-file", keys, "--state-dir", state)
-            server = Server(*flags)
-            alice, bob, ops = (Client(server.channel, key) for key, _, _ in KEYS)
+            server = start("--api-keys-file", keys, "--state-dir", state)
+            channel = server.channel()
+            alice, bob, ops = (Client(channel, key) for key, _, _ in KEYS)
             try:
                 alice.register("kept", ids(20, 16))
                 ops.register("kept-for-all", ids(21, 12), shared=True)
             finally:
-                stop(server, server.channel)
-            server = Server(*flags)
-            alice, bob, ops = (Client(server.channel, key) for key, _, _ in KEYS)
+                stop(server)
+            server.restart()  # the same flags: the same --state-dir
+            channel = server.channel()
+            alice, bob, ops = (Client(channel, key) for key, _, _ in KEYS)
             try:
                 self.assertEqual(rpc_error(lambda: bob.get("kept")).code(), NOT_FOUND)
                 self.assertNotIn("kept", {name for name, _ in bob.listed()})
@@ -392,38 +406,23 @@ class StateDirTest(unittest.TestCase):
                     self.assertEqual((shared.num_tokens, shared.shared), (12, True))
                 self.assertEqual(rpc_error(lambda: bob.delete("kept-for-all")).code(), DENIED)
             finally:
-                stop(server, server.channel)
+                stop(server)
 
 
 class DefaultTenantTest(unittest.TestCase):
 
     def test_without_keys_everyone_is_the_admin_default_tenant(self):
-        server = Server()
-        client = Client(server.channel)
+        server = start()
+        client = Client(server.channel())
         try:
             self.assertTrue(client.register("everyone", ids(30, 10), shared=True).shared)
             self.assertTrue(client.get("everyone").shared)
             client.register("mine", ids(31, 10))
-            self.assertEqual(Client(server.channel).get("mine").num_tokens, 10)
+            self.assertEqual(Client(server.channel()).get("mine").num_tokens, 10)
             client.delete("everyone", shared=True)
             self.assertEqual(rpc_error(lambda: client.get("everyone")).code(), NOT_FOUND)
         finally:
-            stop(server, server.channel)
-
-
-def make_certificates(folder):
-    """A CA, a server certificate for 127.0.0.1 and client certificates CN=alice, bob, carol,
-    into test_tls.CERTS."""
-    test_tls.make_certificates(folder)  # ca, server, openssl.cnf
-    for name in ("alice", "bob", "carol"):
-        test_tls.openssl("req", "-config", "openssl.cnf", "-new", "-newkey", "ec", "-pkeyopt",
-                         "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{name}.key",
-                         "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=folder)
-        test_tls.openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey",
-                         "ca.key", "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
-                         "-extfile", "openssl.cnf", "-extensions", "client", cwd=folder)
-        test_tls.CERTS[name + ".crt"] = os.path.join(folder, name + ".crt")
-        test_tls.CERTS[name + ".key"] = os.path.join(folder, name + ".key")
+            stop(server)
 
 
 @unittest.skipIf(shutil.which("openssl") is None, "no openssl command to make certificates")
@@ -433,15 +432,17 @@ class CertificateTenantsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.TemporaryDirectory(prefix="kvserve-tenants-tls-")
-        make_certificates(cls.dir.name)
-        keys = os.path.join(cls.dir.name, "keys.yaml")
-        with open(keys, "w", encoding="utf-8") as f:
-            f.write(keys_file_text([("dave-secret", "dave", "user")]))
-        cls.server = test_tls.Server(
-            *test_tls.tls_flags(), "--tls-client-ca-file", test_tls.CERTS["ca.crt"],
+        # A CA, a server certificate for 127.0.0.1, client certificates CN=alice, bob, carol.
+        cls.certs = Certificates(cls.dir.name, clients=("alice", "bob", "carol"))
+        keys = write_api_keys_file(os.path.join(cls.dir.name, "keys.yaml"),
+                                   [("dave-secret", "dave", "user")])
+        cls.server = start(
             "--tenant-from-client-cert", "--client-cert-admins", "carol", "--api-keys-file", keys,
-            "--log-format", "json", ca="ca", client="alice")
-        cls.channels = {name: cls.server.channel("ca", name) for name in ("alice", "bob", "carol")}
+            "--log-format", "json", tls=cls.certs.tls(client="alice", client_ca="ca"))
+        cls.channels = {name: open_channel(cls.server.target, cls.certs.path("ca.crt"),
+                                           cls.certs.path(name + ".crt"),
+                                           cls.certs.path(name + ".key"))
+                        for name in ("alice", "bob", "carol")}
 
     @classmethod
     def tearDownClass(cls):
@@ -455,12 +456,12 @@ class CertificateTenantsTest(unittest.TestCase):
         """The JSON access-log record of request_id (waiting for it a little)."""
         deadline = time.monotonic() + 10 * TIME_SCALE
         while True:
-            for line in self.server.stderr().splitlines():
+            for line in self.server.log_text().splitlines():
                 if line.startswith("{"):
                     record = json.loads(line)
                     if record.get("msg") == "access" and record.get("request_id") == request_id:
                         return record
-            self.assertLess(time.monotonic(), deadline, self.server.stderr())
+            self.assertLess(time.monotonic(), deadline, self.server.log_text())
             time.sleep(0.05)
 
     def test_the_certificate_names_the_tenant(self):
@@ -491,19 +492,19 @@ class CertificateTenantsTest(unittest.TestCase):
         dave_over_alice.delete("dave-notes")
 
     def test_cert_tenants_need_a_client_ca(self):
-        code, stderr = test_tls.refused_start("--listen", "127.0.0.1:0", *test_tls.tls_flags(),
-                                              "--tenant-from-client-cert")
-        self.assertEqual(code, 2, stderr)
-        self.assertIn("--tenant-from-client-cert", stderr)
-        self.assertIn("--tls-client-ca-file", stderr)
+        done = refused_start(PATHS["kvserve"], ["--threads", "1", "--listen", "127.0.0.1:0",
+                                                *self.certs.tls().server_flags(),
+                                                "--tenant-from-client-cert"])
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn("--tenant-from-client-cert", done.stderr)
+        self.assertIn("--tls-client-ca-file", done.stderr)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--kvserve", required=True)
     args, rest = parser.parse_known_args()
-    test_access.PATHS["kvserve"] = args.kvserve
-    test_tls.PATHS["kvserve"] = args.kvserve
+    PATHS["kvserve"] = args.kvserve
     unittest.main(argv=[sys.argv[0], "-v", *rest])
 
 

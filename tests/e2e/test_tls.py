@@ -19,13 +19,10 @@ Exits 77 (skipped) without the openssl command. Needs PYTHONPATH=<build>/proto/p
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
-import urllib.request
 
 CLIENT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client",
                           "python")
@@ -34,91 +31,44 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
     grpc,
-    health_pb2,
-    health_pb2_grpc,
     open_channel,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    TIME_SCALE,
+    Certificates,
+    KvserveProcess,
+)
+import kvserve_launch  # noqa: E402  pylint: disable=wrong-import-position
 
 PATHS = {}
-TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
-STARTUP_TIMEOUT_S = 60 * TIME_SCALE
 CALL_TIMEOUT_S = 60 * TIME_SCALE
 # A failing handshake ends a call at once; this only bounds a hang.
 REFUSED_TIMEOUT_S = 20 * TIME_SCALE
+CERTIFICATES = []  # the Certificates of the run, made in main()
 CERTS = {}  # name -> path, filled by make_certificates
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, stdin=subprocess.DEVNULL,
-                   capture_output=True, timeout=60)
 
 
 def make_certificates(folder):
     """A CA, another CA, a server certificate for 127.0.0.1 and two client certificates."""
-    with open(os.path.join(folder, "openssl.cnf"), "w", encoding="utf-8") as f:
-        f.write("[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = unused\n"
-                "[ca]\nbasicConstraints = critical, CA:TRUE\n"
-                "keyUsage = critical, keyCertSign, cRLSign\n"
-                "subjectKeyIdentifier = hash\n"
-                "[server]\nbasicConstraints = CA:FALSE\nsubjectAltName = IP:127.0.0.1\n"
-                "keyUsage = critical, digitalSignature, keyEncipherment\n"
-                "extendedKeyUsage = serverAuth\n"
-                "[client]\nbasicConstraints = CA:FALSE\n"
-                "keyUsage = critical, digitalSignature, keyEncipherment\n"
-                "extendedKeyUsage = clientAuth\n")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    for ca in ("ca", "other-ca"):
-        openssl("req", "-config", "openssl.cnf", "-x509", *ec, "-keyout", f"{ca}.key", "-out",
-                f"{ca}.crt", "-subj", f"/CN=kvserve test {ca}", "-days", "2", "-extensions",
-                "ca", cwd=folder)
-    for name, ca, section in (("server", "ca", "server"), ("client", "ca", "client"),
-                              ("rogue-client", "other-ca", "client")):
-        openssl("req", "-config", "openssl.cnf", "-new", *ec, "-keyout", f"{name}.key", "-out",
-                f"{name}.csr", "-subj", f"/CN=kvserve test {name}", cwd=folder)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
-                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile",
-                "openssl.cnf", "-extensions", section, cwd=folder)
+    made = Certificates(folder, clients=("client",), foreign_clients=("rogue-client",))
     for name in ("ca", "other-ca", "server", "client", "rogue-client"):
-        CERTS[name + ".crt"] = os.path.join(folder, name + ".crt")
-        CERTS[name + ".key"] = os.path.join(folder, name + ".key")
-    CERTS["not-pem"] = os.path.join(folder, "openssl.cnf")
+        CERTS[name + ".crt"] = made.path(name + ".crt")
+        CERTS[name + ".key"] = made.path(name + ".key")
+    CERTS["not-pem"] = made.path("openssl.cnf")
+    CERTIFICATES.append(made)
 
 
-class Server:
-    """A kvserve process on 127.0.0.1:0 with the given flags, SERVING before it returns
-    (health is checked over TLS verified by `ca`, with the client certificate `client` when
-    given)."""
+class Server(KvserveProcess):
+    """A kvserve process on 127.0.0.1:0 (--threads 1) serving TLS with the server certificate
+    and the given flags, SERVING before it returns (health is checked over TLS verified by the
+    CA, with the client certificate `client` when given); `client_ca` requires client
+    certificates signed by it."""
 
-    def __init__(self, *flags, ca=None, client=None):
-        self.log = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(
-            [PATHS["kvserve"], "--listen", "127.0.0.1:0", "--threads", "1", *flags],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
-        self.port, first = listening_port(self.proc, STARTUP_TIMEOUT_S)
-        if self.port is None:
-            self.stop()
-            raise AssertionError(f"no listening line: {first!r}\n{self.stderr()}")
-        self.target = f"127.0.0.1:{self.port}"
-        with self.channel(ca, client) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            while True:
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"kvserve exited with {self.proc.returncode}\n"
-                                         f"{self.stderr()}")
-                try:
-                    if health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == \
-                            health_pb2.HealthCheckResponse.SERVING:
-                        break
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise AssertionError("not SERVING in time\n" + self.stderr())
-                time.sleep(0.05)
+    def __init__(self, *flags, client=None, client_ca=None):
+        super().__init__(PATHS["kvserve"], ["--threads", "1", *flags],
+                         tls=CERTIFICATES[0].tls(client=client, client_ca=client_ca))
 
-    def channel(self, ca=None, client=None):
+    def channel_as(self, ca=None, client=None):
         """A channel to the server: TLS trusting CERTS[ca] when ca is given, with the client
         certificate CERTS[client].crt/.key when client is given; else plaintext."""
         return open_channel(self.target, CERTS[ca + ".crt"] if ca else None,
@@ -126,8 +76,8 @@ class Server:
                             CERTS[client + ".key"] if client else None)
 
     def generate(self, ca=None, client=None, timeout=CALL_TIMEOUT_S):
-        """The text of a short Generate over channel(ca, client)."""
-        with self.channel(ca, client) as channel:
+        """The text of a short Generate over channel_as(ca, client)."""
+        with self.channel_as(ca, client) as channel:
             request = gen.GenerateRequest(prompt="Hello", sampling=gen.SamplingParams(
                 max_new_tokens=4, ignore_eos=True))
             return gen_grpc.GenerationStub(channel).Generate(request, timeout=timeout)
@@ -150,27 +100,11 @@ class Server:
             check=False)
         return proc.returncode, (proc.stdout + proc.stderr).decode("utf-8", "replace")
 
-    def stderr(self):
-        self.log.seek(0)
-        return self.log.read().decode("utf-8", "replace")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30 * TIME_SCALE)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
 
 def refused_start(*flags):
     """Runs kvserve expecting it to refuse to start: (exit code, stderr)."""
-    proc = subprocess.run([PATHS["kvserve"], "--threads", "1", *flags],
-                          stdin=subprocess.DEVNULL, capture_output=True,
-                          timeout=120 * TIME_SCALE, check=False)
-    return proc.returncode, proc.stderr.decode("utf-8", "replace")
+    done = kvserve_launch.refused_start(PATHS["kvserve"], ["--threads", "1", *flags])
+    return done.returncode, done.stderr
 
 
 def tls_flags(cert="server.crt", key="server.key"):
@@ -182,7 +116,7 @@ class TlsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(*tls_flags(), "--metrics-listen", "127.0.0.1:0", ca="ca")
+        cls.server = Server("--metrics-listen", "127.0.0.1:0")
 
     @classmethod
     def tearDownClass(cls):
@@ -192,7 +126,7 @@ class TlsTest(unittest.TestCase):
     def assert_stopped(server):
         code = server.stop()
         if code != 0:
-            raise AssertionError(f"kvserve exited with {code}\n{server.stderr()}")
+            raise AssertionError(f"kvserve exited with {code}\n{server.log_text()}")
 
     def test_python_generate_over_tls(self):
         response = self.server.generate(ca="ca")
@@ -236,12 +170,8 @@ class TlsTest(unittest.TestCase):
         self.assertEqual(response.usage.completion_tokens, 4)
 
     def test_metrics_stay_plaintext(self):
-        found = [line for line in self.server.stderr().splitlines() if "metrics on http://" in line]
-        self.assertTrue(found, self.server.stderr())
-        port = int(found[0].rsplit("(port ", 1)[1].rstrip(")"))
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
-                                    timeout=CALL_TIMEOUT_S) as page:
-            self.assertIn("kvserve_", page.read().decode("utf-8"))
+        self.assertIsNotNone(self.server.metrics_port, self.server.log_text())
+        self.assertIn("kvserve_", self.server.metrics_text(timeout_s=CALL_TIMEOUT_S))
 
 
 class MutualTlsTest(unittest.TestCase):
@@ -249,8 +179,7 @@ class MutualTlsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(*tls_flags(), "--tls-client-ca-file", CERTS["ca.crt"], ca="ca",
-                            client="client")
+        cls.server = Server(client="client", client_ca="ca")
 
     @classmethod
     def tearDownClass(cls):
@@ -324,21 +253,15 @@ class FlagsTest(unittest.TestCase):
     def test_non_loopback_plaintext_needs_insecure(self):
         self.assert_refused(["--listen", "0.0.0.0:0"], "--listen '0.0.0.0:0'", "--tls-cert-file",
                             "--insecure")
-        proc = subprocess.Popen(
-            [PATHS["kvserve"], "--listen", "0.0.0.0:0", "--insecure", "--threads", "1"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        server = KvserveProcess(PATHS["kvserve"], ["--insecure", "--threads", "1"],
+                                listen="0.0.0.0:0", wait=False)
         try:
-            first = proc.stdout.readline().decode("utf-8", "replace")
-            self.assertTrue(first.startswith("kvserve listening on 0.0.0.0:"), first)
+            self.assertTrue(server.first_line.startswith("kvserve listening on 0.0.0.0:"),
+                            server.first_line)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                _, stderr = proc.communicate(timeout=60 * TIME_SCALE)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise
-        self.assertEqual(proc.returncode, 0, stderr.decode("utf-8", "replace"))
+            code = server.stop(grace_s=60 * TIME_SCALE)
+        self.assertFalse(server.stopped_by_kill, "still running 60 s after SIGTERM")
+        self.assertEqual(code, 0, server.log_text())
 
 
 def main():

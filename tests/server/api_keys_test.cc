@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -60,6 +61,7 @@ TEST(ApiKeysTest, YamlAndJsonListsMapKeysToTenantsAndRoles) {
   EXPECT_EQ((*keys)->Find("root-key"), (Principal{"ops", Role::kAdmin}));
   EXPECT_EQ((*keys)->Find("alpha-key "), std::nullopt);
   EXPECT_EQ((*keys)->Find(DigestOf("alpha-key")), std::nullopt);  // the digest is no key
+  EXPECT_EQ((*keys)->tenants(), (std::vector<std::string>{"alpha", "ops"}));
 
   // JSON, upper-case hex, wrapped in {keys: [...]}.
   std::string upper = DigestOf("beta");

@@ -206,6 +206,39 @@ TEST_F(EngineTest, CancelEndsTheRequestAndFreesItsCache) {
   EXPECT_THAT(metrics_.TextFormat(), HasSubstr("kvserve_requests_total{outcome=\"cancelled\"} 1"));
 }
 
+TEST_F(EngineTest, QueueGaugesSayWhichTenantWaitsAndWhichRuns) {
+  FakeModelOptions options;
+  options.max_position_embeddings = 100000;
+  SchedulerOptions scheduler;
+  scheduler.max_batch_size = 1;  // the second request waits while the first runs
+  Start(options, scheduler);
+  metrics_.SetTenants({"search", "ads"});
+  GenerationRequest running = MakeRequest({1, 2}, 50000);
+  running.tenant = "search";
+  auto running_sink = Submit(std::move(running));
+  const RequestId running_id = last_id_;
+  running_sink->WaitTokens(1);
+  GenerationRequest waiting = MakeRequest({3, 4}, 5);
+  waiting.tenant = "ads";
+  auto waiting_sink = Submit(std::move(waiting));
+  // The step that gave token n + 1 may have started before the second request arrived; the
+  // one giving n + 2 began after a drain of the inbox, and its stats are published before the
+  // step giving n + 3 runs.
+  running_sink->WaitTokens(running_sink->tokens().size() + 3);
+  const std::string text = metrics_.TextFormat();
+  EXPECT_THAT(text, HasSubstr("\nkvserve_tenant_num_requests_running{tenant=\"search\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("\nkvserve_tenant_num_requests_waiting{tenant=\"search\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("\nkvserve_tenant_num_requests_waiting{tenant=\"ads\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("\nkvserve_tenant_num_requests_running{tenant=\"ads\"} 0\n"));
+  engine_->Cancel(running_id);
+  running_sink->Wait();
+  waiting_sink->Wait();
+  EXPECT_TRUE(engine_->WaitIdle(absl::Seconds(10)));
+  const std::string idle = metrics_.TextFormat();
+  EXPECT_THAT(idle, HasSubstr("\nkvserve_tenant_num_requests_running{tenant=\"search\"} 0\n"));
+  EXPECT_THAT(idle, HasSubstr("\nkvserve_tenant_num_requests_waiting{tenant=\"ads\"} 0\n"));
+}
+
 TEST_F(EngineTest, PassedDeadlineIsDeadlineExceeded) {
   FakeModelOptions options;
   options.max_position_embeddings = 100000;

@@ -1,7 +1,8 @@
 // In-process kvserve on 127.0.0.1:0 driven through the real gRPC stubs: unary and streamed
 // results against the plain generation loop, concurrency across cache strategies, cancel,
-// deadline, queue limit, malformed requests, health, metrics and graceful shutdown; request
-// ids, access-log lines and the count of every outcome; a taken port; request size limits.
+// deadline, queue limit, malformed requests, health (per service), reflection (v1 and
+// v1alpha), metrics and graceful shutdown; request ids, access-log lines and the count of
+// every outcome; a taken port; a unix socket; request size limits.
 #include "server/kv_server.h"
 
 #include <gmock/gmock.h>
@@ -14,12 +15,20 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/text_format.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+#include <grpcpp/impl/codegen/rpc_method.h>
+#include <grpcpp/support/sync_stream.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -29,6 +38,9 @@
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
 #include "grpc_health/v1/health.grpc.pb.h"
+#ifdef KVSERVE_OWN_REFLECTION_V1
+#include "grpc_reflection/v1/reflection.pb.h"
+#endif
 #include "kvserve/v1/generation.grpc.pb.h"
 #include "kvserve/v1/prefix.grpc.pb.h"
 #include "model/generator.h"
@@ -56,14 +68,16 @@ struct StreamResult {
 
 class KvServerTest : public ::testing::Test {
  protected:
-  void StartServer(ServerOptions options = {}) {
-    options.listen = "127.0.0.1:0";
+  // Starts a server on `listen` (a unix: socket, or 127.0.0.1:0 by default) and connects.
+  void StartServer(ServerOptions options = {}, const std::string& listen = "127.0.0.1:0") {
+    options.listen = listen;
     options.threads = 1;
     absl::StatusOr<std::unique_ptr<KvServer>> server = KvServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                   grpc::InsecureChannelCredentials());
+    channel_ = grpc::CreateChannel(
+        listen.rfind("unix:", 0) == 0 ? listen : absl::StrCat("127.0.0.1:", server_->port()),
+        grpc::InsecureChannelCredentials());
     stub_ = v1::Generation::NewStub(channel_);
     health_ = grpc::health::v1::Health::NewStub(channel_);
   }
@@ -79,12 +93,13 @@ class KvServerTest : public ::testing::Test {
     ASSERT_TRUE(serving.ok()) << serving;
   }
 
-  grpc::health::v1::HealthCheckResponse::ServingStatus Health() {
+  grpc::health::v1::HealthCheckResponse::ServingStatus Health(const std::string& service = "") {
     grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
     grpc::health::v1::HealthCheckResponse response;
-    grpc::Status status =
-        health_->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
+    grpc::Status status = health_->Check(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << service << ": " << status.error_message();
     return response.status();
   }
 
@@ -137,6 +152,137 @@ TEST_F(KvServerTest, HealthIsNotServingUntilTheModelIsWarm) {
             grpc::StatusCode::UNAVAILABLE);
   ServeEmbeddedModel();
   EXPECT_EQ(Health(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(KvServerTest, HealthReportsEachKvserveServiceByName) {
+  StartServer();
+  const std::vector<std::string> services = {"kvserve.v1.Generation", "kvserve.v1.PrefixCache",
+                                             "kvserve.v1.Sessions"};
+  for (const std::string& service : services) {
+    EXPECT_EQ(Health(service), grpc::health::v1::HealthCheckResponse::NOT_SERVING) << service;
+  }
+  ServeEmbeddedModel();
+  for (const std::string& service : services) {
+    EXPECT_EQ(Health(service), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+  }
+  EXPECT_EQ(Health(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // A name the server does not serve is NOT_FOUND, as the protocol says.
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("kvserve.v1.Nothing");
+  grpc::health::v1::HealthCheckResponse response;
+  EXPECT_EQ(health_->Check(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+#ifdef KVSERVE_OWN_REFLECTION_V1
+// (With a gRPC whose plugin serves v1 itself, this build has no copy of its messages.)
+// One request of server reflection over `method` (v1 or v1alpha: their messages are the same
+// on the wire), on a stream of its own. The call's status, when not OK, is in error_response.
+grpc::reflection::v1::ServerReflectionResponse Reflect(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+    const grpc::reflection::v1::ServerReflectionRequest& request) {
+  grpc::ClientContext context;
+  const grpc::internal::RpcMethod rpc(method.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::reflection::v1::ServerReflectionRequest,
+                                           grpc::reflection::v1::ServerReflectionResponse>>
+      stream(grpc::internal::ClientReaderWriterFactory<
+             grpc::reflection::v1::ServerReflectionRequest,
+             grpc::reflection::v1::ServerReflectionResponse>::Create(channel.get(), rpc, &context));
+  grpc::reflection::v1::ServerReflectionResponse response;
+  stream->Write(request);
+  stream->WritesDone();
+  const bool read = stream->Read(&response);
+  const grpc::Status status = stream->Finish();
+  if (!status.ok() || !read) {
+    response.mutable_error_response()->set_error_code(status.ok() ? -1 : status.error_code());
+    response.mutable_error_response()->set_error_message(status.error_message());
+  }
+  return response;
+}
+
+constexpr char kReflectionV1[] = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+constexpr char kReflectionV1alpha[] =
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+
+TEST_F(KvServerTest, ReflectionV1AndV1alphaListTheSameServicesAndResolveEach) {
+  StartServer();
+  ServeEmbeddedModel();
+  grpc::reflection::v1::ServerReflectionRequest list;
+  list.set_list_services("");
+  std::map<std::string, std::set<std::string>> listed;
+  for (const char* method : {kReflectionV1, kReflectionV1alpha}) {
+    const grpc::reflection::v1::ServerReflectionResponse response = Reflect(channel_, method, list);
+    ASSERT_FALSE(response.has_error_response())
+        << method << ": " << response.error_response().ShortDebugString();
+    for (const auto& service : response.list_services_response().service()) {
+      listed[method].insert(service.name());
+    }
+  }
+  EXPECT_EQ(listed[kReflectionV1], listed[kReflectionV1alpha]);
+  for (const char* name : {"kvserve.v1.Generation", "kvserve.v1.PrefixCache", "kvserve.v1.Sessions",
+                           "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                           "grpc.reflection.v1alpha.ServerReflection"}) {
+    EXPECT_TRUE(listed[kReflectionV1].contains(name)) << name;
+  }
+  // Every listed service resolves, through either version, to the file that declares it.
+  for (const std::string& service : listed[kReflectionV1]) {
+    for (const char* method : {kReflectionV1, kReflectionV1alpha}) {
+      grpc::reflection::v1::ServerReflectionRequest request;
+      request.set_file_containing_symbol(service);
+      const grpc::reflection::v1::ServerReflectionResponse response =
+          Reflect(channel_, method, request);
+      ASSERT_TRUE(response.has_file_descriptor_response())
+          << method << " " << service << ": " << response.error_response().ShortDebugString();
+      google::protobuf::FileDescriptorProto file;
+      ASSERT_TRUE(
+          file.ParseFromString(response.file_descriptor_response().file_descriptor_proto(0)));
+      bool declared = false;
+      for (const auto& declared_service : file.service()) {
+        declared |= file.package() + "." + declared_service.name() == service;
+      }
+      EXPECT_TRUE(declared) << method << ": " << service << " is not in " << file.name();
+    }
+  }
+  grpc::reflection::v1::ServerReflectionRequest unknown;
+  unknown.set_file_containing_symbol("kvserve.v1.Nothing");
+  EXPECT_EQ(Reflect(channel_, kReflectionV1, unknown).error_response().error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+#endif  // KVSERVE_OWN_REFLECTION_V1
+
+TEST_F(KvServerTest, AUnixSocketIsReportedByItsPath) {
+  char folder[] = "/tmp/kvserve-unix-XXXXXX";
+  ASSERT_NE(::mkdtemp(folder), nullptr);
+  const std::string listen = absl::StrCat("unix:", folder, "/grpc.sock");
+  StartServer({}, listen);
+  EXPECT_EQ(server_->address(), listen);
+  ServeEmbeddedModel();
+  grpc::ClientContext context;
+  v1::GenerateResponse response;
+  ASSERT_TRUE(stub_
+                  ->Generate(&context,
+                             Request("token_ids { ids: [1] } "
+                                     "sampling { max_new_tokens: 1 }"),
+                             &response)
+                  .ok());
+  auto trailer = context.GetServerTrailingMetadata().find("x-kvserve-replica");
+  ASSERT_NE(trailer, context.GetServerTrailingMetadata().end());
+  EXPECT_EQ(std::string(trailer->second.data(), trailer->second.size()), listen);
+  grpc::ClientContext info_context;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.replica_id(), listen);
+  server_.reset();
+  std::filesystem::remove_all(folder);
+}
+
+TEST(BoundAddressTest, TheBoundPortReplacesPortZeroAndASocketKeepsItsPath) {
+  EXPECT_EQ(BoundAddress("127.0.0.1:0", 40123), "127.0.0.1:40123");
+  EXPECT_EQ(BoundAddress("[::1]:0", 40123), "[::1]:40123");
+  EXPECT_EQ(BoundAddress("localhost:50051", 50051), "localhost:50051");
+  EXPECT_EQ(BoundAddress("unix:/run/kvserve/grpc.sock", 1), "unix:/run/kvserve/grpc.sock");
+  EXPECT_EQ(BoundAddress("unix:relative.sock", 1), "unix:relative.sock");
 }
 
 TEST_F(KvServerTest, UnaryAndStreamEqualThePlainGenerationLoop) {
@@ -575,10 +721,40 @@ TEST_F(KvServerTest, EveryCallHasOneAccessLogLine) {
   EXPECT_THAT(lines[0], Not(HasSubstr("ttft_ms=0.000")));
   EXPECT_THAT(lines[0], Not(HasSubstr("error=")));
   EXPECT_THAT(lines[1], StartsWith("access request_id=access-2 tenant=default method=Generate "));
-  EXPECT_THAT(lines[1], HasSubstr(" outcome=not_found code=NOT_FOUND prompt_tokens=0 "));
+  // Refused before its prompt was known: no token field at all, rather than zeros.
+  EXPECT_THAT(lines[1], HasSubstr(" outcome=not_found code=NOT_FOUND total_ms="));
   EXPECT_THAT(lines[1], HasSubstr(R"(error="prefix: no prefix named 'nope' is registered")"));
   EXPECT_THAT(lines[2], StartsWith("access request_id=access-3 tenant=default method=Tokenize "));
-  EXPECT_THAT(lines[2], HasSubstr(" outcome=ok code=OK "));
+  // A method without tokens, queue or first token has none of those fields.
+  EXPECT_THAT(lines[2], HasSubstr(" outcome=ok code=OK total_ms="));
+  for (const char* field :
+       {"prompt_tokens=", "cached_tokens=", "completion_tokens=", "queue_ms=", "ttft_ms="}) {
+    EXPECT_THAT(lines[1], Not(HasSubstr(field)));
+    EXPECT_THAT(lines[2], Not(HasSubstr(field)));
+  }
+}
+
+TEST_F(KvServerTest, ARequestRefusedForMemoryLogsItsPromptTokens) {
+  ServerOptions options;
+  options.kv_device_bytes = 1024;  // far below what 4 + 100 tokens need even offloaded
+  StartServer(options);
+  ServeEmbeddedModel();
+  LogCapture capture;
+  grpc::ClientContext context;
+  context.AddMetadata("x-request-id", "too-big");
+  v1::GenerateResponse response;
+  const grpc::Status status = stub_->Generate(
+      &context,
+      Request("token_ids { ids: [1, 2, 3, 4] } sampling { max_new_tokens: 100 ignore_eos: true }"),
+      &response);
+  ASSERT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  const std::vector<std::string> lines = capture.Lines("access request_id=too-big ");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0],
+              HasSubstr(" outcome=resource_exhausted code=RESOURCE_EXHAUSTED prompt_tokens=4 "
+                        "total_ms="));
+  EXPECT_THAT(lines[0], Not(HasSubstr("completion_tokens=")));
+  EXPECT_THAT(lines[0], Not(HasSubstr("ttft_ms=")));
 }
 
 TEST_F(KvServerTest, EveryOutcomeIsCountedOnceAndTheWarmUpIsNot) {

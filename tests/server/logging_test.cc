@@ -1,13 +1,21 @@
 // Tests of JsonEscape (the body of the JSON log format's "msg" string), TextEscape and the
-// access-log line in both formats, whatever bytes the fields hold.
+// access-log line in both formats, whatever bytes the fields hold; gRPC's and protobuf's own
+// lines go through the logger.
 #include "server/logging.h"
 
 #include <gmock/gmock.h>
+#include <grpc/support/log.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+
+#include "kvserve/v1/generation.pb.h"
 
 namespace kvserve::server {
 namespace {
@@ -132,6 +140,92 @@ TEST(LoggingTest, AccessLogTextIsOneLineOfKeyValues) {
   odd.error.clear();
   EXPECT_THAT(AccessLogText(odd), ::testing::HasSubstr(R"( tenant="two words" )"));
   EXPECT_THAT(AccessLogText(odd), ::testing::EndsWith("total_ms=40.000"));
+}
+
+TEST(LoggingTest, AccessLogHoldsOnlyTheFieldsTheCallHas) {
+  AccessRecord record;
+  record.request_id = "r-1";
+  record.tenant = "default";
+  record.method = "ListPrefixes";
+  record.peer = "ipv4:127.0.0.1:5000";
+  record.outcome = "ok";
+  record.code = "OK";
+  record.total_ms = 2;
+  EXPECT_EQ(AccessLogText(record),
+            "access request_id=r-1 tenant=default method=ListPrefixes peer=ipv4:127.0.0.1:5000 "
+            "outcome=ok code=OK total_ms=2.000");
+  nlohmann::json line = nlohmann::json::parse("{" + AccessLogJsonMembers(record) + "}");
+  for (const char* field :
+       {"prompt_tokens", "cached_tokens", "completion_tokens", "queue_ms", "ttft_ms"}) {
+    EXPECT_FALSE(line.contains(field)) << field;
+  }
+  EXPECT_DOUBLE_EQ(line["total_ms"].get<double>(), 2);
+
+  // A generation refused after parsing: its prompt, nothing it never reached.
+  record.method = "Generate";
+  record.outcome = "resource_exhausted";
+  record.code = "RESOURCE_EXHAUSTED";
+  record.prompt_tokens = 4;
+  EXPECT_THAT(AccessLogText(record),
+              ::testing::EndsWith(" code=RESOURCE_EXHAUSTED prompt_tokens=4 total_ms=2.000"));
+  line = nlohmann::json::parse("{" + AccessLogJsonMembers(record) + "}");
+  EXPECT_EQ(line["prompt_tokens"], 4);
+  EXPECT_FALSE(line.contains("completion_tokens"));
+  EXPECT_FALSE(line.contains("ttft_ms"));
+}
+
+// Lines written to spdlog's default logger while it lives, as "LEVEL|MESSAGE".
+class DefaultLoggerCapture {
+ public:
+  DefaultLoggerCapture() : previous_(spdlog::default_logger()) {
+    auto logger = std::make_shared<spdlog::logger>(
+        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_));
+    logger->set_pattern("%l|%v");
+    logger->set_level(spdlog::level::trace);
+    spdlog::set_default_logger(logger);
+  }
+  ~DefaultLoggerCapture() { spdlog::set_default_logger(previous_); }
+  std::string text() const { return stream_.str(); }
+
+ private:
+  std::ostringstream stream_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+TEST(LibraryLogsTest, GrpcLinesGoThroughTheLoggerAtTheirLevel) {
+  std::string text;
+  {
+    DefaultLoggerCapture capture;
+    RouteLibraryLogs("info");
+    gpr_log(GPR_ERROR, "Handshake failed with fatal error %s", "SSL_ERROR_SSL");
+    gpr_log(GPR_INFO, "below --log-level info: never formatted");
+    RouteLibraryLogs("debug");
+    gpr_log(GPR_INFO, "gRPC's machinery");
+    text = capture.text();
+  }
+  RouteLibraryLogs("error");  // the rest of the tests keep gRPC's default threshold
+  EXPECT_THAT(text, ::testing::HasSubstr("error|grpc: logging_test.cc:"));
+  EXPECT_THAT(text, ::testing::HasSubstr(": Handshake failed with fatal error SSL_ERROR_SSL\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr(": gRPC's machinery\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("debug|grpc: logging_test.cc:"));
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("never formatted")));
+}
+
+TEST(LibraryLogsTest, ProtobufLinesGoThroughTheLogger) {
+  // A request whose prompt (string field 1) is not UTF-8: protobuf refuses it and says why.
+  const std::string wire = std::string("\x0a\x02\xff\xfe", 4);
+  std::string text;
+  {
+    DefaultLoggerCapture capture;
+    RouteLibraryLogs("info");
+    v1::GenerateRequest request;
+    EXPECT_FALSE(request.ParseFromString(wire));
+    text = capture.text();
+  }
+  RouteLibraryLogs("error");
+  EXPECT_THAT(text, ::testing::HasSubstr("error|protobuf: wire_format_lite.cc:"));
+  EXPECT_THAT(text, ::testing::HasSubstr("kvserve.v1.GenerateRequest.prompt"));
+  EXPECT_THAT(text, ::testing::HasSubstr("invalid UTF-8"));
 }
 
 }  // namespace

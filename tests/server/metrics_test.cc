@@ -1,13 +1,16 @@
 // Tests of ServerMetrics: each update shows up as the exact Prometheus text line; KV byte pairs
-// that disappear read 0; prefix-store and session totals are added as increases only.
+// that disappear read 0; prefix-store and session totals are added as increases only; tenant
+// labels are bounded; request histograms reach the longest generation; process metrics.
 #include "server/metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace kvserve::server {
 namespace {
@@ -127,6 +130,104 @@ TEST(MetricsTest, LatencyHistogramsCountSumAndBucket) {
   EXPECT_THAT(text, HasSubstr(Line("kvserve_request_queue_time_seconds_bucket{le=\"0.001\"} 1")));
 }
 
+// The finite upper bounds of histogram `name`'s buckets, in the order exported.
+std::vector<double> BucketBounds(const std::string& text, const std::string& name) {
+  std::vector<double> bounds;
+  const std::string start = "\n" + name + "_bucket{le=\"";
+  for (size_t at = text.find(start); at != std::string::npos; at = text.find(start, at + 1)) {
+    const size_t value = at + start.size();
+    const std::string bound = text.substr(value, text.find('"', value) - value);
+    if (bound != "+Inf") bounds.push_back(std::stod(bound));
+  }
+  return bounds;
+}
+
+TEST(MetricsTest, RequestHistogramsReachTheLongestGenerationTheLimitAllows) {
+  // 4,096 tokens at 30 tokens/s is 136.5 s: it falls in a finite bucket of every histogram a
+  // whole generation can fill; the time between two tokens keeps its buckets.
+  for (const auto& [limit, longest] : {std::pair<int64_t, double>{4096, 4096 / 30.0},
+                                       std::pair<int64_t, double>{32768, 32768 / 30.0}}) {
+    const std::string text = ServerMetrics(limit).TextFormat();
+    for (const char* name :
+         {"kvserve_e2e_request_latency_seconds", "kvserve_time_to_first_token_seconds",
+          "kvserve_request_queue_time_seconds", "kvserve_request_prefill_time_seconds"}) {
+      const std::vector<double> bounds = BucketBounds(text, name);
+      ASSERT_FALSE(bounds.empty()) << name;
+      EXPECT_GE(bounds.back(), longest) << name << " with limit " << limit;
+      EXPECT_LT(bounds.back(), 2 * longest) << name << " with limit " << limit;
+      EXPECT_TRUE(std::is_sorted(bounds.begin(), bounds.end())) << name;
+    }
+    const std::vector<double> itl = BucketBounds(text, "kvserve_inter_token_latency_seconds");
+    ASSERT_FALSE(itl.empty());
+    EXPECT_EQ(itl.back(), 60);
+  }
+  ServerMetrics metrics(4096);
+  metrics.ObserveEndToEndLatency(136.5);
+  EXPECT_THAT(metrics.TextFormat(),
+              HasSubstr(Line("kvserve_e2e_request_latency_seconds_bucket{le=\"240\"} 1")));
+}
+
+TEST(MetricsTest, TenantRequestsAreCountedUnderKnownTenantsOnly) {
+  ServerMetrics metrics;
+  metrics.SetTenants({"search", "ads"});
+  metrics.CountTenantRequest("search", "resource_exhausted");
+  metrics.CountTenantRequest("search", "resource_exhausted");
+  metrics.CountTenantRequest("default", "length");
+  metrics.CountTenantRequest("cn-from-a-certificate", "resource_exhausted");
+  metrics.CountTenantRequest("-", "unauthenticated");
+  std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_requests_total{outcome=\"resource_exhausted\","
+                                   "tenant=\"search\"} 2")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_requests_total{outcome=\"length\","
+                                   "tenant=\"default\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_requests_total{outcome=\"resource_exhausted\","
+                                   "tenant=\"(other)\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_requests_total{outcome=\"unauthenticated\","
+                                   "tenant=\"(other)\"} 1")));
+  EXPECT_THAT(text, Not(HasSubstr("cn-from-a-certificate")));
+  EXPECT_THAT(text, Not(HasSubstr("tenant=\"-\"")));
+  // A reload that drops a tenant folds it from then on.
+  metrics.SetTenants({"ads"});
+  EXPECT_EQ(metrics.TenantLabel("search"), "(other)");
+  EXPECT_EQ(metrics.TenantLabel("ads"), "ads");
+  EXPECT_EQ(metrics.TenantLabel("default"), "default");
+}
+
+TEST(MetricsTest, TenantQueuesStartAtZeroFoldUnknownTenantsAndReadZeroWhenGone) {
+  ServerMetrics metrics;
+  metrics.SetTenants({"search"});
+  std::string text = metrics.TextFormat();
+  for (const char* tenant : {"default", "search", "(other)"}) {
+    for (const char* name :
+         {"kvserve_tenant_num_requests_waiting", "kvserve_tenant_num_requests_running"}) {
+      EXPECT_THAT(text, HasSubstr(Line(std::string(name) + "{tenant=\"" + tenant + "\"} 0")));
+    }
+  }
+  metrics.SetTenantQueues(
+      {{"search", {.waiting = 3, .running = 1}}, {"x", {.waiting = 1}}, {"y", {.running = 2}}});
+  text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_num_requests_waiting{tenant=\"search\"} 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_num_requests_running{tenant=\"search\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_num_requests_waiting{tenant=\"(other)\"} 1")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_num_requests_running{tenant=\"(other)\"} 2")));
+  EXPECT_THAT(text, Not(HasSubstr("tenant=\"x\"")));
+  metrics.SetTenantQueues({{"default", {.running = 1}}});
+  text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_num_requests_waiting{tenant=\"search\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_num_requests_running{tenant=\"(other)\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_tenant_num_requests_running{tenant=\"default\"} 1")));
+}
+
+TEST(MetricsTest, ProcessMetricsFollowTheRegistry) {
+  const std::string text = ServerMetrics().TextFormat();
+  for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                           "process_start_time_seconds", "process_open_fds"}) {
+    EXPECT_THAT(text, HasSubstr("\n" + std::string(name) + " ")) << name;
+  }
+  EXPECT_THAT(text, HasSubstr("# TYPE process_cpu_seconds_total counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE process_resident_memory_bytes gauge"));
+}
+
 TEST(MetricsTest, OutOfMemoryAndOffloadFallbacksAreCounted) {
   ServerMetrics metrics;
   metrics.CountOutOfMemory();
@@ -140,24 +241,40 @@ TEST(MetricsTest, OutOfMemoryAndOffloadFallbacksAreCounted) {
 
 TEST(MetricsTest, KvBytesPairsMissingFromALaterCallReadZero) {
   ServerMetrics metrics;
-  metrics.SetKvBytes({{{"dynamic", "cpu"}, 4096}, {{"static", "cuda:0"}, 512}});
+  metrics.SetKvBytes({{{"dynamic", "cpu"}, 4096}, {{"static", "host"}, 512}});
   std::string text = metrics.TextFormat();
-  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{device=\"cpu\",strategy=\"dynamic\"} "
-                                   "4096")));
-  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{device=\"cuda:0\",strategy=\"static\"} "
+  EXPECT_THAT(text,
+              HasSubstr(Line("kvserve_kv_cache_bytes{location=\"device\",strategy=\"dynamic\"} "
+                             "4096")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{location=\"host\",strategy=\"static\"} "
                                    "512")));
 
-  metrics.SetKvBytes({{{"static", "cuda:0"}, 100}});
+  metrics.SetKvBytes({{{"static", "host"}, 100}});
   text = metrics.TextFormat();
-  EXPECT_THAT(text,
-              HasSubstr(Line("kvserve_kv_cache_bytes{device=\"cpu\",strategy=\"dynamic\"} 0")));
-  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{device=\"cuda:0\",strategy=\"static\"} "
+  EXPECT_THAT(
+      text, HasSubstr(Line("kvserve_kv_cache_bytes{location=\"device\",strategy=\"dynamic\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{location=\"host\",strategy=\"static\"} "
                                    "100")));
 
   metrics.SetKvBytes({});
   text = metrics.TextFormat();
-  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{device=\"cuda:0\",strategy=\"static\"} "
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{location=\"host\",strategy=\"static\"} "
                                    "0")));
+}
+
+TEST(MetricsTest, KvBytesSayWhereTheyLiveAsSessionBytesDo) {
+  // One label name and vocabulary for where K/V lives: every device's name is "device".
+  ServerMetrics metrics;
+  metrics.SetKvBytes({{{"dynamic", "cuda:0"}, 300}, {{"dynamic", "host"}, 20}});
+  const std::string text = metrics.TextFormat();
+  EXPECT_THAT(text,
+              HasSubstr(Line("kvserve_kv_cache_bytes{location=\"device\",strategy=\"dynamic\"} "
+                             "300")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_kv_cache_bytes{location=\"host\",strategy=\"dynamic\"} "
+                                   "20")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_session_kv_bytes{location=\"device\"} 0")));
+  EXPECT_THAT(text, Not(HasSubstr("device=\"")));
+  EXPECT_THAT(text, Not(HasSubstr("cuda:0")));
 }
 
 TEST(MetricsTest, PrefixCountsAddOnlyTheIncreaseBetweenCalls) {
@@ -216,6 +333,12 @@ TEST(MetricsTest, PrefixCountsAddOnlyTheIncreaseBetweenCalls) {
   EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_hits_total{kind=\"named\"} 3")));
   EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_evictions_total 3")));
   EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_bytes 0")));
+}
+
+TEST(MetricsTest, SessionsHelpSaysLiveIncludesOffloaded) {
+  const std::string text = ServerMetrics().TextFormat();
+  EXPECT_THAT(text, HasSubstr("# HELP kvserve_sessions Open chat sessions: state=\"live\" counts "
+                              "every open session, offloaded and evicted ones included;"));
 }
 
 TEST(MetricsTest, SessionFamiliesStartAtZeroForEveryLabel) {

@@ -247,7 +247,7 @@ TEST_F(PrefixServerTest, PrefixCacheRpcs) {
   EXPECT_GT(prefix.bytes(), 0);
   EXPECT_EQ(prefix.fingerprint().size(), 16u);
   EXPECT_TRUE(prefix.options().pinned());
-  EXPECT_EQ(prefix.options().cache_implementation(), "static");
+  EXPECT_EQ(prefix.options().cache_implementation(), "dynamic");
   // Idempotent, then replaced by other content.
   ASSERT_TRUE(Register("a.b-c_1", Ids(12, 3)).ok());
   ASSERT_TRUE(Register("a.b-c_1", Ids(20, 4), &prefix).ok());

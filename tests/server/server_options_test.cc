@@ -278,6 +278,15 @@ TEST(ServerOptionsTest, MissingValueIsRefused) {
   EXPECT_THAT(Error({"--listen"}), HasSubstr("--listen"));
 }
 
+TEST(ServerOptionsTest, VersionIsASwitchThatSkipsTheOtherFlags) {
+  EXPECT_FALSE(Parse({}).options->version);
+  const Parsed parsed = Parse({"--max-batch-size", "4", "--version"});
+  ASSERT_TRUE(parsed.options.ok()) << parsed.options.status();
+  EXPECT_TRUE(parsed.options->version);
+  EXPECT_EQ(parsed.options->scheduler.max_batch_size, 32);
+  EXPECT_THAT(parsed.usage, HasSubstr("--version"));
+}
+
 TEST(ServerOptionsTest, HelpSetsHelpAndFillsUsage) {
   const Parsed parsed = Parse({"--max-batch-size", "4", "--help"});
   ASSERT_TRUE(parsed.options.ok()) << parsed.options.status();

@@ -40,8 +40,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,13 +48,15 @@ import time
 import urllib.request
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kvserve.v1 import generation_pb2 as gen
 from kvserve.v1 import generation_pb2_grpc as gen_grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    KvserveProcess,
+    wait_until_serving,
+)
 
 STRATEGIES = ("dynamic", "static", "offloaded", "quantized")
 CLIENT_KINDS = ("normal", "cancel", "short_deadline")
@@ -273,12 +273,6 @@ PREFIX_METRICS = {"kvserve_prefix_cache_bytes": "prefix_bytes",
                   "kvserve_prefix_cache_evictions_total": "prefix_evictions"}
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def scrape_prefix_metrics(address):
     """{"prefix_bytes", "prefix_entries", "prefix_evictions"} from kvserve's /metrics, or {}."""
     try:
@@ -305,62 +299,6 @@ def read_rss_kb(pid):
     except (OSError, ValueError):
         return None
     return None
-
-
-class Server:
-    """The kvserve process this soak started; stderr goes to a log file."""
-
-    def __init__(self, binary, flags, log_path, startup_timeout_s):
-        self.log_path = log_path
-        self.log = open(log_path, "w+b")  # pylint: disable=consider-using-with
-        self.command = [binary, "--listen", "127.0.0.1:0", *flags]
-        self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=self.log)
-        port, text = listening_port(self.proc, startup_timeout_s)
-        if port is None:
-            self.kill()
-            raise RuntimeError(f"kvserve's first stdout line is {text!r}, not 'kvserve "
-                               f"listening on 127.0.0.1:PORT'\n{self.log_tail()}")
-        self.target = f"127.0.0.1:{port}"
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def log_text(self):
-        self.log.flush()
-        with open(self.log_path, "rb") as log:
-            return log.read().decode("utf-8", "replace")
-
-    def log_tail(self, lines=40):
-        return "kvserve stderr (last lines):\n" + "\n".join(self.log_text().splitlines()[-lines:])
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-
-def wait_until_serving(target, timeout_s, server=None):
-    channel = grpc.insecure_channel(target)
-    health = health_pb2_grpc.HealthStub(channel)
-    deadline, last = time.monotonic() + timeout_s, "no answer"
-    try:
-        while time.monotonic() < deadline:
-            if server is not None and server.proc.poll() is not None:
-                raise RuntimeError(f"kvserve exited with {server.proc.returncode} before "
-                                   f"serving\n{server.log_tail()}")
-            try:
-                status = health.Check(health_pb2.HealthCheckRequest(), timeout=2).status
-                if status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-                last = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
-            except grpc.RpcError as error:
-                last = f"{error.code().name}: {error.details()}"
-            time.sleep(0.1)
-    finally:
-        channel.close()
-    raise RuntimeError(f"kvserve not SERVING after {timeout_s} s (last: {last})")
 
 
 def probe_strategies(target, timeout_s):
@@ -469,12 +407,12 @@ class Soak:
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             flags += ["--model", model_dir]
         if not any(flag.startswith("--metrics-listen") for flag in args.server_flags):
-            self.metrics_address = f"127.0.0.1:{free_port()}"
-            flags += ["--metrics-listen", self.metrics_address]
-        log_path = args.server_log or os.path.join(self.workdir, "kvserve.stderr")
-        self.server = Server(args.kvserve, flags + args.server_flags, log_path,
-                             args.startup_timeout)
-        wait_until_serving(self.server.target, args.startup_timeout, self.server)
+            flags += ["--metrics-listen", "127.0.0.1:0"]
+        self.server = KvserveProcess(
+            args.kvserve, flags + args.server_flags,
+            log_path=args.server_log or os.path.join(self.workdir, "kvserve.stderr"),
+            start_timeout_s=args.startup_timeout, stop_grace_s=args.shutdown_timeout)
+        self.metrics_address = self.server.metrics_address
         return self.server.target
 
     @property
@@ -483,7 +421,7 @@ class Soak:
 
     def server_alive(self):
         if self.server:
-            return self.server.proc.poll() is None
+            return self.server.running
         return self.args.pid is None or os.path.exists(f"/proc/{self.args.pid}")
 
     def sample(self, elapsed_s):
@@ -541,16 +479,11 @@ class Soak:
         attached)."""
         if not self.server:
             return None
-        proc = self.server.proc
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.args.shutdown_timeout)
-            except subprocess.TimeoutExpired:
-                self.failures.append(
-                    f"kvserve still running {self.args.shutdown_timeout:.0f} s after SIGTERM")
-                self.server.kill()
-        return proc.returncode
+        code = self.server.stop()
+        if self.server.stopped_by_kill:
+            self.failures.append(
+                f"kvserve still running {self.args.shutdown_timeout:.0f} s after SIGTERM")
+        return code
 
     def rss_growth(self, duration_s):
         """(warm sample, end sample, growth fraction) or None without enough samples."""

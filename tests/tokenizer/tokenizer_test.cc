@@ -57,6 +57,31 @@ TEST(TinyTokenizerTest, MergesApplyInRankOrder) {
   EXPECT_EQ(t->Decode(*ids, false), "Hello world the");
 }
 
+// Past the merges, whole words fill every id below the hint, so a model of that vocabulary
+// samples nothing that decodes to nothing; no merge makes them, so text encodes as before.
+TEST(TinyTokenizerTest, WordsFillTheVocabularyWithoutChangingEncodings) {
+  for (int32_t vocab : {320, 512, 4000}) {
+    auto t = Tiny(vocab);
+    EXPECT_EQ(t->vocab_size(), vocab);
+    for (int32_t id = 0; id < vocab; ++id) {
+      if (id == kTinyBosId || id == kTinyEosId) continue;
+      EXPECT_TRUE(t->IdToToken(id).has_value()) << "vocab " << vocab << ", id " << id;
+      EXPECT_FALSE(t->Decode(std::vector<int32_t>{id}, true).empty())
+          << "vocab " << vocab << ", id " << id;
+    }
+  }
+  auto t = Tiny(512);
+  const std::optional<int32_t> time = t->TokenToId("\xC4\xA0time");  // " time", the first word
+  ASSERT_TRUE(time.has_value());
+  EXPECT_EQ(t->Decode(std::vector<int32_t>{*time}, true), " time");
+  const std::string text = "Hello world, the time people ba be bababa";
+  auto ids = t->Encode(text, false);
+  ASSERT_TRUE(ids.ok());
+  for (int32_t id : *ids) EXPECT_LT(id, *time) << text;
+  EXPECT_EQ(*ids, *Tiny(32000)->Encode(text, false));
+  EXPECT_EQ(t->Decode(*ids, false), text);
+}
+
 TEST(TinyTokenizerTest, AddedTokensInsideTextAndDecodeSkipping) {
   auto t = Tiny();
   auto ids = t->Encode("a</s>b<s>", false);
@@ -74,7 +99,8 @@ TEST(TinyTokenizerTest, RoundTripsArbitraryUtf8AndIgnoresUnknownIds) {
   EXPECT_EQ(ids->front(), kTinyBosId);
   EXPECT_EQ(t->Decode(*ids, true), text);
   std::vector<int32_t> with_unknown = *ids;
-  with_unknown.push_back(31999);  // beyond the tokenizer's vocab: decodes to nothing
+  // Beyond the tokenizer's vocabulary: decodes to nothing.
+  with_unknown.push_back(static_cast<int32_t>(t->vocab_size()));
   EXPECT_EQ(t->Decode(with_unknown, true), text);
 }
 

@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""`make serve`'s demo prints text: scripts/serve.sh is started as `make serve` starts it (on
+127.0.0.1 port 0 instead of 50051), and every kvctl generate, stream and health command it
+prints is run against it. Each generation must print text with letters in it: the embedded
+model samples ids from its whole vocabulary, and ids its tokenizer lacks would decode to
+nothing (issue 27: `generate --prompt 'Hello'` printed an empty line).
+
+Needs PYTHONPATH=<build>/proto/python; run:
+  test_serve_demo.py --serve scripts/serve.sh --build-dir build
+"""
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
+    grpc,
+    health_pb2,
+    health_pb2_grpc,
+)
+from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+
+ARGS = None
+TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
+STARTUP_TIMEOUT_S = 60 * TIME_SCALE
+CALL_TIMEOUT_S = 120 * TIME_SCALE
+
+
+class ServeDemoTest(unittest.TestCase):
+
+    def test_printed_commands_show_text(self):
+        log = tempfile.TemporaryFile(mode="w+b")
+        proc = subprocess.Popen([ARGS.serve, ARGS.build_dir, "--listen", "127.0.0.1:0",
+                                 "--threads", "1"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
+        try:
+            port, first = listening_port(proc, STARTUP_TIMEOUT_S)
+            log.seek(0)
+            stderr = log.read().decode("utf-8", "replace")
+            self.assertIsNotNone(port, f"the first stdout line is {first!r}\n{stderr[-4000:]}")
+            self.wait_until_serving(f"127.0.0.1:{port}")
+            # serve.sh prints its hint before it starts kvserve, so it is all there now.
+            kvctl = os.path.join(ARGS.build_dir, "client", "kvctl")
+            commands = [shlex.split(line)[1:] for line in stderr.splitlines()
+                        if line.startswith("  " + kvctl + " ")]
+            names = [c[0] for c in commands]
+            self.assertIn("generate", names, stderr[:2000])
+            self.assertIn("stream", names, stderr[:2000])
+            for args in commands:
+                if args[0] not in ("generate", "stream", "health"):
+                    continue  # bench prints numbers, not text
+                with self.subTest(command=" ".join(args)):
+                    self.check_command(kvctl, args, port)
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(timeout=STARTUP_TIMEOUT_S), 0)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            log.close()
+
+    def wait_until_serving(self, target):
+        # Health is NOT_SERVING while the model warms up: Watch streams each change.
+        with grpc.insecure_channel(target) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(),
+                                                              timeout=STARTUP_TIMEOUT_S)
+            for answer in watch:
+                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                    break
+            watch.cancel()
+
+    def check_command(self, kvctl, args, port):
+        result = subprocess.run([kvctl, *args, "--target", f"127.0.0.1:{port}"],
+                                stdin=subprocess.DEVNULL, capture_output=True,
+                                timeout=CALL_TIMEOUT_S, check=False)
+        stdout = result.stdout.decode("utf-8")  # kvserve sends valid UTF-8 only
+        self.assertEqual(result.returncode, 0, result.stderr.decode("utf-8", "replace"))
+        if args[0] == "health":
+            self.assertEqual(stdout, "SERVING\n")
+            return
+        if "--output" in args and args[args.index("--output") + 1] == "json":
+            text = "".join(json.loads(line).get("text", "") for line in stdout.splitlines())
+        else:
+            text = stdout
+        self.assertTrue(any(c.isalpha() for c in text),
+                        f"kvctl {' '.join(args)} printed no text: {stdout!r}")
+
+
+def main():
+    global ARGS  # pylint: disable=global-statement
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", required=True, help="scripts/serve.sh")
+    parser.add_argument("--build-dir", required=True, help="the build folder serve.sh runs")
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
