@@ -48,8 +48,8 @@ absl::Status UnexpectedArgument(const std::vector<std::string>& args, size_t at,
   if ((arg == "true" || arg == "false") && at > 0) {
     const std::string& before = args[at - 1];
     const base::FlagSpec* spec = before.rfind("--", 0) == 0 && before.find('=') == std::string::npos
-                                    ? FindSpec(specs, FlagName(before))
-                                    : nullptr;
+                                     ? FindSpec(specs, FlagName(before))
+                                     : nullptr;
     if (spec != nullptr && spec->is_bool) {
       return absl::InvalidArgumentError(
           absl::StrCat("unexpected argument '", arg, "': ", before, " is a switch; write ", before,

@@ -66,7 +66,7 @@ std::vector<base::FlagSpec> PrefixRegisterFlagSpecs() {
       {"token-ids", "content as token ids, comma-separated: 1,450,29", ""},
       {"messages", "content as a conversation, JSON (as for generate), no generation prompt", ""},
       {"pinned", "never evicted to make room (--pinned=false: evicted when room is needed)",
-       "server: pinned", true},
+       "server: true", true},
       {"ttl-seconds", "removed this many seconds after registration (0: never)", "server: never"},
       {"cache-implementation", "strategy the snapshot is prefilled in (dynamic, static, ...)",
        "server: dynamic"},

@@ -391,7 +391,7 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   std::vector<std::string> listed = KvserveServices();
   listed.insert(listed.end(), {"grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
                                "grpc.reflection.v1alpha.ServerReflection"});
-  server->reflection_v1_ = std::make_unique<ServerReflectionV1>(std::move(listed));
+  server->reflection_v1_ = std::make_unique<grpc_api::ServerReflectionV1>(std::move(listed));
   builder.RegisterService(server->reflection_v1_.get());
 #endif
   // Prompts may be long token-id lists or long chat transcripts; gRPC refuses a bigger

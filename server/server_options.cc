@@ -95,7 +95,7 @@ std::vector<base::FlagSpec> Flags() {
        "67108864 (64 MiB)"},
       {"shutdown-grace-seconds", "time in-flight requests get to finish after SIGTERM", "30"},
       {"replica-id", "this replica's name in x-kvserve-replica trailers and GetModelInfo",
-       "the HOST:PORT it listens on"},
+       "the HOST:PORT or unix:PATH it listens on"},
       {"version", "print the version, git revision, LibTorch and CUDA versions, and exit", "",
        true},
   };

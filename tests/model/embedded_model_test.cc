@@ -36,15 +36,15 @@ TEST(EmbeddedModelTest, EveryIdTheModelCanSampleDecodesToText) {
   ASSERT_TRUE(source.ok()) << source.status();
   auto model = Transformer::Load(*source, {});
   ASSERT_TRUE(model.ok()) << model.status();
-  auto tokenizer = Tokenizer::FromJson(*source->ReadText("tokenizer.json"),
-                                       *source->ReadText("tokenizer_config.json"));
+  auto tokenizer = tokenizer::Tokenizer::FromJson(*source->ReadText("tokenizer.json"),
+                                                  *source->ReadText("tokenizer_config.json"));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   const int64_t vocab_size = (*model)->info().vocab_size;
   EXPECT_EQ((*tokenizer)->vocab_size(), vocab_size);
   int64_t empty = 0;
   for (int32_t id = 0; id < vocab_size; ++id) {
     // <s> and </s> are special: left out of the text, as Transformers' decode does.
-    if (id == kTinyBosId || id == kTinyEosId) continue;
+    if (id == tokenizer::kTinyBosId || id == tokenizer::kTinyEosId) continue;
     if ((*tokenizer)->Decode({id}, /*skip_special_tokens=*/true).empty()) ++empty;
   }
   EXPECT_EQ(empty, 0) << "of " << vocab_size << " ids";
