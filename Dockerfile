@@ -17,7 +17,8 @@
 #     compile, link and start, but any cuDNN call (convolutions; kvserve makes none) would do
 #     nothing. Never ship an image built with CUDNN=stub to a GPU node.
 #   BUILD_JOBS     parallel compile jobs (default: all cores)
-#   DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR   where apt fetches from
+#   DEBIAN_MIRROR, DEBIAN_SECURITY_MIRROR   where apt fetches from (scripts/container.sh passes
+#                                           the build machine's; an empty security mirror: none)
 #   VCS_REF, BUILD_DATE                     recorded in the OCI labels
 #
 # Stages: os -> build-deps -> builder-cpu -> test | runtime-cpu
@@ -32,14 +33,18 @@ FROM ${DEBIAN_IMAGE} AS os
 ARG DEBIAN_MIRROR=http://deb.debian.org/debian
 ARG DEBIAN_SECURITY_MIRROR=http://deb.debian.org/debian-security
 ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8
+# An empty DEBIAN_SECURITY_MIRROR (a mirror without one) leaves the security source out.
 RUN rm -f /etc/apt/sources.list /etc/apt/sources.list.d/* \
  && printf '%s\n' "Types: deb" "URIs: ${DEBIAN_MIRROR}" "Suites: trixie trixie-updates" \
       "Components: main contrib non-free non-free-firmware" \
-      "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" "" \
-      "Types: deb" "URIs: ${DEBIAN_SECURITY_MIRROR}" "Suites: trixie-security" \
-      "Components: main contrib non-free non-free-firmware" \
       "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" \
       > /etc/apt/sources.list.d/debian.sources \
+ && if [ -n "${DEBIAN_SECURITY_MIRROR}" ]; then \
+      printf '%s\n' "" "Types: deb" "URIs: ${DEBIAN_SECURITY_MIRROR}" "Suites: trixie-security" \
+        "Components: main contrib non-free non-free-firmware" \
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" \
+        >> /etc/apt/sources.list.d/debian.sources; \
+    fi \
  && printf '%s\n' 'APT::Install-Recommends "false";' 'APT::Install-Suggests "false";' \
       > /etc/apt/apt.conf.d/90kvserve
 

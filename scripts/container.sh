@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, tests and smoke-runs kvserve's container images, with a Docker daemon or without
-# one (buildah/podman, as root). One command per step:
+# one (buildah, as root). One command per step:
 #
+#   scripts/container.sh [--mirror URL] [--security-mirror URL] COMMAND ...
 #   scripts/container.sh base                       local debian:trixie base (debootstrap)
 #   scripts/container.sh build cpu|cuda [--target test] [--cudnn download|stub] [-- ARGS]
 #                       (cuda: --cudnn defaults to download when NVIDIA answers, else stub,
@@ -9,18 +10,28 @@
 #   scripts/container.sh smoke cpu                  serve, query through kvctl, drain
 #   scripts/container.sh sizes                      sizes of the kvserve images
 #
-# Environment: KVSERVE_ENGINE=docker|buildah forces the tool; DEBIAN_MIRROR (default
-# http://deb.debian.org/debian) is what `base` bootstraps from and apt uses in the images;
-# KVSERVE_IMAGE_PREFIX (default localhost/kvserve) names the images (tags cpu and runtime-cpu,
-# cuda and runtime-cuda, test-cpu, test-cuda); BUILD_JOBS limits compile jobs;
-# KVSERVE_CA_BUNDLE (default the host's /etc/ssl/certs/ca-certificates.crt) is handed to the
-# test stage's npm as a build secret.
+# Without a Docker daemon it installs what it needs from Debian (buildah, and debootstrap for
+# `base`), as scripts/setup.sh does for the build.
+#
+# The Debian mirror (what `base` bootstraps from and apt uses in the images) is --mirror, else
+# $DEBIAN_MIRROR, else the one this machine's apt uses (scripts/debian_mirror.sh); the security
+# mirror likewise (--security-mirror, $DEBIAN_SECURITY_MIRROR, apt's CODENAME-security source;
+# none: the images get no security source). A machine behind its own mirror needs no option.
+#
+# Environment: KVSERVE_ENGINE=docker|buildah forces the tool; KVSERVE_IMAGE_PREFIX (default
+# localhost/kvserve) names the images (tags cpu and runtime-cpu, cuda and runtime-cuda,
+# test-cpu, test-cuda); BUILD_JOBS limits compile jobs; KVSERVE_CA_BUNDLE (default the host's
+# /etc/ssl/certs/ca-certificates.crt) is handed to the test stage's npm as a build secret.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/debian_mirror.sh
+source scripts/debian_mirror.sh
 readonly base_image="docker.io/library/debian:trixie"
-readonly mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 readonly prefix="${KVSERVE_IMAGE_PREFIX:-localhost/kvserve}"
+mirror="${DEBIAN_MIRROR:-}"
+security_mirror="${DEBIAN_SECURITY_MIRROR:-}"
+tool=""
 
 die() {
   echo "container.sh: $*" >&2
@@ -33,21 +44,63 @@ usage() {  # exit status: $1 (2 by default)
   exit "${1:-2}"
 }
 
-# docker when a daemon answers, else buildah (OCI images without a daemon).
-engine() {
-  if [[ -n "${KVSERVE_ENGINE:-}" ]]; then
-    echo "$KVSERVE_ENGINE"
-  elif command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; then
-    echo docker
-  elif command -v buildah >/dev/null 2>&1; then
-    echo buildah
-  else
-    die "neither a Docker daemon nor buildah is available (apt-get install buildah podman)"
+# Installs the Debian packages given that are not installed yet (as root, or through sudo).
+install_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  command -v apt-get >/dev/null 2>&1 || die "${missing[*]} missing, and no apt-get to install them"
+  local sudo_cmd=()
+  [[ "$(id -u)" -eq 0 ]] || sudo_cmd=(sudo)
+  say "installing ${missing[*]}"
+  local log
+  log="$(mktemp)"
+  if ! { "${sudo_cmd[@]}" apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+      --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    tail -20 "$log" >&2
+    rm -f "$log"
+    die "could not install ${missing[*]}"
   fi
+  rm -f "$log"
+}
+
+# Sets $tool: docker when a daemon answers, else buildah (OCI images without a daemon),
+# installed when missing (fuse-overlayfs: container storage where the root filesystem is itself
+# an overlay).
+choose_engine() {
+  if [[ -n "${KVSERVE_ENGINE:-}" ]]; then
+    tool="$KVSERVE_ENGINE"
+  elif command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; then
+    tool=docker
+  else
+    tool=buildah
+  fi
+  if [[ "$tool" == buildah ]]; then
+    install_packages buildah fuse-overlayfs
+  fi
+  return 0
+}
+
+# Sets $mirror and $security_mirror: the options, else the environment, else this machine's apt.
+choose_mirrors() {
+  if [[ -z "$mirror" ]]; then
+    mirror="$(debian_mirror)" ||
+      die "this machine's apt names no Debian mirror for $(debian_codename): pass --mirror URL"
+  fi
+  if [[ -z "$security_mirror" ]]; then
+    security_mirror="$(debian_security_mirror)" ||
+      say "no security mirror in this machine's apt sources: the images get none" \
+        "(--security-mirror URL adds one)"
+  fi
+  mirror="${mirror%/}"
+  security_mirror="${security_mirror%/}"
 }
 
 image_exists() {
-  case "$(engine)" in
+  case "$tool" in
     docker) docker image inspect "$1" >/dev/null 2>&1 ;;
     *) buildah inspect --type image "$1" >/dev/null 2>&1 ;;
   esac
@@ -59,8 +112,6 @@ cmd_base() {
     say "$base_image is already present"
     return 0
   fi
-  local tool
-  tool="$(engine)"
   if [[ "$tool" == docker ]]; then
     if timeout 300 docker pull "$base_image"; then return 0; fi
   else
@@ -70,8 +121,8 @@ cmd_base() {
     fi
   fi
   say "no $base_image to pull; bootstrapping one from $mirror"
-  command -v debootstrap >/dev/null 2>&1 || die "debootstrap is missing (apt-get install debootstrap)"
   [[ "$(id -u)" -eq 0 ]] || die "debootstrap needs root"
+  install_packages debootstrap debian-archive-keyring
   local work root started
   work="$(mktemp -d /var/tmp/kvserve-base.XXXXXX)"
   root="$work/rootfs"
@@ -151,7 +202,7 @@ cmd_build() {
     --build-arg "VCS_REF=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
     --build-arg "BUILD_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)")
   [[ -n "${BUILD_JOBS:-}" ]] && args+=(--build-arg "BUILD_JOBS=$BUILD_JOBS")
-  [[ -n "${DEBIAN_MIRROR:-}" ]] && args+=(--build-arg "DEBIAN_MIRROR=$DEBIAN_MIRROR")
+  args+=(--build-arg "DEBIAN_MIRROR=$mirror" --build-arg "DEBIAN_SECURITY_MIRROR=$security_mirror")
   # The test stage fetches npm packages; behind a TLS-inspecting proxy it needs the host's CA
   # bundle, given as a build secret (never stored in a layer).
   local ca_bundle="${KVSERVE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
@@ -177,9 +228,7 @@ cmd_build() {
     args+=(-t "$prefix:$stage")
   fi
   image_exists "$base_image" || die "no $base_image: run 'scripts/container.sh base' first"
-  local tool started
-  tool="$(engine)"
-  started=$SECONDS
+  local started=$SECONDS
   say "building $tag (stage $stage) with $tool"
   case "$tool" in
     docker) DOCKER_BUILDKIT=1 docker build "${args[@]}" "${extra[@]}" . ;;
@@ -193,7 +242,7 @@ cmd_build() {
 
 # --- sizes ----------------------------------------------------------------------------
 cmd_sizes() {
-  case "$(engine)" in
+  case "$tool" in
     docker) docker images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' "$prefix" ;;
     *) buildah images --format '{{.Name}}:{{.Tag}}  {{.Size}}' | grep -F "$prefix:" || true ;;
   esac
@@ -207,7 +256,6 @@ smoke_dir=""
 server_pid=""
 server_ctr=""
 client_ctr=""
-tool=""
 
 smoke_cleanup() {
   if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
@@ -273,7 +321,6 @@ json_int() {  # key, json text: the first integer value of "key" (proto3 JSON qu
 cmd_smoke() {
   [[ "${1:-}" == cpu || "${1:-}" == cuda ]] || usage
   image="$prefix:$1"
-  tool="$(engine)"
   image_exists "$image" || die "no image $image: run 'scripts/container.sh build $1' first"
   smoke_dir="$(mktemp -d)"
   trap smoke_cleanup EXIT
@@ -351,16 +398,29 @@ smoke_metrics() {  # port: GET /metrics over bash's /dev/tcp (no curl in minimal
 }
 
 main() {
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --mirror) mirror="${2:?--mirror needs a URL}"; shift 2 ;;
+      --mirror=*) mirror="${1#--mirror=}"; shift ;;
+      --security-mirror) security_mirror="${2:?--security-mirror needs a URL}"; shift 2 ;;
+      --security-mirror=*) security_mirror="${1#--security-mirror=}"; shift ;;
+      *) break ;;
+    esac
+  done
   [[ $# -ge 1 ]] || usage
   local cmd="$1"
   shift
   case "$cmd" in
-    base) cmd_base "$@" ;;
-    build) cmd_build "$@" ;;
+    -h | --help | help) usage 0 ;;
+    base | build | smoke | sizes) ;;
+    *) usage ;;
+  esac
+  choose_engine
+  case "$cmd" in
+    base) choose_mirrors && cmd_base "$@" ;;
+    build) choose_mirrors && cmd_build "$@" ;;
     smoke) cmd_smoke "$@" ;;
     sizes) cmd_sizes "$@" ;;
-    -h | --help | help) usage 0 ;;
-    *) usage ;;
   esac
 }
 

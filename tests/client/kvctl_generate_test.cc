@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "client/kvctl_chat.h"
 #include "client/request_flags.h"
 #include "fake_generation_service.h"
