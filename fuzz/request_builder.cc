@@ -46,6 +46,7 @@ using kvserve::server::grpc_api::ToInput;
 using kvserve::server::grpc_api::ToProto;
 namespace cache = kvserve::cache;
 namespace model = kvserve::model;
+namespace tokenizer = kvserve::tokenizer;
 namespace v1 = kvserve::v1;
 
 struct Fixture {
