@@ -25,8 +25,12 @@
 #include "absl/strings/str_split.h"
 #include "base/model_source.h"
 
+#include "cache/dynamic_layer.h"
 #include "cache/kv_cache.h"
+#include "cache/snapshot.h"
 #include "cache/torch_compat.h"
+#include "model/cascade_attention.h"
+#include "model/cpu_kernels.h"
 #include "model/tiny_model_maker.h"
 #include "model/transformer.h"
 
@@ -135,6 +139,116 @@ void BM_Prefill(benchmark::State& state, const std::string& preset) {
                          benchmark::Counter::kIsRate);
 }
 
+// One decode step's attention in one layer of bench-small's shape (8 query heads, 4 kv heads,
+// head_dim 64) for range(2) requests reading one shared prefix of range(1) tokens, each with a
+// tail of 96 tokens of its own: range(0) = 0 attends request by request (FusedAttend over the
+// segment and the tail: the segment read once per request), 1 as one cascade group
+// (CascadeAttend: the segment read once for all of them). 2 threads.
+void BM_SharedPrefixAttention(benchmark::State& state) {
+  compat::SetNumThreads(2);
+  const bool grouped = state.range(0) != 0;
+  const int64_t prefix = state.range(1), requests = state.range(2);
+  const int64_t heads = 8, kv_heads = 4, d = 64, own = 96;
+  at::manual_seed(1);
+  const at::Tensor pk = at::randn({1, kv_heads, prefix, d});
+  const at::Tensor pv = at::randn({1, kv_heads, prefix, d});
+  const cache::LayerSpec full{cache::LayerType::kFullAttention, 0};
+  std::vector<CascadeMember> members;
+  for (int64_t i = 0; i < requests; ++i) {
+    cache::LayerView view{at::randn({1, kv_heads, own + 32, d}),
+                          at::randn({1, kv_heads, own + 32, d}),
+                          0,
+                          own,
+                          pk,
+                          pv};
+    members.push_back(
+        {at::randn({1, heads, d}), view, prefix + own - 1, at::empty({1, heads * d})});
+  }
+  for (auto _ : state) {
+    if (grouped) {
+      if (!CascadeAttend(members, full, 0.125)) std::abort();
+    } else {
+      for (CascadeMember& m : members) {
+        if (!FusedAttend(m.queries, m.view, m.q_start, full, 0.125, &m.out)) std::abort();
+      }
+    }
+    benchmark::DoNotOptimize(members.back().out.data_ptr<float>());
+  }
+}
+
+// range(2) requests on one prefix of range(1) tokens on bench-small, 2 threads: each request's
+// cache gets the prefix copied (range(0) = 0) or read in place (1), its own 32 tokens are
+// prefilled (untimed), then 64 decode steps of all of them batched are timed. Counters: generated
+// tokens/s, and the K/V bytes held at the end (every cache's own storage, plus the snapshot once
+// when shared).
+void BM_SharedPrefixDecode(benchmark::State& state) {
+  compat::SetNumThreads(2);
+  Transformer& model = BenchModel("bench-small");
+  const bool shared = state.range(0) != 0;
+  const int64_t prefix_tokens = state.range(1), requests = state.range(2);
+  constexpr int kSteps = 64;
+  static std::map<int64_t, std::shared_ptr<const cache::Snapshot>> snapshots;
+  auto& snapshot = snapshots[prefix_tokens];
+  if (snapshot == nullptr) {
+    std::vector<std::unique_ptr<cache::CacheLayer>> layers;
+    for (int64_t i = 0; i < model.info().num_layers; ++i) {
+      layers.push_back(std::make_unique<cache::DynamicLayer>());
+    }
+    cache::KvCache capture(std::move(layers));
+    const std::vector<int32_t> prompt = Tokens(prefix_tokens, model.info().vocab_size);
+    Batch batch;
+    batch.sequences.push_back({prompt, &capture, false});
+    if (!model.Forward(batch).ok()) std::abort();
+    snapshot = *cache::Snapshot::Capture(capture, prompt, "bench");
+  }
+  int64_t kv_bytes = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::vector<std::unique_ptr<cache::KvCache>> caches;
+    std::vector<std::vector<int32_t>> own;
+    Batch prefill;
+    for (int64_t r = 0; r < requests; ++r) {
+      caches.push_back(*cache::KvCache::CreateDynamic(model.info().layer_specs));
+      int shared_layers = 0;
+      if (!snapshot->LoadInto(caches.back().get(), prefix_tokens, shared ? &shared_layers : nullptr)
+               .ok()) {
+        std::abort();
+      }
+      std::vector<int32_t> ids = Tokens(32 + r, model.info().vocab_size);
+      own.push_back(std::vector<int32_t>(ids.end() - 32, ids.end()));
+    }
+    for (int64_t r = 0; r < requests; ++r) prefill.sequences.push_back({own[r], caches[r].get()});
+    if (!model.Forward(prefill).ok()) std::abort();
+    state.ResumeTiming();
+    std::vector<int32_t> next(static_cast<size_t>(requests), 5);
+    for (int i = 0; i < kSteps; ++i) {
+      Batch step;
+      for (int64_t r = 0; r < requests; ++r) {
+        step.sequences.push_back({absl::MakeConstSpan(&next[r], 1), caches[r].get()});
+      }
+      auto out = model.Forward(step);
+      if (!out.ok()) std::abort();
+      for (int64_t r = 0; r < requests; ++r) {
+        next[r] = static_cast<int32_t>(out->logits[r].argmax().item<int64_t>());
+      }
+    }
+    kv_bytes = shared ? snapshot->bytes() : 0;
+    for (const auto& c : caches) kv_bytes += c->Memory().device_bytes;
+  }
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kSteps * requests, benchmark::Counter::kIsRate);
+  state.counters["kv_MiB"] = static_cast<double>(kv_bytes) / (1 << 20);
+}
+
+BENCHMARK(BM_SharedPrefixDecode)
+    ->ArgsProduct({{0, 1}, {2000}, {1, 8, 32}})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1)
+    ->UseRealTime();
+BENCHMARK(BM_SharedPrefixAttention)
+    ->ArgsProduct({{0, 1}, {2000, 8000}, {8, 32}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, bench_small, std::string("bench-small"))
     ->Args({1, 32})
     ->Args({2, 32})

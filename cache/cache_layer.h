@@ -14,14 +14,24 @@
 
 namespace kvserve::cache {
 
-// What attention must see after an update. Columns [0, num_valid) of keys/values hold the
-// tokens at absolute positions kv_offset .. kv_offset + num_valid - 1, in order; columns from
-// num_valid on are unused slots of a preallocated buffer, which attention must mask.
+// What attention must see after an update, as up to two segments read in order: an optional
+// shared read-only prefix segment (prefix_keys/prefix_values, every column valid), then the
+// layer's own columns (keys/values). The columns of both, counted from the first prefix column,
+// hold the tokens at absolute positions kv_offset, kv_offset + 1, ...; of the own columns only
+// [0, num_valid) are tokens, later ones are unused slots of a preallocated buffer, which
+// attention must mask. The prefix segment has one row, which every batch row of keys/values
+// reads (the rows of one request share their prompt): attention walks both segments with one
+// softmax and never writes into either.
 struct LayerView {
   at::Tensor keys;    // [batch, kv_heads, kv_len, head_dim]
   at::Tensor values;  // [batch, kv_heads, kv_len, head_dim]
   int64_t kv_offset = 0;
   int64_t num_valid = 0;
+  at::Tensor prefix_keys{};    // [1, kv_heads, prefix_len, head_dim]; undefined: no prefix
+  at::Tensor prefix_values{};  // [1, kv_heads, prefix_len, head_dim]
+
+  // Columns of the shared prefix segment (0 without one).
+  int64_t prefix_length() const { return prefix_keys.defined() ? prefix_keys.size(2) : 0; }
 };
 
 // One layer's K/V store. Storage is allocated lazily on the first Update; dtype, device,
@@ -74,6 +84,18 @@ class CacheLayer {
   virtual void Reset() = 0;
 
   virtual LayerType type() const = 0;
+
+  // Shared prefix segments (see PrefixKvMode in shared_prefix.h). Makes the layer, which must be
+  // empty, read `keys`/`values` ([1, kv_heads, n, head_dim], immutable views of a snapshot that
+  // the caller keeps alive) in place as its first n tokens instead of copying them; later
+  // updates go to the layer's own tail, and a crop, rollback or row change never writes into
+  // the segment (a crop into it copies what stays). Unimplemented (the default) for strategies
+  // that must keep their own copy: the caller then copies the tokens with Update.
+  virtual absl::Status AttachSharedPrefix(const at::Tensor& keys, const at::Tensor& values) {
+    return absl::UnimplementedError("this cache strategy keeps its own copy of a prefix");
+  }
+  // Tokens the layer reads from a shared segment now (0 without one).
+  virtual int64_t SharedPrefixLength() const { return 0; }
 
   // True when what the layer stores depends on how its tokens were split into updates (a
   // quantized layer keeps its first update's tokens quantized and later ones in a residual),

@@ -102,6 +102,8 @@ void KvCache::CommitStep() {
     (void)Crop(0);  // frees the states kept for a rollback
     SyncBudget();
   }
+  // Sliding layers let a shared segment go once their window has moved past it.
+  if (shared_owner_ != nullptr && SharedPrefixLength() == 0) shared_owner_.reset();
 }
 
 absl::Status KvCache::RollbackStep() {
@@ -279,8 +281,16 @@ absl::Status KvCache::Crop(int64_t n) {
   for (auto& layer : layers_) {
     if (absl::Status s = layer->Crop(n); !s.ok()) return s;  // unreachable after the check
   }
+  // A crop into a shared segment copies what stays: the snapshot may go once nobody reads it.
+  if (shared_owner_ != nullptr && SharedPrefixLength() == 0) shared_owner_.reset();
   SyncBudget();
   return absl::OkStatus();
+}
+
+int64_t KvCache::SharedPrefixLength() const {
+  int64_t shared = 0;
+  for (const auto& layer : layers_) shared = std::max(shared, layer->SharedPrefixLength());
+  return shared;
 }
 
 absl::Status KvCache::CheckCrop(int64_t n) const {
@@ -367,10 +377,12 @@ std::unique_ptr<KvCache> KvCache::Clone() const {
   for (const auto& layer : layers_) copies.push_back(layer->Clone());
   auto clone = std::make_unique<KvCache>(std::move(copies));
   clone->staged_ = staged_;  // views of immutable snapshot storage: safe to share
+  clone->shared_owner_ = shared_owner_;
   return clone;
 }
 
 void KvCache::Reset() {
+  shared_owner_.reset();
   staged_.clear();
   staged_at_step_.clear();
   for (auto& layer : layers_) layer->Reset();

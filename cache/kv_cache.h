@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -95,7 +96,14 @@ class KvCache {
   absl::Status RepeatInterleave(int64_t repeats);
 
   MemoryUsage Memory() const;
-  // A deep copy sharing no storage with this cache (not attached to any budget).
+  // Keeps `owner` (a SharedPrefixTracker reference to the snapshot whose K/V some layers read
+  // in place, see Snapshot::LoadInto) while any layer reads a shared segment: a crop that
+  // makes every layer copy what it keeps, or a Reset, lets it go.
+  void HoldSharedOwner(std::shared_ptr<const void> owner) { shared_owner_ = std::move(owner); }
+  // Tokens the layers read from a shared segment (the most of any layer; 0: none).
+  int64_t SharedPrefixLength() const;
+  // A deep copy sharing no storage with this cache (not attached to any budget); a shared
+  // prefix segment, immutable, stays shared and held.
   std::unique_ptr<KvCache> Clone() const;
 
   // Out-of-memory support (see KvMemoryBudget). Engine thread only.
@@ -155,6 +163,7 @@ class KvCache {
   bool recording_ = false;                         // past recording on for rollbacks
   std::vector<bool> converted_;                    // per layer: wrapped by ConvertToOffloaded
   std::shared_ptr<OffloadStream> offload_stream_;  // for layers converted to offloaded
+  std::shared_ptr<const void> shared_owner_;       // see HoldSharedOwner; null: none
 };
 
 // Checks one layer spec: sliding and chunked layers need a window >= 2.

@@ -121,8 +121,9 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
       });
   if (!table.ok()) return table.status();
   manager->sessions_ = *std::move(table);
-  manager->pressure_ = std::make_unique<MemoryPressure>(
-      manager->budget_.get(), manager->store_.get(), manager->sessions_.get());
+  manager->pressure_ =
+      std::make_unique<MemoryPressure>(manager->budget_.get(), manager->store_.get(),
+                                       manager->sessions_.get(), manager->shared_prefixes_.get());
   manager->PublishCatalog();
   return manager;
 }
@@ -135,6 +136,7 @@ KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, KvModelShap
       allow_partial_prefix_(std::none_of(shape_.layers.begin(), shape_.layers.end(),
                                          [](const LayerSpec& l) { return l.is_sliding(); })),
       budget_(std::make_unique<KvMemoryBudget>(options.budget)),
+      shared_prefixes_(std::make_shared<SharedPrefixTracker>()),
       store_(std::move(store)) {}
 
 KvCacheManager::~KvCacheManager() {
@@ -293,7 +295,7 @@ Admission KvCacheManager::CanAdmit(SequenceId id, absl::Span<const SequenceId> a
   }
   const int64_t limit = budget_->limit();
   if (limit < 0) return admission;
-  const Estimate estimate = EstimateBytes(seq->max_cache_tokens(), seq->rows());
+  const Estimate estimate = EstimateBytes(OwnCacheTokens(*seq), seq->rows());
   if (estimate.offloaded_resident_bytes > limit) {
     admission.decision = Admission::Decision::kNever;
     admission.reason = absl::StrCat(
@@ -307,7 +309,7 @@ Admission KvCacheManager::CanAdmit(SequenceId id, absl::Span<const SequenceId> a
   for (SequenceId other : admitted_this_step) {
     const Sequence* s = Find(other);
     if (s != nullptr && s->uses_cache() && !s->allocated) {
-      planned += EstimateBytes(s->max_cache_tokens(), s->rows()).total_bytes;
+      planned += EstimateBytes(OwnCacheTokens(*s), s->rows()).total_bytes;
     }
   }
   // What memory pressure can free (Allocate frees it) counts as available.
@@ -419,7 +421,7 @@ absl::StatusOr<Allocation> KvCacheManager::Allocate(SequenceId id) {
     if (seq->is_turn()) seq->cache->RetainPast();
   }
   seq->cache->AttachBudget(budget_.get());
-  pressure_->MakeRoom(EstimateBytes(seq->max_cache_tokens(), seq->rows()).offloaded_resident_bytes);
+  pressure_->MakeRoom(EstimateBytes(OwnCacheTokens(*seq), seq->rows()).offloaded_resident_bytes);
   PrefixMatch chosen = std::move(seq->chosen);
   seq->chosen = {};
   Allocation allocation;
@@ -428,22 +430,45 @@ absl::StatusOr<Allocation> KvCacheManager::Allocate(SequenceId id) {
   RecordPrefixUse(*seq, chosen, &allocation);
   seq->request.named_prefix = nullptr;  // the choice holds what is copied
   if (chosen.empty()) return allocation;
-  // A deep copy: the cache shares nothing with the snapshot.
+  if (absl::Status loaded = LoadPrefix(*seq, chosen, &allocation); !loaded.ok()) return loaded;
+  return allocation;
+}
+
+int64_t KvCacheManager::OwnCacheTokens(const Sequence& seq) const {
+  const SequenceRequest& r = seq.request;
+  const bool shares = r.prefix_kv_mode.value_or(options_.prefix_kv_mode) == PrefixKvMode::kShared &&
+                      r.cache.implementation == CacheImplementation::kDynamic &&
+                      allow_partial_prefix_;
+  return seq.max_cache_tokens() - (shares ? seq.chosen.num_tokens : 0);
+}
+
+absl::Status KvCacheManager::LoadPrefix(Sequence& seq, const PrefixMatch& chosen,
+                                        Allocation* allocation) {
+  const bool share =
+      seq.request.prefix_kv_mode.value_or(options_.prefix_kv_mode) == PrefixKvMode::kShared;
   for (int attempt = 0; attempt < 2; ++attempt) {
     try {
-      absl::Status loaded = chosen.snapshot->LoadInto(seq->cache.get(), chosen.num_tokens);
+      int shared_layers = 0;
+      absl::Status loaded = chosen.snapshot->LoadInto(seq.cache.get(), chosen.num_tokens,
+                                                      share ? &shared_layers : nullptr);
       if (!loaded.ok()) {
-        return absl::InternalError(absl::StrCat("copying the cached prefix: ", loaded.message()));
+        return absl::InternalError(absl::StrCat("loading the cached prefix: ", loaded.message()));
       }
-      allocation.num_cached_tokens = chosen.num_tokens;
-      return allocation;
+      if (shared_layers > 0) {
+        seq.cache->HoldSharedOwner(shared_prefixes_->Acquire(chosen.snapshot));
+      }
+      allocation->prefix_kv_mode = shared_layers == 0                         ? "copy"
+                                   : shared_layers == seq.cache->num_layers() ? "shared"
+                                                                              : "mixed";
+      allocation->num_cached_tokens = chosen.num_tokens;
+      return absl::OkStatus();
     } catch (const compat::OutOfMemoryError&) {
-      seq->cache->Reset();
+      seq.cache->Reset();
       compat::EmptyDeviceCache();
       if (attempt == 0) {
-        seq->cache->ConvertToOffloaded();
-        NoteOffloadFallback(*seq);
-        allocation.offload_fallback = true;
+        seq.cache->ConvertToOffloaded();
+        NoteOffloadFallback(seq);
+        allocation->offload_fallback = true;
       }
     }
   }
@@ -502,6 +527,9 @@ void KvCacheManager::OnPrefilled(SequenceId id) {
       static_cast<int64_t>(r.prompt.size()) < options_.auto_prefix_min_tokens) {
     return;
   }
+  // A prompt that starts on a shared segment is not kept again: its entry would be one more
+  // copy of the segment, which later prompts read in place anyway.
+  if (seq->cache->SharedPrefixLength() > 0) return;
   // The copy is device memory too: it is kept only when it fits beside the live caches. It
   // holds exactly the prompt's tokens in every layer (no spare capacity).
   if (budget_->limit() >= 0) {

@@ -25,6 +25,7 @@
 #include "cache/prefix_events.h"
 #include "cache/prefix_store.h"
 #include "cache/session_table.h"
+#include "cache/shared_prefix.h"
 
 namespace kvserve::cache {
 
@@ -55,6 +56,9 @@ struct KvCacheManagerOptions {
   bool auto_prefix_cache = true;
   // --auto-prefix-min-tokens: shortest prompt kept, and shortest match used, automatically.
   int64_t auto_prefix_min_tokens = 32;
+  // --prefix-kv-mode: how a cached prefix reaches a request's cache when the request does not
+  // say (see PrefixKvMode): read in place where the strategy allows it, or copied.
+  PrefixKvMode prefix_kv_mode = PrefixKvMode::kShared;
   // --tenant-max-prefix-bytes: the most bytes of prefix snapshots one tenant's namespace
   // holds (PrefixStoreOptions::space_budget_bytes); 0: no limit, >= 0.
   int64_t tenant_prefix_bytes = 0;
@@ -82,6 +86,9 @@ struct SequenceRequest {
   std::string prefix_space;
   // Compute the whole prompt even when a prefix matches.
   bool skip_prefix_reuse = false;
+  // How its cached prefix reaches its cache (CacheOptions.prefix_kv_mode); unset: the
+  // manager's option.
+  std::optional<PrefixKvMode> prefix_kv_mode;
   // A turn of this session (empty: none). Its cache is the session's; when it ends (Release)
   // the cache and the sequence's tokens go back to the session.
   std::string session;
@@ -121,6 +128,10 @@ struct Allocation {
   std::string prefix_name;
   // The copy ran out of device memory and the cache continues offloaded.
   bool offload_fallback = false;
+  // How the reused prefix reached the cache: "shared" (every layer reads it in place), "copy"
+  // (every layer copied it: the copy mode, or a strategy that keeps its own copy), "mixed"
+  // (layers of both kinds); empty when no prefix was reused.
+  std::string prefix_kv_mode;
   // A session turn whose session's cache could not be used for the common prefix of its
   // prompt and history: why (evicted, a layer cannot crop that far back, ...). Empty otherwise.
   std::string session_recompute_reason;
@@ -213,7 +224,10 @@ class KvCacheManager {
   // prefix chosen by the last answer.
   Admission CanAdmit(SequenceId id, absl::Span<const SequenceId> admitted_this_step);
 
-  // Builds the sequence's cache and copies its chosen prefix into it (deep copy; a quantized
+  // Builds the sequence's cache and gives it its chosen prefix: in the shared mode (the
+  // request's, else the manager's option) layers that allow it read the snapshot in place
+  // (held, so that the store does not evict it, and counted once), the others copy. A copy is
+  // a deep copy (a quantized
   // cache keeps the copied prefix at full precision until its first update, so that it
   // quantizes prefix and suffix together as a cold prefill would). Counts the prefix use: a hit
   // on the entry that served it and, when the request named a prefix, a hit on that prefix when
@@ -310,6 +324,11 @@ class KvCacheManager {
                                     absl::Span<const SequenceId> admitted_this_step) const;
   // A session turn's Allocate when its session's cache supplies its prompt's start.
   absl::StatusOr<Allocation> ResumeSession(Sequence& seq);
+  // Tokens of `seq`'s cache that its own storage must hold: the chosen prefix's are read in
+  // place, and counted once with the snapshot, when it will share them.
+  int64_t OwnCacheTokens(const Sequence& seq) const;
+  // Loads the chosen prefix into `seq`'s empty cache, shared or copied (see Allocate).
+  absl::Status LoadPrefix(Sequence& seq, const PrefixMatch& chosen, Allocation* allocation);
   // Counts the use of the chosen prefix (and of the named prefix the request named).
   void RecordPrefixUse(const Sequence& seq, const PrefixMatch& chosen, Allocation* allocation);
   // Marks a sequence's cache as moved to its offloaded form by memory pressure.
@@ -323,6 +342,8 @@ class KvCacheManager {
   // Whether an automatic match may end inside a stored prefix (no sliding/chunked layers).
   const bool allow_partial_prefix_;
   std::unique_ptr<KvMemoryBudget> budget_;
+  // The snapshots live caches read in place (a shared_ptr: their references hold a weak one).
+  std::shared_ptr<SharedPrefixTracker> shared_prefixes_;
   std::unique_ptr<PrefixStore> store_;
   std::unique_ptr<SessionTable> sessions_;
   std::unique_ptr<MemoryPressure> pressure_;

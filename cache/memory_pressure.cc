@@ -8,12 +8,16 @@
 #include "cache/kv_memory_budget.h"
 #include "cache/prefix_store.h"
 #include "cache/session_table.h"
+#include "cache/shared_prefix.h"
 #include "cache/torch_compat.h"
 
 namespace kvserve::cache {
 
 void MemoryPressure::SyncSnapshotBytes() {
-  const int64_t bytes = store_->stats().bytes_used;
+  int64_t bytes = store_->stats().bytes_used;
+  if (shared_ != nullptr) {
+    bytes += shared_->BytesNotIn([this](const Snapshot* s) { return store_->Holds(s); });
+  }
   budget_->Add(bytes - snapshot_bytes_accounted_);
   snapshot_bytes_accounted_ = bytes;
 }

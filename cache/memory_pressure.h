@@ -16,6 +16,7 @@ class KvCache;
 class KvMemoryBudget;
 class PrefixStore;
 class SessionTable;
+class SharedPrefixTracker;
 
 // The engine's id of a sequence (a request or a prefix registration).
 using SequenceId = uint64_t;
@@ -50,11 +51,15 @@ struct LiveCache {
 // store and sessions must outlive it.
 class MemoryPressure {
  public:
-  MemoryPressure(KvMemoryBudget* budget, PrefixStore* store, SessionTable* sessions)
-      : budget_(budget), store_(store), sessions_(sessions) {}
+  // `shared` (may be null) counts the snapshots caches read in place.
+  MemoryPressure(KvMemoryBudget* budget, PrefixStore* store, SessionTable* sessions,
+                 const SharedPrefixTracker* shared = nullptr)
+      : budget_(budget), store_(store), sessions_(sessions), shared_(shared) {}
 
-  // Brings the budget's count of the store's bytes up to date (entries past their TTL leave
-  // inside any call to the store). Call after every change to the store.
+  // Brings the budget's count of snapshot bytes up to date: the store's, plus those of
+  // snapshots the store dropped while caches still read them in place (each once; they free
+  // nothing until the last reader lets go). Entries past their TTL leave inside any call to
+  // the store. Call after every change to the store and once per step.
   void SyncSnapshotBytes();
 
   // Device bytes MakeRoom could free now (unused snapshots, idle sessions' device bytes).
@@ -74,6 +79,7 @@ class MemoryPressure {
   KvMemoryBudget* const budget_;
   PrefixStore* const store_;
   SessionTable* const sessions_;
+  const SharedPrefixTracker* const shared_;
   int64_t snapshot_bytes_accounted_ = 0;  // what the budget counts for the store
 };
 

@@ -44,6 +44,9 @@ class OffloadedLayer final : public CacheLayer {
   bool ContentsDependOnUpdateSplit() const override {
     return inner_->ContentsDependOnUpdateSplit();
   }
+  // A wrapped layer that read a shared segment keeps reading it (it stays on the device, counted
+  // once with its snapshot); a new one is never attached (the offloaded strategy copies).
+  int64_t SharedPrefixLength() const override { return inner_->SharedPrefixLength(); }
   bool ForEachTensor(const std::function<void(at::Tensor&)>& fn) override {
     return inner_->ForEachTensor(fn);
   }

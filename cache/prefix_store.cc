@@ -517,6 +517,11 @@ uint64_t PrefixStore::named_generation() {
   return named_generation_;
 }
 
+bool PrefixStore::Holds(const Snapshot* snapshot) {
+  absl::MutexLock lock(&mu_);
+  return holders_.contains(snapshot);
+}
+
 PrefixStoreStats PrefixStore::stats() {
   Released released;
   absl::MutexLock lock(&mu_);

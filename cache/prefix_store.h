@@ -152,6 +152,8 @@ class PrefixStore {
   // Bytes Reclaim could free now (snapshots held only by unpinned, unreferenced entries).
   int64_t ReclaimableBytes();
 
+  // Whether an entry holds `snapshot` (its bytes count in stats().bytes_used).
+  bool Holds(const Snapshot* snapshot);
   PrefixStoreStats stats();
   // The log of entries stored and removed (see PrefixEventLog).
   PrefixEventLog& events() { return events_; }

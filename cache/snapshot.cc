@@ -64,7 +64,7 @@ absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::Capture(const KvCache&
                                                       std::move(keys), std::move(values)));
 }
 
-absl::Status Snapshot::LoadInto(KvCache* cache, int64_t num_tokens) const {
+absl::Status Snapshot::LoadInto(KvCache* cache, int64_t num_tokens, int* shared_layers) const {
   if (cache == nullptr) return absl::InvalidArgumentError("LoadInto needs a cache");
   if (cache->num_layers() != num_layers()) {
     return absl::InvalidArgumentError(absl::StrCat("the cache has ", cache->num_layers(),
@@ -94,11 +94,16 @@ absl::Status Snapshot::LoadInto(KvCache* cache, int64_t num_tokens) const {
   // Checked above: the cache has this snapshot's layer count, so every index below is one of
   // its layers.
   KVSERVE_DCHECK(cache->num_layers() == num_layers());
+  if (shared_layers != nullptr) *shared_layers = 0;
   for (int i = 0; i < num_layers(); ++i) {
     // Views of the first num_tokens tokens: every layer copies its update into its own
-    // storage, so no copy is made here.
+    // storage (or reads them in place, never writing), so no copy is made here.
     const at::Tensor keys = keys_[i].narrow(2, 0, num_tokens);
     const at::Tensor values = values_[i].narrow(2, 0, num_tokens);
+    if (shared_layers != nullptr && cache->layer(i).AttachSharedPrefix(keys, values).ok()) {
+      ++*shared_layers;
+      continue;
+    }
     if (cache->layer(i).ContentsDependOnUpdateSplit()) {
       // A quantized layer's first update quantizes all it gets: the prefix waits, at full
       // precision, to arrive with the tokens after it, as in a cold prefill.

@@ -1,4 +1,5 @@
-// Snapshot: the immutable prefilled K/V of one token sequence, deep-copied into request caches.
+// Snapshot: the immutable prefilled K/V of one token sequence, copied into request caches or
+// read by them in place.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -45,7 +46,12 @@ class Snapshot {
   // `num_tokens` slots. If a layer's Update fails anyway, the error names the layer and the
   // earlier layers stay loaded: the caller must drop (or Reset) the cache. Engine thread
   // (the thread that owns `cache`).
-  absl::Status LoadInto(KvCache* cache, int64_t num_tokens) const;
+  //
+  // With `shared_layers` (PrefixKvMode::kShared), every layer whose strategy allows it
+  // (CacheLayer::AttachSharedPrefix) reads the tokens in place instead of copying them, and
+  // *shared_layers is set to how many did; the others copy as above. The caller then makes the
+  // cache hold the snapshot (KvCache::HoldSharedOwner) so that the store sees it referenced.
+  absl::Status LoadInto(KvCache* cache, int64_t num_tokens, int* shared_layers = nullptr) const;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids_.size()); }
   absl::Span<const int32_t> token_ids() const { return token_ids_; }

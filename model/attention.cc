@@ -11,16 +11,20 @@ namespace {
 // Below this many scores one thread's softmax is faster than handing out slices.
 constexpr int64_t kParallelSoftmaxElements = int64_t{1} << 16;
 
+// Columns of a view, and its valid ones: the shared prefix segment's, then the own ones.
+int64_t Columns(const cache::LayerView& kv) { return kv.prefix_length() + kv.keys.size(2); }
+int64_t ValidColumns(const cache::LayerView& kv) { return kv.prefix_length() + kv.num_valid; }
+
 }  // namespace
 
 at::Tensor VisibilityMask(int64_t n, int64_t q_start, const cache::LayerView& kv,
                           const cache::LayerSpec& layer, const c10::Device& device) {
-  const int64_t kv_len = kv.keys.size(2);
+  const int64_t kv_len = Columns(kv);
   const auto opts = at::TensorOptions().dtype(at::kLong).device(device);
   const at::Tensor q_pos = at::arange(q_start, q_start + n, opts).unsqueeze(1);  // [n,1]
   const at::Tensor col = at::arange(kv_len, opts).unsqueeze(0);                  // [1,L]
   const at::Tensor k_pos = col + kv.kv_offset;
-  at::Tensor visible = (k_pos <= q_pos).logical_and(col < kv.num_valid);
+  at::Tensor visible = (k_pos <= q_pos).logical_and(col < ValidColumns(kv));
   if (layer.type == cache::LayerType::kSlidingAttention) {
     visible = visible.logical_and(k_pos > q_pos - layer.window);
   } else if (layer.type == cache::LayerType::kChunkedAttention) {
@@ -38,8 +42,8 @@ std::array<int64_t, 8> MaskKey(int64_t n, int64_t q_start, const cache::LayerVie
   return {n,
           q_start,
           kv.kv_offset,
-          kv.num_valid,
-          kv.keys.size(2),
+          ValidColumns(kv),
+          Columns(kv),
           static_cast<int64_t>(layer.type),
           layer.window,
           group};
@@ -81,8 +85,8 @@ namespace {
 // at the end of a full-attention (or window-bounded) view with no unused slots.
 bool AllVisible(int64_t n, int64_t q_start, const cache::LayerView& kv,
                 const cache::LayerSpec& layer) {
-  const int64_t kv_len = kv.keys.size(2);
-  if (n != 1 || kv.num_valid != kv_len) return false;
+  const int64_t kv_len = Columns(kv);
+  if (n != 1 || ValidColumns(kv) != kv_len) return false;
   const int64_t last_key = kv.kv_offset + kv_len - 1;
   if (last_key > q_start) return false;
   switch (layer.type) {
@@ -104,7 +108,8 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
   const int64_t heads = queries.size(1);
   const int64_t head_dim = queries.size(2);
   const int64_t kv_heads = kv.keys.size(1);
-  const int64_t kv_len = kv.keys.size(2);
+  const int64_t kv_len = Columns(kv);
+  const int64_t prefix_len = kv.prefix_length();
   const int64_t group = heads / kv_heads;
 
   // [n, heads, d] -> [kv_heads, group * n, d]: the queries sharing a kv head are one matrix.
@@ -112,10 +117,17 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
   const at::Tensor k = kv.keys.select(0, 0);    // [kv_heads, L, d]
   const at::Tensor v = kv.values.select(0, 0);  // [kv_heads, L, d]
 
-  at::Tensor scores;  // [kv_heads, group * n, L], float32
+  at::Tensor scores;  // [kv_heads, group * n, P + L], float32
   const bool all_visible = AllVisible(n, q_start, kv, layer);
   const bool fused_mask = !all_visible && masks != nullptr && q.scalar_type() == at::kFloat;
-  if (fused_mask) {
+  if (prefix_len > 0) {
+    // The shared segment is read in place: its scores and the own columns' are computed by
+    // two GEMMs into one score matrix, so that one softmax covers both.
+    const at::Tensor pk = kv.prefix_keys.select(0, 0);  // [kv_heads, P, d]
+    scores = at::cat({at::bmm(q, pk.transpose(1, 2)), at::bmm(q, k.transpose(1, 2))}, 2);
+    if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
+    scores.mul_(scale);
+  } else if (fused_mask) {
     // One GEMM computes scale * q k^T + mask instead of a GEMM, a scale and a masked fill.
     scores = at::baddbmm(masks->Bias(n, q_start, kv, layer, queries.device(), group), q,
                          k.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
@@ -124,7 +136,7 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
     if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
     scores.mul_(scale);
   }
-  if (!all_visible && !fused_mask) {
+  if (!all_visible && (!fused_mask || prefix_len > 0)) {
     const at::Tensor visible = masks != nullptr
                                    ? masks->Get(n, q_start, kv, layer, queries.device())
                                    : VisibilityMask(n, q_start, kv, layer, queries.device());
@@ -138,9 +150,15 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
   if (!probs.defined()) probs = at::softmax(scores, -1);
   // Rows with no visible key would be NaN after softmax; they cannot occur for causal masks
   // but must not poison the output if a caller passes an empty view.
-  if (kv.num_valid == 0) probs.zero_();
+  if (ValidColumns(kv) == 0) probs.zero_();
   if (probs.scalar_type() != v.scalar_type()) probs = probs.to(v.scalar_type());
-  const at::Tensor out = at::bmm(probs, v);  // [kv_heads, group * n, d]
+  at::Tensor out;  // [kv_heads, group * n, d]
+  if (prefix_len > 0) {
+    out = at::bmm(probs.narrow(2, 0, prefix_len), kv.prefix_values.select(0, 0));
+    out.add_(at::bmm(probs.narrow(2, prefix_len, kv_len - prefix_len), v));
+  } else {
+    out = at::bmm(probs, v);
+  }
   return out.view({heads, n, head_dim}).permute({1, 0, 2}).reshape({n, heads * head_dim});
 }
 

@@ -75,12 +75,13 @@ AxpyFn Axpy() {
   return &AxpyPortable;
 }
 
-// Whether key column j (absolute position j + kv_offset) is visible to the query at q_pos,
-// as VisibilityMask decides it.
-inline bool Visible(int64_t j, int64_t q_pos, const cache::LayerView& kv,
+// Whether key column j (absolute position j + kv_offset, counted from the first column of
+// the view's shared prefix segment, if any) is visible to the query at q_pos, as
+// VisibilityMask decides it; `num_valid` counts the prefix's columns too.
+inline bool Visible(int64_t j, int64_t q_pos, int64_t kv_offset, int64_t num_valid,
                     const cache::LayerSpec& layer) {
-  const int64_t k_pos = j + kv.kv_offset;
-  if (j >= kv.num_valid || k_pos > q_pos) return false;
+  const int64_t k_pos = j + kv_offset;
+  if (j >= num_valid || k_pos > q_pos) return false;
   switch (layer.type) {
     case cache::LayerType::kFullAttention:
       return true;
@@ -169,11 +170,18 @@ at::Tensor ParallelSoftmax(const at::Tensor& scores) {
 }
 
 bool IsFloatAttentionInput(const at::Tensor& queries, const cache::LayerView& kv) {
-  return IsCpuFloat(queries) && IsCpuFloat(kv.keys) && IsCpuFloat(kv.values) &&
-         queries.dim() == 3 && queries.stride(2) == 1 && kv.keys.dim() == 4 &&
-         kv.keys.size(0) == 1 && kv.keys.stride(3) == 1 && kv.values.stride(3) == 1 &&
-         kv.values.sizes().equals(kv.keys.sizes()) && kv.keys.size(3) == queries.size(2) &&
-         kv.keys.size(1) > 0 && queries.size(1) % kv.keys.size(1) == 0;
+  const bool own = IsCpuFloat(queries) && IsCpuFloat(kv.keys) && IsCpuFloat(kv.values) &&
+                   queries.dim() == 3 && queries.stride(2) == 1 && kv.keys.dim() == 4 &&
+                   kv.keys.size(0) == 1 && kv.keys.stride(3) == 1 && kv.values.stride(3) == 1 &&
+                   kv.values.sizes().equals(kv.keys.sizes()) &&
+                   kv.keys.size(3) == queries.size(2) && kv.keys.size(1) > 0 &&
+                   queries.size(1) % kv.keys.size(1) == 0;
+  if (!own || !kv.prefix_keys.defined()) return own;
+  const at::Tensor& pk = kv.prefix_keys;
+  const at::Tensor& pv = kv.prefix_values;
+  return IsCpuFloat(pk) && IsCpuFloat(pv) && pk.dim() == 4 && pk.size(0) == 1 &&
+         pv.sizes().equals(pk.sizes()) && pk.size(1) == kv.keys.size(1) &&
+         pk.size(3) == kv.keys.size(3) && pk.stride(3) == 1 && pv.stride(3) == 1;
 }
 
 bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
@@ -185,52 +193,72 @@ bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t 
   *out = at::empty({n, heads * d}, queries.options());
 
   const float* qp = queries.data_ptr<float>();
-  const float* kp = kv.keys.data_ptr<float>();
-  const float* vp = kv.values.data_ptr<float>();
   float* op = out->data_ptr<float>();
   const int64_t qs0 = queries.stride(0), qs1 = queries.stride(1);
-  const int64_t ks1 = kv.keys.stride(1), ks2 = kv.keys.stride(2);
-  const int64_t vs1 = kv.values.stride(1), vs2 = kv.values.stride(2);
   const float fscale = static_cast<float>(scale);
   const DotFn dot = Dot();
   const AxpyFn axpy = Axpy();
+  // The view's segments in column order: the shared prefix (if any), then the own columns.
+  // Both are walked in place with one softmax over all their columns.
+  struct Segment {
+    const float* keys = nullptr;
+    const float* values = nullptr;
+    int64_t ks1 = 0, ks2 = 0, vs1 = 0, vs2 = 0;
+    int64_t first = 0, count = 0;  // its columns in the view: [first, first + count)
+  };
+  auto segment = [](const at::Tensor& k, const at::Tensor& v, int64_t first) {
+    return Segment{k.data_ptr<float>(), v.data_ptr<float>(), k.stride(1), k.stride(2),
+                   v.stride(1),         v.stride(2),         first,       k.size(2)};
+  };
+  const int64_t prefix_len = kv.prefix_length();
+  std::vector<Segment> segments;
+  if (prefix_len > 0) segments.push_back(segment(kv.prefix_keys, kv.prefix_values, 0));
+  segments.push_back(segment(kv.keys, kv.values, prefix_len));
+  const int64_t total_len = prefix_len + kv_len;
+  const int64_t num_valid = prefix_len + kv.num_valid;
 
   // One task: one query position against one kv head, for every query head of its group.
   auto task = [&](int64_t index) {
     thread_local std::vector<float> probs;
-    probs.resize(static_cast<size_t>(kv_len));
+    probs.resize(static_cast<size_t>(total_len));
     const int64_t kh = index / n, t = index % n;
     const int64_t q_pos = q_start + t;
-    const float* keys = kp + kh * ks1;
-    const float* values = vp + kh * vs1;
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = kh * group + g;
       const float* q = qp + t * qs0 + h * qs1;
       float* o = op + t * heads * d + h * d;
       float max_score = -std::numeric_limits<float>::infinity();
       bool any = false;
-      for (int64_t j = 0; j < kv_len; ++j) {
-        if (!Visible(j, q_pos, kv, layer)) continue;
-        const float s = dot(q, keys + j * ks2, d) * fscale;
-        probs[j] = s;
-        max_score = any ? std::max(max_score, s) : s;
-        any = true;
+      for (const Segment& seg : segments) {
+        const float* keys = seg.keys + kh * seg.ks1;
+        for (int64_t c = 0; c < seg.count; ++c) {
+          const int64_t j = seg.first + c;
+          if (!Visible(j, q_pos, kv.kv_offset, num_valid, layer)) continue;
+          const float s = dot(q, keys + c * seg.ks2, d) * fscale;
+          probs[j] = s;
+          max_score = any ? std::max(max_score, s) : s;
+          any = true;
+        }
       }
       for (int64_t i = 0; i < d; ++i) o[i] = 0.0f;
       if (!any) continue;
       float sum = 0.0f;
-      for (int64_t j = 0; j < kv_len; ++j) {
-        if (!Visible(j, q_pos, kv, layer)) continue;
-        const float p = std::exp(probs[j] - max_score);
-        sum += p;
-        axpy(o, p, values + j * vs2, d);
+      for (const Segment& seg : segments) {
+        const float* values = seg.values + kh * seg.vs1;
+        for (int64_t c = 0; c < seg.count; ++c) {
+          const int64_t j = seg.first + c;
+          if (!Visible(j, q_pos, kv.kv_offset, num_valid, layer)) continue;
+          const float p = std::exp(probs[j] - max_score);
+          sum += p;
+          axpy(o, p, values + c * seg.vs2, d);
+        }
       }
       const float inv = 1.0f / sum;
       for (int64_t i = 0; i < d; ++i) o[i] *= inv;
     }
   };
   const int64_t tasks = kv_heads * n;
-  if (tasks > 1 && n * heads * kv_len * d >= kParallelAttendWork) {
+  if (tasks > 1 && n * heads * total_len * d >= kParallelAttendWork) {
     ParallelFor(tasks, task);
   } else {
     for (int64_t i = 0; i < tasks; ++i) task(i);

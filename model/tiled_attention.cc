@@ -30,10 +30,11 @@ struct KeyRange {
   bool empty() const { return lo > hi; }
 };
 
+// `kv_len` and `num_valid` count the view's shared prefix columns too.
 KeyRange VisibleKeys(int64_t q_pos, const cache::LayerView& kv, const cache::LayerSpec& layer,
-                     int64_t kv_len) {
+                     int64_t kv_len, int64_t num_valid) {
   KeyRange range;
-  range.hi = std::min({kv.num_valid, kv_len, q_pos - kv.kv_offset + 1}) - 1;
+  range.hi = std::min({num_valid, kv_len, q_pos - kv.kv_offset + 1}) - 1;
   switch (layer.type) {
     case cache::LayerType::kFullAttention:
       break;
@@ -62,13 +63,22 @@ struct Problem {
   int64_t lp = 0;             // keys per transposed row (a multiple of kKeyBlock)
   const float* values = nullptr;
   int64_t vs1 = 0, vs2 = 0;  // values' strides (kv head, key)
+  // The view's shared prefix segment, whose columns come before `values`' (0: none).
+  int64_t prefix_len = 0;
+  const float* prefix_values = nullptr;
+  int64_t pvs1 = 0, pvs2 = 0;
 };
+
+// Key column j's value vector for kv head kh, from the prefix segment or the own columns.
+inline const float* ValueRow(const Problem& p, int64_t kh, int64_t j) {
+  return j < p.prefix_len ? p.prefix_values + kh * p.pvs1 + j * p.pvs2
+                          : p.values + kh * p.vs1 + (j - p.prefix_len) * p.vs2;
+}
 
 // The portable kernel: the same blocks and online softmax, one row at a time.
 void RowsPortable(const Problem& p, int64_t kh, const Row* rows, int64_t num_rows) {
   const int64_t d = p.d;
   const float* kt = p.kt + kh * d * p.lp;
-  const float* values = p.values + kh * p.vs1;
   std::vector<float> acc(static_cast<size_t>(d));
   float scores[kKeyBlock];
   for (int64_t r = 0; r < num_rows; ++r) {
@@ -93,7 +103,7 @@ void RowsPortable(const Problem& p, int64_t kh, const Row* rows, int64_t num_row
         for (int64_t j = first; j <= last; ++j) {
           const float e = std::exp(scores[j - j0] - new_max);
           sum += e;
-          const float* v = values + j * p.vs2;
+          const float* v = ValueRow(p, kh, j);
           for (int64_t c = 0; c < d; ++c) acc[c] += e * v[c];
         }
         max = new_max;
@@ -192,14 +202,14 @@ inline void OnlineSoftmax(float* scores, __mmask16 mask, float* max, float* sum,
 // acc[r] += sum over keys j in [first, last] of weights[r][j - j0] * values[j], for kRows rows:
 // each value vector loaded once for the rows, the accumulators in registers for the block.
 template <int kVectors, int kRows>
-inline void WeightedValues(const float* values, int64_t vs2, int64_t j0, int64_t first,
-                           int64_t last, float (*weights)[kKeyBlock], float* const* acc) {
+inline void WeightedValues(const Problem& p, int64_t kh, int64_t j0, int64_t first, int64_t last,
+                           float (*weights)[kKeyBlock], float* const* acc) {
   __m512 a[kRows][kVectors];
   for (int r = 0; r < kRows; ++r) {
     for (int v = 0; v < kVectors; ++v) a[r][v] = _mm512_loadu_ps(acc[r] + 16 * v);
   }
   for (int64_t j = first; j <= last; ++j) {
-    const float* vrow = values + j * vs2;
+    const float* vrow = ValueRow(p, kh, j);
     __m512 value[kVectors];
     for (int v = 0; v < kVectors; ++v) value[v] = _mm512_loadu_ps(vrow + 16 * v);
     for (int r = 0; r < kRows; ++r) {
@@ -221,7 +231,6 @@ void RowsAvx512(const Problem& p, int64_t kh, const Row* rows, int64_t num_rows)
   // Rows per value pass: as many as keep their accumulators in registers.
   constexpr int kPvRows = kVectors <= 4 ? 4 : (kVectors <= 8 ? 2 : 1);
   const float* kt = p.kt + kh * p.d * p.lp;
-  const float* values = p.values + kh * p.vs1;
   const __m512 scale = _mm512_set1_ps(p.scale);
   thread_local std::vector<float> state;
   const int64_t padded = (num_rows + kPvRows - 1) / kPvRows * kPvRows;
@@ -253,7 +262,7 @@ void RowsAvx512(const Problem& p, int64_t kh, const Row* rows, int64_t num_rows)
     for (int64_t r0 = 0; r0 < num_rows; r0 += kPvRows) {
       float* row_acc[kPvRows];
       for (int r = 0; r < kPvRows; ++r) row_acc[r] = acc + (r0 + r) * kDim;
-      WeightedValues<kVectors, kPvRows>(values, p.vs2, j0, first, last, weights + r0, row_acc);
+      WeightedValues<kVectors, kPvRows>(p, kh, j0, first, last, weights + r0, row_acc);
     }
   }
   for (int64_t r = 0; r < num_rows; ++r) {
@@ -308,7 +317,11 @@ bool TiledAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t 
                  const cache::LayerSpec& layer, double scale, at::Tensor* out, SimdLevel level) {
   if (!IsFloatAttentionInput(queries, kv)) return false;
   const int64_t n = queries.size(0), heads = queries.size(1), d = queries.size(2);
-  const int64_t kv_heads = kv.keys.size(1), kv_len = kv.keys.size(2);
+  const int64_t kv_heads = kv.keys.size(1);
+  // Columns of the view: the shared prefix segment's, then the own ones.
+  const int64_t prefix_len = kv.prefix_length();
+  const int64_t kv_len = prefix_len + kv.keys.size(2);
+  const int64_t num_valid = prefix_len + kv.num_valid;
   if (n == 0 || d == 0) return false;
   RowsFn rows_fn = nullptr;
   if (level == SimdLevel::kAvx512) {
@@ -324,18 +337,21 @@ bool TiledAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t 
 
   // The keys any query sees end at the last query's position (or the valid keys' end).
   const int64_t used =
-      std::max<int64_t>(0, std::min({kv.num_valid, kv_len, q_start + n - kv.kv_offset}));
+      std::max<int64_t>(0, std::min({num_valid, kv_len, q_start + n - kv.kv_offset}));
   const int64_t lp = std::max<int64_t>(kKeyBlock, (used + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
   // Transposed keys, zero past `used` (those lanes are masked, but must be finite).
   // Only the padding past `used` is zeroed; the rest is written below.
   std::unique_ptr<float[]> kt(new float[static_cast<size_t>(kv_heads * d * lp)]);
   const float* kp = kv.keys.data_ptr<float>();
   const int64_t ks1 = kv.keys.stride(1), ks2 = kv.keys.stride(2);
+  const float* pkp = prefix_len > 0 ? kv.prefix_keys.data_ptr<float>() : nullptr;
+  const int64_t pks1 = prefix_len > 0 ? kv.prefix_keys.stride(1) : 0;
+  const int64_t pks2 = prefix_len > 0 ? kv.prefix_keys.stride(2) : 0;
   ParallelFor(kv_heads, [&](int64_t kh) {
     float* dst = kt.get() + kh * d * lp;
-    const float* src = kp + kh * ks1;
     for (int64_t j = 0; j < used; ++j) {
-      const float* key = src + j * ks2;
+      const float* key =
+          j < prefix_len ? pkp + kh * pks1 + j * pks2 : kp + kh * ks1 + (j - prefix_len) * ks2;
       for (int64_t c = 0; c < d; ++c) dst[c * lp + j] = key[c];
     }
     for (int64_t c = 0; c < d; ++c) std::fill(dst + c * lp + used, dst + (c + 1) * lp, 0.0f);
@@ -350,6 +366,12 @@ bool TiledAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t 
   problem.values = kv.values.data_ptr<float>();
   problem.vs1 = kv.values.stride(1);
   problem.vs2 = kv.values.stride(2);
+  if (prefix_len > 0) {
+    problem.prefix_len = prefix_len;
+    problem.prefix_values = kv.prefix_values.data_ptr<float>();
+    problem.pvs1 = kv.prefix_values.stride(1);
+    problem.pvs2 = kv.prefix_values.stride(2);
+  }
   const float* qp = queries.data_ptr<float>();
   float* op = out->data_ptr<float>();
   const int64_t qs0 = queries.stride(0), qs1 = queries.stride(1);
@@ -369,7 +391,7 @@ bool TiledAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t 
     }
     int64_t count = 0;
     for (int64_t t = t0; t < t1; ++t) {
-      const KeyRange keys = VisibleKeys(q_start + t, kv, layer, kv_len);
+      const KeyRange keys = VisibleKeys(q_start + t, kv, layer, kv_len, num_valid);
       for (int64_t g = 0; g < group; ++g) {
         const int64_t h = kh * group + g;
         tile_rows[count++] = {qp + t * qs0 + h * qs1, op + t * heads * d + h * d, keys};

@@ -32,7 +32,8 @@ SimdLevel TiledAttentionLevel();
 
 // Attention of n queries ([n, heads, head_dim] float32, last dimension contiguous) at
 // positions q_start.. against a cache view (keys/values [1, kv_heads, kv_len, head_dim]
-// float32, last dimension contiguous) with the layer's visibility (causal, sliding window,
+// float32, last dimension contiguous; with its shared prefix segment, if any, walked first with
+// the same online softmax, in place) with the layer's visibility (causal, sliding window,
 // chunked; num_valid and kv_offset honoured), as Attend computes it. Writes [n, heads *
 // head_dim] into *out. Rows with no visible key are zeros. Returns false, having done
 // nothing, when the inputs do not qualify (other dtypes, devices or layouts; head_dim not a

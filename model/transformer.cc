@@ -1,12 +1,16 @@
 // The Llama-family decoder forward over a ragged batch (see transformer.h).
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cache/torch_compat.h"
 #include "model/attention.h"
+#include "model/cascade_attention.h"
 #include "model/checkpoint.h"
 #include "model/cpu_kernels.h"
 #include "model/multi_row_gemv.h"
@@ -90,6 +94,60 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 std::string LayerName(int64_t i, std::string_view suffix) {
   return absl::StrCat("model.layers.", i, ".", std::string(suffix));
+}
+
+// Cascade attention for the decode rows of a step that read one shared prefix segment: when
+// at least two rows (sequences, or one sequence's beam rows) of a full-attention layer read the
+// same segment, their outputs are computed together (the segment read once) into *attn,
+// allocated [total, heads * head_dim] here when needed. Returns, per sequence, whether its rows
+// were done so; the others (prefills, no segment, sliding layers) take the per-row path.
+std::vector<bool> CascadeGroups(const at::Tensor& q, const std::vector<cache::LayerView>& views,
+                                const Batch& batch, const std::vector<int64_t>& offsets,
+                                const std::vector<int64_t>& row_tokens,
+                                const std::vector<int64_t>& starts, const cache::LayerSpec& spec,
+                                double scale, at::Tensor* attn) {
+  const size_t num_seqs = views.size();
+  std::vector<bool> grouped(num_seqs, false);
+  if (spec.type != cache::LayerType::kFullAttention) return grouped;
+  std::vector<std::pair<const void*, size_t>> keyed;  // (segment, sequence) of decode rows
+  for (size_t s = 0; s < num_seqs; ++s) {
+    if (views[s].prefix_length() > 0 && row_tokens[s] <= kMultiRowGemvMaxRows) {
+      keyed.emplace_back(views[s].prefix_keys.data_ptr(), s);
+    }
+  }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < keyed.size();) {
+    size_t j = i;
+    int64_t rows = 0;
+    while (j < keyed.size() && keyed[j].first == keyed[i].first) {
+      rows += batch.sequences[keyed[j].second].rows;
+      ++j;
+    }
+    if (rows >= 2) {
+      if (!attn->defined()) {
+        *attn = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
+      }
+      std::vector<CascadeMember> members;
+      for (size_t m = i; m < j; ++m) {
+        const size_t s = keyed[m].second;
+        const int64_t n = row_tokens[s];
+        for (int64_t r = 0; r < batch.sequences[s].rows; ++r) {
+          cache::LayerView row_view = views[s];
+          row_view.keys = views[s].keys.narrow(0, r, 1);
+          row_view.values = views[s].values.narrow(0, r, 1);
+          const int64_t first = offsets[s] + r * n;
+          members.push_back(
+              {q.narrow(0, first, n), row_view, starts[s], attn->narrow(0, first, n)});
+        }
+      }
+      if (CascadeAttend(members, spec, scale)) {
+        for (size_t m = i; m < j; ++m) grouped[keyed[m].second] = true;
+      }
+    }
+    i = j;
+  }
+  return grouped;
 }
 
 }  // namespace
@@ -405,6 +463,9 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
     if (!FusedRotateHalf(k, cos, sin, rope_.rotary_dim())) rope_.Rotate(k, cos, sin);
 
     at::Tensor attn;  // [total, heads * head_dim]
+    // Every sequence's cache first, so that rows reading one shared prefix segment can attend
+    // to it together (cascade attention: the segment is read once for all of them).
+    std::vector<cache::LayerView> views(num_seqs);
     for (size_t s = 0; s < num_seqs; ++s) {
       const int64_t begin = offsets[s];
       const int64_t rows = batch.sequences[s].rows;
@@ -414,7 +475,7 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
           k.narrow(0, begin, rows * n).view({rows, n, kv_heads, head_dim}).permute({0, 2, 1, 3});
       const at::Tensor vs =
           v.narrow(0, begin, rows * n).view({rows, n, kv_heads, head_dim}).permute({0, 2, 1, 3});
-      cache::LayerView view{ks, vs, 0, n};
+      views[s] = cache::LayerView{ks, vs, 0, n};
       if (cache::KvCache* kv = batch.sequences[s].cache; kv != nullptr) {
         absl::StatusOr<cache::LayerView> updated = kv->Update(static_cast<int>(li), ks, vs);
         if (!updated.ok()) {
@@ -422,8 +483,17 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
                               absl::StrCat("sequence ", s, ", layer ", li, ": ",
                                            std::string(updated.status().message())));
         }
-        view = *std::move(updated);
+        views[s] = *std::move(updated);
       }
+    }
+    const std::vector<bool> grouped =
+        CascadeGroups(q, views, batch, offsets, row_tokens, starts, spec, scale, &attn);
+    for (size_t s = 0; s < num_seqs; ++s) {
+      if (grouped[s]) continue;
+      const int64_t begin = offsets[s];
+      const int64_t rows = batch.sequences[s].rows;
+      const int64_t n = row_tokens[s];
+      const cache::LayerView& view = views[s];
       // Each row attends to its own row of the cache, at the same positions.
       for (int64_t r = 0; r < rows; ++r) {
         cache::LayerView row_view = view;

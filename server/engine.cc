@@ -96,6 +96,7 @@ struct Engine::Live {
   std::string prefix_name;                // the named prefix its reused tokens include; empty: none
   int64_t num_cached_tokens = 0;
   std::string session_recompute_reason;  // a session turn's: why its cache was not reused
+  std::string prefix_kv_mode;            // how its reused prefix reached its cache
   bool admitted = false;
   absl::Time admitted_at;
   absl::Time first_token_at;
@@ -360,6 +361,7 @@ void Engine::AddRequest(Incoming in) {
   sequence.named_prefix_name = r.prefix;
   sequence.prefix_space = r.tenant;
   sequence.skip_prefix_reuse = r.skip_prefix_reuse;
+  sequence.prefix_kv_mode = r.prefix_kv_mode;
   sequence.session = r.session;
   sequence.session_append = r.session_append;
   sequence.first_turn_prompt = r.first_turn_ids;
@@ -446,6 +448,7 @@ bool Engine::Allocate(RequestId id, Live& live, absl::Time now) {
   live.num_cached_tokens = allocation->num_cached_tokens;
   live.prefix_name = allocation->prefix_name;
   live.session_recompute_reason = allocation->session_recompute_reason;
+  live.prefix_kv_mode = allocation->prefix_kv_mode;
   if (live.is_registration()) return true;
   metrics_->ObserveQueueTime(absl::ToDoubleSeconds(now - live.request.arrival_time));
   metrics_->AddPromptTokens(static_cast<int64_t>(live.prompt.size()), live.num_cached_tokens);
@@ -698,6 +701,7 @@ void Engine::Finish(RequestId id, FinishReason reason) {
   summary.prefix = std::string(cache::SplitQualifiedPrefixName(live.prefix_name).second);
   summary.session = live.request.session;
   summary.session_recompute_reason = live.session_recompute_reason;
+  summary.prefix_kv_mode = live.prefix_kv_mode;
   // Counted before the client hears of it, so that metrics read after a reply include it.
   metrics_->CountRequest(FinishReasonName(reason));
   std::shared_ptr<RequestSink> sink = live.sink;

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "cache/cache_spec.h"
+#include "cache/shared_prefix.h"
 #include "model/beam_search.h"
 #include "model/sampling_params.h"
 #include "server/api_keys.h"
@@ -56,6 +57,8 @@ struct GenerationRequest {
   cache::CacheSpec cache_spec;
   // Compute the whole prompt even when a cached prefix matches.
   bool skip_prefix_reuse = false;
+  // How a cached prefix reaches the cache; unset: the server's --prefix-kv-mode.
+  std::optional<cache::PrefixKvMode> prefix_kv_mode;
   // A turn of this session (empty: none); its cache_spec is the session's.
   std::string session;
   // With `session`: prompt_ids are tokens to append to the session's history (the engine
@@ -100,6 +103,7 @@ struct GenerationSummary {
   bool offload_fallback = false;
   std::string session;                   // the session it was a turn of; empty: none
   std::string session_recompute_reason;  // why the session's cache was not reused
+  std::string prefix_kv_mode;            // how the reused prefix reached the cache (Allocation's)
   int num_sequences = 1;                 // sequences the request returned
 };
 

@@ -465,6 +465,7 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   cache::KvCacheManagerOptions& kv = engine_options.kv;
   kv.auto_prefix_cache = options_.auto_prefix_cache;
   kv.auto_prefix_min_tokens = options_.auto_prefix_min_tokens;
+  kv.prefix_kv_mode = options_.prefix_kv_mode;
   kv.sessions.idle_offload = options_.session_idle_offload;
   kv.sessions.cache_bytes = options_.session_cache_bytes;
   kv.sessions.default_ttl = options_.session_ttl;

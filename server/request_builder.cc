@@ -516,6 +516,13 @@ absl::Status RequestBuilder::BuildCache(const CacheInput& c, GenerationRequest* 
   }
   out->cache_spec = *std::move(spec);
   out->skip_prefix_reuse = c.skip_prefix_reuse;
+  if (!c.prefix_kv_mode.empty()) {
+    absl::StatusOr<cache::PrefixKvMode> mode = cache::ParsePrefixKvMode(c.prefix_kv_mode);
+    if (!mode.ok()) {
+      return FieldError("cache.prefix_kv_mode", std::string(mode.status().message()));
+    }
+    out->prefix_kv_mode = *mode;
+  }
   return absl::OkStatus();
 }
 

@@ -84,6 +84,7 @@ struct CacheInput {
   std::optional<int64_t> max_cache_len;
   std::optional<bool> offload_only_non_sliding;
   bool skip_prefix_reuse = false;
+  std::string prefix_kv_mode;  // "copy" or "shared"; empty: the server's --prefix-kv-mode
 };
 
 // A generation, or a turn of a session.

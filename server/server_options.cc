@@ -73,6 +73,10 @@ std::vector<base::FlagSpec> Flags() {
        "MiB-1 GiB)"},
       {"no-auto-prefix-cache", "do not reuse shared prompt prefixes automatically", "", true},
       {"auto-prefix-min-tokens", "shortest prompt prefix kept and reused automatically", "32"},
+      {"prefix-kv-mode",
+       "how a cached prefix reaches a request's cache: shared (read in place by the strategies "
+       "that allow it: dynamic) or copy",
+       "shared"},
       {"session-idle-offload-seconds",
        "an idle session's cache moves to host memory after this many seconds", "60"},
       {"session-cache-bytes",
@@ -294,6 +298,13 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.prefix_cache_bytes = *prefix_bytes;
   o.auto_prefix_min_tokens = *auto_min;
   o.auto_prefix_cache = !cl->GetBool("no-auto-prefix-cache");
+  absl::StatusOr<cache::PrefixKvMode> kv_mode =
+      cache::ParsePrefixKvMode(cl->GetString("prefix-kv-mode", "shared"));
+  if (!kv_mode.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefix-kv-mode: ", kv_mode.status().message()));
+  }
+  o.prefix_kv_mode = *kv_mode;
   absl::StatusOr<double> idle_offload = cl->GetDouble("session-idle-offload-seconds", 60);
   absl::StatusOr<int64_t> session_bytes = cl->GetInt("session-cache-bytes", o.session_cache_bytes);
   absl::StatusOr<double> session_ttl = cl->GetDouble("session-ttl-seconds", 1800);

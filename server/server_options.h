@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
+#include "cache/shared_prefix.h"
 #include "server/request_builder.h"
 #include "server/scheduler.h"
 
@@ -65,6 +66,9 @@ struct ServerOptions {
   bool auto_prefix_cache = true;
   // --auto-prefix-min-tokens: shortest prompt kept and shortest prefix reused automatically.
   int64_t auto_prefix_min_tokens = 32;
+  // --prefix-kv-mode copy|shared: how a cached prefix reaches a request's cache when the
+  // request does not say (shared: read in place where the strategy allows it).
+  cache::PrefixKvMode prefix_kv_mode = cache::PrefixKvMode::kShared;
   // Sessions (iterative chat; they live in memory only). --session-idle-offload-seconds: an
   // idle session's cache moves to host memory after this long unused (0: at once).
   absl::Duration session_idle_offload = absl::Seconds(60);

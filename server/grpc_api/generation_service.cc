@@ -55,6 +55,7 @@ void SetSummary(const GenerationSummary& s, Message* m) {
   m->mutable_cache_report()->set_offload_fallback(s.offload_fallback);
   m->mutable_cache_report()->set_session(s.session);
   m->mutable_cache_report()->set_session_recompute_reason(s.session_recompute_reason);
+  m->mutable_cache_report()->set_prefix_kv_mode(s.prefix_kv_mode);
 }
 
 // Appends log-probabilities to a repeated PositionLogprobs field.

@@ -74,6 +74,7 @@ CacheInput ToInput(const v1::CacheOptions& c) {
     out.offload_only_non_sliding = c.offload_only_non_sliding();
   }
   out.skip_prefix_reuse = c.skip_prefix_reuse();
+  out.prefix_kv_mode = c.prefix_kv_mode();
   return out;
 }
 

@@ -114,3 +114,52 @@ TEST(DynamicSlidingWindowLayerTest, CloneCopiesCountersAndRecording) {
 
 }  // namespace
 }  // namespace kvserve::cache
+
+namespace kvserve::cache {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::Positions;
+using testing::PositionTensor;
+
+TEST(DynamicSlidingWindowSharedPrefixTest, ReadsTheKeptPartInPlaceUntilTheWindowPassesIt) {
+  const at::Tensor keys = PositionTensor(0, 6);
+  const at::Tensor before = keys.clone();
+  DynamicSlidingWindowLayer layer(LayerType::kSlidingAttention, 4);  // keeps 3 tokens
+  ASSERT_TRUE(layer.AttachSharedPrefix(keys, keys).ok());
+  EXPECT_EQ(layer.SeqLength(), 6);
+  EXPECT_EQ(layer.SharedPrefixLength(), 3);  // positions 3, 4, 5
+  EXPECT_EQ(layer.Memory().device_bytes, 0);
+  absl::StatusOr<LayerView> view = layer.Update(PositionTensor(6, 1), PositionTensor(6, 1));
+  ASSERT_TRUE(view.ok());
+  EXPECT_THAT(Positions(view->prefix_keys), ElementsAre(3, 4, 5));
+  EXPECT_THAT(Positions(view->keys), ElementsAre(6));
+  EXPECT_EQ(view->kv_offset, 3);
+  EXPECT_EQ(layer.SharedPrefixLength(), 2);  // the window moved on by one
+  ASSERT_TRUE(layer.Update(PositionTensor(7, 2), PositionTensor(7, 2)).ok());
+  EXPECT_EQ(layer.SharedPrefixLength(), 0);  // past the segment: let go
+  EXPECT_EQ(layer.num_stored_tokens(), 3);
+  EXPECT_EQ(layer.SeqLength(), 9);
+  EXPECT_TRUE(at::equal(keys, before));
+}
+
+TEST(DynamicSlidingWindowSharedPrefixTest, RecordedCropIntoTheSegmentCopiesWhatStays) {
+  const at::Tensor keys = PositionTensor(0, 3);
+  const at::Tensor before = keys.clone();
+  DynamicSlidingWindowLayer layer(LayerType::kChunkedAttention, 8);
+  layer.RetainPast();  // a session's cache: every token kept
+  ASSERT_TRUE(layer.AttachSharedPrefix(keys, keys).ok());
+  ASSERT_TRUE(layer.Update(PositionTensor(3, 2), PositionTensor(3, 2)).ok());
+  EXPECT_EQ(layer.SharedPrefixLength(), 3);
+  ASSERT_TRUE(layer.Crop(-3).ok());  // back to 2 tokens, into the segment
+  EXPECT_EQ(layer.SharedPrefixLength(), 0);
+  EXPECT_EQ(layer.SeqLength(), 2);
+  absl::StatusOr<LayerView> view = layer.Update(PositionTensor(2, 1), PositionTensor(2, 1));
+  ASSERT_TRUE(view.ok());
+  EXPECT_FALSE(view->prefix_keys.defined());
+  EXPECT_THAT(Positions(view->keys), ElementsAre(0, 1, 2));
+  EXPECT_TRUE(at::equal(keys, before));
+}
+
+}  // namespace
+}  // namespace kvserve::cache

@@ -51,10 +51,19 @@ KvModelShape SlidingShape() {
   return shape;
 }
 
+// The tests below the shared-prefix ones were written for the deep-copy contract: they copy.
 KvCacheManagerOptions Options(int64_t device_limit_bytes = -1, int64_t min_tokens = 8) {
   KvCacheManagerOptions options;
   options.budget.device_limit_bytes = device_limit_bytes;
   options.auto_prefix_min_tokens = min_tokens;
+  options.prefix_kv_mode = PrefixKvMode::kCopy;
+  return options;
+}
+
+// The manager's default: prefixes read in place where the strategy allows it.
+KvCacheManagerOptions SharedOptions(int64_t device_limit_bytes = -1) {
+  KvCacheManagerOptions options = Options(device_limit_bytes);
+  options.prefix_kv_mode = KvCacheManagerOptions{}.prefix_kv_mode;
   return options;
 }
 
@@ -1468,5 +1477,184 @@ TEST_F(SessionTest, OutOfMemoryMovesIdleSessionsToTheHostBeforeLiveCaches) {
   EXPECT_TRUE(RunStep(*m, {{2, 60}}));
   EXPECT_FALSE(m->info(2)->offload_fallback);
 }
+}  // namespace
+}  // namespace kvserve::cache
+
+namespace kvserve::cache {
+namespace {
+
+// Shared prefix segments: requests on one snapshot read it in place (PrefixKvMode::kShared).
+
+TEST_F(KvCacheManagerTest, PrefixesAreSharedByDefault) {
+  EXPECT_EQ(KvCacheManagerOptions{}.prefix_kv_mode, PrefixKvMode::kShared);
+  EXPECT_EQ(PrefixKvModeName(PrefixKvMode::kShared), "shared");
+  EXPECT_EQ(*ParsePrefixKvMode("copy"), PrefixKvMode::kCopy);
+  EXPECT_THAT(std::string(ParsePrefixKvMode("deep").status().message()),
+              HasSubstr("prefix_kv_mode must be \"copy\" or \"shared\", got \"deep\""));
+}
+
+TEST_F(KvCacheManagerTest, ASharedPrefixIsCountedOnceWhateverTheNumberOfRequests) {
+  constexpr int64_t kPrefix = 100;
+  const int64_t snapshot_bytes = kPrefix * 4 * kTokenBytes;
+  for (PrefixKvMode mode : {PrefixKvMode::kShared, PrefixKvMode::kCopy}) {
+    SCOPED_TRACE(PrefixKvModeName(mode));
+    KvCacheManagerOptions options = SharedOptions();
+    options.prefix_kv_mode = mode;
+    auto m = Make(options);
+    ASSERT_TRUE(Register(*m, 100, "sys", Range(1, kPrefix)).ok());
+    for (SequenceId id = 1; id <= 8; ++id) {
+      const Tokens own = Range(static_cast<int32_t>(1000 + 10 * id), 4);
+      ASSERT_TRUE(m->Add(id, Request(Concat(Range(1, kPrefix), own), 2)).ok());
+      const Allocation allocation = Admit(*m, id);
+      EXPECT_EQ(allocation.num_cached_tokens, kPrefix);
+      EXPECT_EQ(allocation.prefix_kv_mode, PrefixKvModeName(mode));
+      ASSERT_TRUE(RunStep(*m, {{id, 4}}));
+      m->OnPrefilled(id);
+    }
+    const KvCacheManagerStats stats = m->Stats();
+    if (mode == PrefixKvMode::kShared) {
+      // Eight tails of 4 tokens (one granule per layer) and the prefix once; the prompts are
+      // not kept again as automatic entries (each would be one more copy of the prefix).
+      EXPECT_EQ(stats.live.device_bytes, 8 * 4 * kGranuleBytes);
+      EXPECT_EQ(stats.prefix_bytes, snapshot_bytes);
+      EXPECT_EQ(stats.budget_used, 8 * 4 * kGranuleBytes + snapshot_bytes);
+    } else {
+      // Every cache holds its own 104 tokens (two granules per layer).
+      EXPECT_EQ(stats.live.device_bytes, 8 * 4 * 2 * kGranuleBytes);
+    }
+    for (SequenceId id = 1; id <= 8; ++id) m->Release(id);
+    m->Maintain();
+    EXPECT_EQ(m->Stats().live.device_bytes, 0);
+  }
+}
+
+TEST_F(KvCacheManagerTest, TheAdmissionEstimateCountsASharedPrefixOnce) {
+  // Room beside the snapshot for what an offloaded cache of 64 tokens keeps on the device (two
+  // layers of one granule): a shared prefix's request (11 own tokens) fits, a copy (111) not.
+  constexpr int64_t kPrefix = 100;
+  const int64_t snapshot_bytes = kPrefix * 4 * kTokenBytes;
+  for (PrefixKvMode mode : {PrefixKvMode::kShared, PrefixKvMode::kCopy}) {
+    SCOPED_TRACE(PrefixKvModeName(mode));
+    KvCacheManagerOptions options = SharedOptions(snapshot_bytes + 2 * kGranuleBytes);
+    options.prefix_kv_mode = mode;
+    auto m = Make(options);
+    ASSERT_TRUE(Register(*m, 100, "sys", Range(1, kPrefix)).ok());
+    ASSERT_TRUE(m->Add(1, Request(Concat(Range(1, kPrefix), Range(900, 4)), 8)).ok());
+    const Admission admission = m->CanAdmit(1, {});
+    EXPECT_EQ(admission.decision,
+              mode == PrefixKvMode::kShared ? Decision::kAdmit : Decision::kWait)
+        << admission.reason;
+  }
+}
+
+TEST_F(KvCacheManagerTest, ASnapshotThatCachesReadIsNotEvictedUnderPressure) {
+  auto m = Make(SharedOptions());
+  ASSERT_TRUE(Register(*m, 100, "sys", Range(1, 20), Unpinned()).ok());
+  ASSERT_TRUE(m->Add(1, Request(Concat(Range(1, 20), Range(500, 3)), 4)).ok());
+  EXPECT_EQ(Admit(*m, 1).prefix_kv_mode, "shared");
+  ASSERT_TRUE(RunStep(*m, {{1, 3}}));
+  // Unpinned, but read in place: evicting it would free nothing, so memory pressure skips it
+  // and moves on to the live cache.
+  const OutOfMemoryAction action = m->OnOutOfMemory(std::vector<SequenceId>{1});
+  EXPECT_FALSE(action.reclaimed_snapshots);
+  EXPECT_EQ(action.offloaded, std::optional<SequenceId>(1));
+  EXPECT_EQ(m->Stats().prefixes.named_entries, 1);
+  ASSERT_TRUE(RunStep(*m, {{1, 1}}));  // the offloaded tail still reads the segment
+  EXPECT_EQ(m->cache(1)->SeqLength(), 24);
+  m->Release(1);
+  EXPECT_TRUE(m->OnOutOfMemory({}).reclaimed_snapshots);  // nobody reads it any more
+  EXPECT_EQ(m->Stats().prefixes.named_entries, 0);
+}
+
+TEST_F(KvCacheManagerTest, ADeletedPrefixStaysCountedUntilItsLastReaderLeaves) {
+  auto m = Make(SharedOptions());
+  const int64_t snapshot_bytes = 20 * 4 * kTokenBytes;
+  ASSERT_TRUE(Register(*m, 100, "sys", Range(1, 20)).ok());
+  for (SequenceId id : {1, 2}) {
+    ASSERT_TRUE(m->Add(id, Request(Concat(Range(1, 20), Range(500 + 10 * id, 3)), 4)).ok());
+    EXPECT_EQ(Admit(*m, id).prefix_kv_mode, "shared");
+  }
+  ASSERT_TRUE(RunStep(*m, {{1, 3}, {2, 3}}));
+  EXPECT_EQ(m->Stats().budget_used, 2 * 4 * kGranuleBytes + snapshot_bytes);
+  ASSERT_TRUE(m->DeletePrefix("sys").has_value());
+  m->Maintain();
+  EXPECT_EQ(m->Stats().prefix_bytes, 0);
+  EXPECT_EQ(m->Stats().budget_used, 2 * 4 * kGranuleBytes + snapshot_bytes);  // still read
+  ASSERT_TRUE(RunStep(*m, {{1, 1}, {2, 1}}));
+  for (int i = 0; i < 4; ++i) {
+    // Both caches still read the deleted snapshot's tokens in place.
+    const auto& layer = static_cast<const DynamicLayer&>(m->cache(2)->layer(i));
+    EXPECT_TRUE(at::equal(layer.keys().narrow(2, 0, 20), Kv(i, 0, 20, false)));
+  }
+  m->Release(1);
+  m->Maintain();
+  EXPECT_EQ(m->Stats().budget_used, 4 * kGranuleBytes + snapshot_bytes);
+  m->Release(2);
+  m->Maintain();
+  EXPECT_EQ(m->Stats().budget_used, 0);  // freed after the last reader
+}
+
+TEST_F(KvCacheManagerTest, StrategiesThatKeepTheCopySaySo) {
+  auto m = Make(SharedOptions());
+  ASSERT_TRUE(Register(*m, 100, "sys", Range(1, 20)).ok());
+  struct Case {
+    CacheSpec cache;
+    std::optional<PrefixKvMode> mode;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {{Spec(""), std::nullopt, "shared"},
+                                   {Spec(""), PrefixKvMode::kCopy, "copy"},
+                                   {Spec("static", 64), std::nullopt, "copy"},
+                                   {Spec("offloaded"), std::nullopt, "copy"},
+                                   {Quanto(), PrefixKvMode::kShared, "copy"}};
+  SequenceId id = 1;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.expected);
+    SequenceRequest r = Request(Concat(Range(1, 20), Range(700, 3)), 2, c.cache);
+    r.prefix_kv_mode = c.mode;
+    ASSERT_TRUE(m->Add(id, std::move(r)).ok());
+    EXPECT_EQ(Admit(*m, id).prefix_kv_mode, c.expected);
+    EXPECT_EQ(m->cache(id)->SharedPrefixLength(), c.expected == "shared" ? 20 : 0);
+    ASSERT_TRUE(RunStep(*m, {{id, 3}}));
+    m->Release(id);
+    ++id;
+  }
+  // A model with sliding (window 4) and chunked (8) layers: they read the part of the prefix
+  // they keep (the last 3 and 7 tokens), and let it go when their window moves past it.
+  auto sliding = Make(SharedOptions(), SlidingShape());
+  ASSERT_TRUE(Register(*sliding, 100, "sys", Range(1, 20)).ok());
+  ASSERT_TRUE(sliding->Add(1, Request(Concat(Range(1, 20), Range(700, 3)), 2)).ok());
+  EXPECT_EQ(Admit(*sliding, 1).prefix_kv_mode, "shared");
+  EXPECT_EQ(sliding->cache(1)->layer(1).SharedPrefixLength(), 3);
+  EXPECT_EQ(sliding->cache(1)->layer(3).SharedPrefixLength(), 7);
+  ASSERT_TRUE(RunStep(*sliding, {{1, 3}}));
+  EXPECT_EQ(sliding->cache(1)->layer(0).SharedPrefixLength(), 20);
+  EXPECT_EQ(sliding->cache(1)->layer(1).SharedPrefixLength(), 0);
+  EXPECT_EQ(sliding->cache(1)->layer(3).SharedPrefixLength(), 4);
+  // A static cache on that model keeps its copy in every layer.
+  SequenceRequest r = Request(Concat(Range(1, 20), Range(700, 3)), 2, Spec("static", 64));
+  ASSERT_TRUE(sliding->Add(2, std::move(r)).ok());
+  EXPECT_EQ(Admit(*sliding, 2).prefix_kv_mode, "copy");
+}
+
+TEST_F(KvCacheManagerTest, ASessionCropIntoASharedPrefixCopiesWhatItKeeps) {
+  auto m = Make(SharedOptions());
+  ASSERT_TRUE(Register(*m, 100, "sys", Range(1, 20)).ok());
+  ASSERT_TRUE(m->Add(1, Request(Concat(Range(1, 20), Range(700, 3)), 2)).ok());
+  EXPECT_EQ(Admit(*m, 1).prefix_kv_mode, "shared");
+  ASSERT_TRUE(RunStep(*m, {{1, 3}}));
+  KvCache& cache = *m->cache(1);
+  ASSERT_TRUE(cache.Crop(-10).ok());  // back to 13 tokens: into the segment
+  EXPECT_EQ(cache.SharedPrefixLength(), 0);
+  m->Maintain();
+  // The snapshot is no longer read: it may be evicted again; the cache holds its own copy.
+  EXPECT_EQ(m->Stats().live.device_bytes, 4 * kGranuleBytes);
+  ASSERT_TRUE(RunStep(*m, {{1, 1}}));
+  for (int i = 0; i < 4; ++i) {
+    const auto& layer = static_cast<const DynamicLayer&>(cache.layer(i));
+    EXPECT_TRUE(at::equal(layer.keys(), Kv(i, 0, 14, false)));
+  }
+}
+
 }  // namespace
 }  // namespace kvserve::cache
