@@ -17,7 +17,7 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 serve: build
 	./scripts/serve.sh $(BUILD_DIR) $(ARGS)
