@@ -22,7 +22,8 @@ names the admins); a valid key decides over the certificate.
 - a keys file naming the tenant "default" is refused at start-up (exit 2, naming it);
 - --state-dir keeps namespaces and shared prefixes across a restart;
 - without keys everyone is the admin tenant "default" (as before);
-- mutual TLS: certificate CNs are tenants, named in the access log (skipped without openssl).
+- mutual TLS: certificate CNs are tenants, named in the access log; a certificate with two CNs
+  is UNAUTHENTICATED (skipped without openssl).
 
 Needs PYTHONPATH=<build>/proto/python; run: test_tenants.py --kvserve build/server/kvserve
 """
@@ -30,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -574,6 +576,27 @@ class CertificateTenantsTest(unittest.TestCase):
                          NOT_FOUND)
         self.assertEqual(self.client("bob", "dave-secret").get("dave-notes").num_tokens, 10)
         dave_over_alice.delete("dave-notes")
+
+    def test_a_certificate_with_two_cns_is_refused(self):
+        # gRPC reports the first CN only ("alice"): which one names the tenant would be a guess.
+        def openssl(*args):
+            subprocess.run(["openssl", *args], cwd=self.certs.folder, check=True,
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+
+        openssl("req", "-config", "openssl.cnf", "-new", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "two-cns.key", "-out",
+                "two-cns.csr", "-subj", "/CN=alice/CN=mallory")
+        openssl("x509", "-req", "-in", "two-cns.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", "two-cns.crt", "-days", "2", "-extfile",
+                "openssl.cnf", "-extensions", "client")
+        channel = open_channel(self.server.target, self.certs.path("ca.crt"),
+                               self.certs.path("two-cns.crt"), self.certs.path("two-cns.key"))
+        try:
+            error = rpc_error(lambda: Client(channel).get("cert-notes"))
+            self.assertEqual(error.code(), grpc.StatusCode.UNAUTHENTICATED, error.details())
+            self.assertIn("more than one CN", error.details())
+        finally:
+            channel.close()
 
     def test_cert_tenants_need_a_client_ca(self):
         done = refused_start(PATHS["kvserve"], ["--threads", "1", "--listen", "127.0.0.1:0",
