@@ -450,7 +450,7 @@ absl::StatusOr<Allocation> KvCacheManager::Allocate(SequenceId id) {
   return absl::ResourceExhaustedError(
       absl::StrCat("the cached prefix (", chosen.num_tokens,
                    " tokens) does not fit in the KV device budget even offloaded; budget ",
-                   budget_->limit(), " bytes, in use ", budget_->used()));
+                   budget_->limit(), " bytes (--kv-device-bytes)"));
 }
 
 KvCache* KvCacheManager::cache(SequenceId id) const {

@@ -179,10 +179,13 @@ absl::StatusOr<std::vector<PrefixStore::EntryId>> PrefixStore::PlanRoomLocked(
     release(entry);
   }
   if (needed <= available) return victims;
+  // What the whole cache holds and could free is other tenants' business: only the budget and
+  // the caller's own bytes are named.
   return absl::ResourceExhaustedError(
-      absl::StrCat(what, " needs ", needed, " bytes but at most ", available,
-                   " can be made available (budget ", options_.budget_bytes, " bytes, ",
-                   bytes_used_, " in use; pinned and referenced entries are never evicted)"));
+      absl::StrCat(what, " needs ", needed, " bytes but the prefix cache (budget ",
+                   options_.budget_bytes, " bytes, ", space_used,
+                   " held by this namespace) cannot free that much: pinned and "
+                   "referenced entries are never evicted"));
 }
 
 PrefixInfo PrefixStore::InfoLocked(const Entry& entry) const {

@@ -176,9 +176,9 @@ absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request,
   }
   if (num_queued_ >= options_.scheduler.max_queue) {
     metrics_->CountRequest("resource_exhausted");
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the queue is full (", num_queued_, " requests wait; --max-queue ",
-                     options_.scheduler.max_queue, "); retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat("the server's queue is full (--max-queue ",
+                                                     options_.scheduler.max_queue,
+                                                     "); retry later"));
   }
   const RequestId id = next_id_++;
   ++num_queued_;
@@ -341,7 +341,10 @@ void Engine::DrainInbox() {
     auto it = live_.find(id);
     if (it == live_.end() || it->second->is_registration()) continue;
     scheduler_->Abort(id);
-    Fail(id, absl::CancelledError("the client cancelled the request"));
+    // gRPC cancels a call whose deadline passed: that is counted as deadline_exceeded.
+    Fail(id, it->second->request.deadline <= clock_->Now()
+                 ? absl::DeadlineExceededError("the request's deadline passed before it finished")
+                 : absl::CancelledError("the client cancelled the request"));
   }
 }
 
@@ -529,11 +532,11 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
         spdlog::warn("out of KV memory: a request's cache ({} device bytes) moved to the host",
                      action.offloaded_bytes);
       } else if (action.victim) {
-        fail_in_step(*action.victim, absl::ResourceExhaustedError(absl::StrCat(
-                                         action.reason, ": ", e.what_without_backtrace())));
+        // The error's text (logged above) holds every tenant's bytes: the caller gets its own.
+        fail_in_step(*action.victim, absl::ResourceExhaustedError(action.reason));
       } else if (!action.reclaimed_snapshots && !action.offloaded_idle_sessions) {
         result.output = absl::ResourceExhaustedError(
-            absl::StrCat("out of memory with nothing left to free: ", e.what_without_backtrace()));
+            "out of KV memory with nothing left to free (--kv-device-bytes)");
         return result;
       }
       build_batch();

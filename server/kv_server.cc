@@ -47,6 +47,7 @@
 #include "server/prefix_persistence.h"
 #include "server/prefixes_file.h"
 #include "server/request_builder.h"
+#include "server/tenant_limits.h"
 #include "tokenizer/tokenizer.h"
 
 #ifdef KVSERVE_OWN_REFLECTION_V1
@@ -469,7 +470,7 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   kv.sessions.cache_bytes = options_.session_cache_bytes;
   kv.sessions.default_ttl = options_.session_ttl;
   kv.sessions.max_sessions = options_.max_sessions;
-  kv.tenant_prefix_bytes = options_.tenant_prefix_bytes;
+  kv.sessions.max_ttl = options_.session_max_ttl;
   kv.budget.device_limit_bytes = options_.kv_device_bytes;
   if (options_.kv_device_bytes < 0) {
     // On a GPU the KV caches get most of what is free once the weights are loaded.
@@ -481,6 +482,15 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   kv.prefix_cache_bytes = options_.prefix_cache_bytes > 0
                               ? options_.prefix_cache_bytes
                               : DefaultPrefixCacheBytes(info, kv.budget.device_limit_bytes);
+  // With API keys, the limits not given are fair shares: no tenant can hold all of a resource.
+  const int64_t num_key_tenants =
+      api_keys_ == nullptr ? 0 : static_cast<int64_t>(api_keys_->keys()->tenants().size());
+  const TenantLimits tenant_limits =
+      ResolveTenantLimits(options_, num_key_tenants, kv.prefix_cache_bytes);
+  kv.sessions.max_sessions_per_tenant = tenant_limits.max_sessions;
+  kv.tenant_prefix_bytes = tenant_limits.max_prefix_bytes;
+  engine_options.scheduler.max_queued_per_tenant = tenant_limits.max_queued_requests;
+  spdlog::info("{}", DescribeTenantLimits(tenant_limits, options_, num_key_tenants));
   if (absl::Status warm = WarmUp(*model_.model); !warm.ok()) return warm;
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(engine_options, model_.model.get(), model_.tokenizer.get(), metrics_.get());

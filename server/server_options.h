@@ -37,9 +37,15 @@ struct ServerOptions {
   bool tenant_from_client_cert = false;
   // --client-cert-admins: certificate CNs with the admin role.
   std::vector<std::string> client_cert_admins;
-  // --tenant-max-prefix-bytes: bytes of prefix snapshots one tenant may hold; 0: no limit.
-  // (--tenant-max-running-requests and --tenant-max-queued-requests are in `scheduler`.)
-  int64_t tenant_prefix_bytes = 0;
+  // Per-tenant limits (ResolveTenantLimits, tenant_limits.h, gives the ones in force); 0: no
+  // limit; -1 (unset): a fair share with --api-keys-file, no limit without.
+  // --tenant-max-prefix-bytes: bytes of prefix snapshots one tenant may hold.
+  int64_t tenant_prefix_bytes = -1;
+  // --tenant-max-queued-requests: requests of one tenant waiting for admission at most.
+  // (--tenant-max-running-requests is in `scheduler`.)
+  int64_t tenant_queued_requests = -1;
+  // --tenant-max-sessions: sessions one tenant may hold open at once.
+  int64_t tenant_max_sessions = -1;
   // --metrics-listen: address of the Prometheus /metrics endpoint; empty: off.
   std::string metrics_listen;
   // --device: "cpu", "cuda" or "cuda:N".
@@ -75,6 +81,9 @@ struct ServerOptions {
   absl::Duration session_ttl = absl::Minutes(30);
   // --max-sessions: sessions open at once at most.
   int64_t max_sessions = 1024;
+  // --session-max-ttl-seconds: the longest life a session may ask for (longer ones, and the
+  // --session-ttl-seconds default, are capped to it).
+  absl::Duration session_max_ttl = absl::Hours(24);
   // --state-dir: where registered prefixes are kept across restarts; empty: nowhere.
   std::string state_dir;
   // --prefixes-file: prefixes (JSON or YAML, kvserve.v1.PrefixState) registered at start-up.

@@ -1010,7 +1010,7 @@ TEST_F(KvCacheManagerTest, OutOfMemoryWithFaultInjection) {
   EXPECT_EQ(*action.victim, 2);
   EXPECT_EQ(action.reason,
             "out of KV memory even with every cache offloaded: this request holds 24576 bytes of "
-            "KV and its step needed more (budget 1048576 bytes, in use 0)");
+            "KV and its step needed more (budget 1048576 bytes, --kv-device-bytes)");
   EXPECT_EQ(m->Stats().injected_faults, 4);
   EXPECT_EQ(m->Stats().num_offload_fallbacks, 2);
 }
