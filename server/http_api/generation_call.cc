@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <initializer_list>
 #include <random>
 #include <set>
 #include <utility>
@@ -144,11 +145,13 @@ void RegisterBreakpoints(const OpenAiRequest& request, GenerationRequest& genera
     // Templates that fold the system message into the first user turn render a conversation
     // that ends on a system message as nothing: it is also rendered with an empty turn after
     // it, and the longer common prefix wins.
-    std::vector<tokenizer::ChatMessage> probe = breakpoint.messages;
+    const std::vector<tokenizer::ChatMessage>& marked = breakpoint.messages;
+    std::vector<tokenizer::ChatMessage> probe = marked;
     probe.push_back({.role = probe.back().role == "user" ? "assistant" : "user", .content = ""});
     const std::vector<int32_t>& prompt = generation.prompt_ids;
     size_t common = 0;
-    for (const std::vector<tokenizer::ChatMessage>* messages : {&breakpoint.messages, &probe}) {
+    for (const std::vector<tokenizer::ChatMessage>* messages :
+         std::initializer_list<const std::vector<tokenizer::ChatMessage>*>{&marked, &probe}) {
       RegistrationInput rendered;
       rendered.name = "cc";
       rendered.content = PromptInput::Messages(*messages);

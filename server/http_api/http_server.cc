@@ -9,6 +9,7 @@
 #include <prometheus/family.h>
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -256,6 +257,12 @@ absl::StatusOr<std::unique_ptr<HttpApiServer>> HttpApiServer::Start(HttpApiOptio
   http.set_keep_alive_timeout(5);
   http.set_read_timeout(30);
   http.set_write_timeout(30);
+  // httplib's own options add SO_REUSEPORT: a second server on a taken port would silently
+  // share its connections. Only SO_REUSEADDR, as the gRPC port.
+  http.set_socket_options([](httplib::socket_t sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   server->handlers_->Install(http);
   const std::string host = address->host;
   if (address->port == 0) {

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(SOURCE, "client", "python"))
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     TIME_SCALE,
     KvserveProcess,
+    refused_start,
     write_api_keys_file,
 )
 
@@ -157,6 +158,18 @@ class OpenAiHttpTest(unittest.TestCase):
         self.assertGreaterEqual(
             metrics.get('kvserve_http_requests_total{method="POST",path="/v1/completions",'
                         'status="200"}', 0), 1, [k for k in metrics if "http" in k])
+
+    def test_bad_flags_are_refused(self):
+        for flags, message in (
+                (["--http-listen", "nowhere"], "--http-listen 'nowhere' is not HOST:PORT"),
+                (["--http-listen", "0.0.0.0:0"], "--http-listen '0.0.0.0:0' is not a loopback"),
+                (["--http-workers", "0"], "--http-workers must be in [1, 4096]"),
+                (["--http-max-body-bytes", "10"], "--http-max-body-bytes must be >= 4096"),
+                (["--http-listen", f"127.0.0.1:{self.server.http_port}"], "--http-listen")):
+            with self.subTest(flags=flags):
+                done = refused_start(PATHS["kvserve"], ["--listen", "127.0.0.1:0", *flags])
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertIn(message, done.stderr)
 
     def test_hostile_bodies(self):
         cases = [
