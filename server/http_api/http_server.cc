@@ -259,7 +259,7 @@ absl::StatusOr<std::unique_ptr<HttpApiServer>> HttpApiServer::Start(HttpApiOptio
   http.set_write_timeout(30);
   // httplib's own options add SO_REUSEPORT: a second server on a taken port would silently
   // share its connections. Only SO_REUSEADDR, as the gRPC port.
-  http.set_socket_options([](httplib::socket_t sock) {
+  http.set_socket_options([](auto sock) {
     const int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
