@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "base/string_cat.h"
@@ -224,54 +225,50 @@ struct Stream {
   std::shared_ptr<CallLog> log;
 };
 
-bool WriteEvent(httplib::DataSink& sink, const json& data) {
-  const std::string line =
-      base::Cat("data: ", data.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
-  return sink.write(line.data(), line.size());
+void AppendEvent(std::string* out, const json& data) {
+  absl::StrAppend(out, "data: ", data.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
 }
 
-// One call of httplib's content provider: what came since the last call, or the end.
+// One call of httplib's content provider: what came since the last call, or the end, written
+// in one piece (one TCP segment where it fits).
 bool Pump(Stream& s, httplib::DataSink& sink) {
   ChannelBatch batch = s.channel->Take(kWatchInterval);
+  std::string out;
   for (const SequenceDelta& delta : batch.deltas) {
     const bool role = s.started.insert(delta.index).second;
     if (!delta.text.empty() || !delta.logprobs.empty() || role) {
-      if (!WriteEvent(sink, DeltaChunk(s.header, delta, role, s.logprobs, s.token_text))) {
-        return false;
-      }
+      AppendEvent(&out, DeltaChunk(s.header, delta, role, s.logprobs, s.token_text));
     }
-    if (delta.finish && s.finished.insert(delta.index).second &&
-        !WriteEvent(sink, FinishChunk(s.header, delta.index, *delta.finish))) {
-      return false;
+    if (delta.finish && s.finished.insert(delta.index).second) {
+      AppendEvent(&out, FinishChunk(s.header, delta.index, *delta.finish));
     }
   }
   if (batch.error) {
     const absl::Status& error = *batch.error;
     s.log->Finish(200, std::string(error.message()), OutcomeOf(HttpStatusOf(error.code())));
-    WriteEvent(sink, json::parse(ErrorBody(ToHttpError(error))));
-    s.done = true;
-    sink.done();
-    return true;
-  }
-  if (batch.summary) {
+    AppendEvent(&out, json::parse(ErrorBody(ToHttpError(error))));
+  } else if (batch.summary) {
     const GenerationSummary& summary = *batch.summary;
     for (int i = 0; i < std::max(s.n, summary.num_sequences); ++i) {
-      if (s.finished.insert(i).second &&
-          !WriteEvent(sink, FinishChunk(s.header, i, summary.finish_reason))) {
-        return false;
+      if (s.finished.insert(i).second) {
+        AppendEvent(&out, FinishChunk(s.header, i, summary.finish_reason));
       }
     }
-    if (s.include_usage && !WriteEvent(sink, UsageChunk(s.header, summary))) return false;
-    static constexpr char kDone[] = "data: [DONE]\n\n";
-    if (!sink.write(kDone, sizeof(kDone) - 1)) return false;
-    s.log->SetSummary(summary);
-    s.log->Finish(200, "");
+    if (s.include_usage) AppendEvent(&out, UsageChunk(s.header, summary));
+    out += "data: [DONE]\n\n";
+  }
+  if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+  if (batch.ended()) {
+    if (batch.summary) {
+      s.log->SetSummary(*batch.summary);
+      s.log->Finish(200, "");
+    }
     s.done = true;
     sink.done();
     return true;
   }
   // Nothing new: a client that went away ends the stream (the releaser cancels the request).
-  return batch.deltas.empty() ? !s.watch->PeerClosed() : true;
+  return !out.empty() || !s.watch->PeerClosed();
 }
 
 }  // namespace

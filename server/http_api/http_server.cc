@@ -253,6 +253,9 @@ absl::StatusOr<std::unique_ptr<HttpApiServer>> HttpApiServer::Start(HttpApiOptio
   const int workers = o.workers;
   http.new_task_queue = [workers] { return new BoundedPool(workers, /*overflow_workers=*/2); };
   http.set_payload_max_length(static_cast<size_t>(o.max_body_bytes));
+  // Streamed events are small writes that must leave at once (Nagle would hold each until the
+  // previous one is acknowledged).
+  http.set_tcp_nodelay(true);
   http.set_keep_alive_max_count(1000);
   http.set_keep_alive_timeout(5);
   http.set_read_timeout(30);
