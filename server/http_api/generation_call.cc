@@ -462,6 +462,10 @@ void GenerationCall::Run(Endpoint endpoint, const HttpServedModel& served, const
     stream->watch = std::move(watch);
     stream->log = log;
     res.set_header("Cache-Control", "no-cache");
+    // cpp-httplib 0.11 compresses text/* for a client that accepts gzip or br (the SDKs do),
+    // and its compressor holds small writes back: events would arrive late, in bursts. The
+    // stream goes out uncompressed.
+    const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
     res.set_chunked_content_provider(
         "text/event-stream",
         [stream](size_t, httplib::DataSink& sink) { return Pump(*stream, sink); },
