@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE, "client", "python"))
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     TIME_SCALE,
+    Certificates,
     KvserveProcess,
     refused_start,
     write_api_keys_file,
@@ -160,6 +162,38 @@ class OpenAiHttpTest(unittest.TestCase):
         self.assertGreaterEqual(
             metrics.get('kvserve_http_requests_total{method="POST",path="/v1/completions",'
                         'status="200"}', 0), 1, [k for k in metrics if "http" in k])
+
+    def test_tls_with_the_grpc_certificates(self):
+        if shutil.which("openssl") is None:
+            self.skipTest("openssl is not installed")
+        folder = os.path.join(self.dir, "certs")
+        os.makedirs(folder, exist_ok=True)
+        certs = Certificates(folder)
+        server = KvserveProcess(PATHS["kvserve"], ["--model", self.model, "--threads", "1",
+                                                   "--http-listen", "127.0.0.1:0",
+                                                   "--api-keys-file", self.keys],
+                                tls=certs.tls())
+        try:
+            context = ssl.create_default_context(cafile=certs.path("ca.crt"))
+            conn = http.client.HTTPSConnection("127.0.0.1", server.http_port, context=context,
+                                               timeout=WAIT_S)
+            body = {"model": os.path.basename(self.model), "prompt": "Hi", "max_tokens": 2}
+            conn.request("POST", "/v1/completions", body=json.dumps(body),
+                         headers={"Authorization": "Bearer key-beta",
+                                  "Content-Type": "application/json"})
+            response = conn.getresponse()
+            answer = json.loads(response.read())
+            self.assertEqual(response.status, 200, answer)
+            self.assertEqual(answer["usage"]["completion_tokens"], 2)
+            conn.close()
+            self.assertIn("tenant=beta", server.log_text())
+            # Plaintext on the TLS port is no HTTP answer.
+            plain = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=WAIT_S)
+            with self.assertRaises((http.client.HTTPException, OSError)):
+                plain.request("GET", "/health")
+                plain.getresponse().read()
+        finally:
+            server.close()
 
     def test_bad_flags_are_refused(self):
         for flags, message in (
