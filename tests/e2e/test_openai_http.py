@@ -158,6 +158,14 @@ class OpenAiHttpTest(unittest.TestCase):
                                               headers={"x-kvserve-timeout-ms": "soon"})
         self.assertEqual(status, 400)
         self.assertEqual(body["error"]["param"], "x-kvserve-timeout-ms")
+        # A deadline the generation cannot meet: 504, and nothing left running.
+        status, body, _ = self.server.request(
+            "POST", "/v1/chat/completions",
+            self.server.chat_body(max_tokens=3000, kvserve={"ignore_eos": True}),
+            headers={"x-kvserve-timeout-ms": "200"})
+        self.assertEqual(status, 504, body)
+        self.assertEqual(body["error"]["type"], "timeout_error")
+        self.server.wait_idle()
         metrics = self.server.metrics()
         self.assertGreaterEqual(
             metrics.get('kvserve_http_requests_total{method="POST",path="/v1/completions",'
