@@ -40,6 +40,7 @@
 #include "server/grpc_api/prefix_service.h"
 #include "server/grpc_api/proto_inputs.h"
 #include "server/grpc_api/session_service.h"
+#include "server/http_api/http_server.h"
 #include "server/metrics.h"
 #include "server/metrics_http_server.h"
 #include "server/model_fingerprint.h"
@@ -374,6 +375,24 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
     server->metrics_server_ = *std::move(http);
     server->metrics_port_ = server->metrics_server_->port();
   }
+  if (!options.http_listen.empty()) {
+    http_api::HttpApiOptions http{.listen = options.http_listen,
+                                  .tls_cert_file = options.tls_cert_file,
+                                  .tls_key_file = options.tls_key_file,
+                                  .tls_client_ca_file = options.tls_client_ca_file,
+                                  .workers = options.http_workers,
+                                  .max_body_bytes = options.http_max_body_bytes,
+                                  .keys = server->api_keys_.get(),
+                                  .tenant_from_client_cert = options.tenant_from_client_cert,
+                                  .cert_admins = options.client_cert_admins,
+                                  .metrics = server->metrics_.get()};
+    absl::StatusOr<std::unique_ptr<http_api::HttpApiServer>> started =
+        http_api::HttpApiServer::Start(std::move(http));
+    if (!started.ok()) return started.status();
+    server->http_ = *std::move(started);
+    spdlog::info("OpenAI-compatible HTTP API on {} (port {})", options.http_listen,
+                 server->http_->port());
+  }
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's health service is built without protobuf descriptors: reflection resolves
   // grpc.health.v1.Health from the copy of the protocol in proto/, linked in by this use.
@@ -533,6 +552,13 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
       {engine_.get(), builder_.get(), ToProto(info, model_.name, options_.limits), options_.clock});
   prefixes_->Attach({engine_.get(), builder_.get()});
   sessions_->Attach({engine_.get(), builder_.get()});
+  if (http_ != nullptr) {
+    http_->Attach({.engine = engine_.get(),
+                   .builder = builder_.get(),
+                   .tokenizer = model_.tokenizer.get(),
+                   .model_name = model_.name,
+                   .clock = options_.clock});
+  }
   serving_ = true;
   server_->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("serving {} ({} layers, vocab {}) on {}; prefix cache {} bytes", model_.name,
@@ -565,6 +591,8 @@ absl::Status KvServer::RegisterAtStartup(const v1::RegisterPrefixRequest& reques
   return status;
 }
 
+int KvServer::http_port() const { return http_ != nullptr ? http_->port() : 0; }
+
 Engine* KvServer::engine() const {
   absl::MutexLock lock(&mu_);
   return engine_.get();
@@ -588,6 +616,7 @@ void KvServer::Shutdown(absl::Duration grace) {
   // the engine its callbacks reach still exists.
   if (journal_ != nullptr) (void)journal_->Flush();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (http_ != nullptr) http_->Stop();
   metrics_server_.reset();
 }
 

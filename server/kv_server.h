@@ -32,6 +32,9 @@ class PrefixService;
 class ReplicaIdentity;
 class SessionService;
 }  // namespace grpc_api
+namespace http_api {
+class HttpApiServer;
+}  // namespace http_api
 
 class ApiKeyRegistry;
 class Engine;
@@ -100,6 +103,8 @@ class KvServer {
   // default replica id.
   const std::string& address() const { return address_; }
   int metrics_port() const { return metrics_port_; }
+  // The OpenAI-compatible HTTP port (0 when --http-listen is off).
+  int http_port() const;
   // Null before Serve.
   Engine* engine() const;
   ServerMetrics& metrics() const { return *metrics_; }
@@ -123,6 +128,7 @@ class KvServer {
   // grpc.reflection.v1 (ServerReflectionV1); null where gRPC's plugin serves it.
   std::unique_ptr<grpc::Service> reflection_v1_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
+  std::unique_ptr<http_api::HttpApiServer> http_;  // null without --http-listen
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

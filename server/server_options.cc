@@ -68,6 +68,10 @@ std::vector<base::FlagSpec> Flags() {
        "sessions one tenant may hold open at once (beyond: RESOURCE_EXHAUSTED); 0: no limit",
        kFairShareDefault},
       {"metrics-listen", "Prometheus /metrics listen address (plaintext)", "off"},
+      {"http-listen", "OpenAI-compatible HTTP API address (TLS, keys and tenants as on --listen)",
+       "off"},
+      {"http-workers", "HTTP connections served at once (beyond: 429)", "64"},
+      {"http-max-body-bytes", "largest HTTP request body (beyond: 413)", "8388608 (8 MiB)"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
       {"weight-dtype", model::kWeightDtypeFlagHelp, "auto"},
@@ -259,6 +263,16 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.model_dir = cl->GetString("model", "");
   o.listen = cl->GetString("listen", o.listen);
   o.metrics_listen = cl->GetString("metrics-listen", "");
+  o.http_listen = cl->GetString("http-listen", "");
+  absl::StatusOr<int64_t> http_workers = cl->GetInt("http-workers", o.http_workers);
+  if (!http_workers.ok()) return http_workers.status();
+  if (*http_workers < 1 || *http_workers > 4096) {
+    return absl::InvalidArgumentError("--http-workers must be in [1, 4096]");
+  }
+  o.http_workers = static_cast<int>(*http_workers);
+  absl::StatusOr<int64_t> http_body = cl->GetInt("http-max-body-bytes", o.http_max_body_bytes);
+  if (!http_body.ok()) return http_body.status();
+  o.http_max_body_bytes = *http_body;
   o.tls_cert_file = cl->GetString("tls-cert-file", "");
   o.tls_key_file = cl->GetString("tls-key-file", "");
   o.tls_client_ca_file = cl->GetString("tls-client-ca-file", "");
@@ -414,6 +428,21 @@ absl::Status ServerOptions::Validate() const {
         !metrics.ok()) {
       return metrics.status();
     }
+  }
+  if (!http_listen.empty()) {
+    if (absl::StatusOr<MetricsListenAddress> http = ParseMetricsListenAddress(http_listen);
+        !http.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--http-listen '", http_listen.substr(0, 128), "' is not HOST:PORT"));
+    }
+    if (!tls() && !insecure && !IsLoopbackAddress(http_listen)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--http-listen '", http_listen.substr(0, 128),
+                       "' is not a loopback address: serve TLS on it or pass --insecure"));
+    }
+  }
+  if (http_max_body_bytes < 4096) {
+    return absl::InvalidArgumentError("--http-max-body-bytes must be >= 4096");
   }
   // Metadata values must be printable ASCII.
   if (replica_id.size() > 128 || !std::all_of(replica_id.begin(), replica_id.end(),

@@ -48,6 +48,13 @@ struct ServerOptions {
   int64_t tenant_max_sessions = -1;
   // --metrics-listen: address of the Prometheus /metrics endpoint; empty: off.
   std::string metrics_listen;
+  // --http-listen: HOST:PORT of the OpenAI-compatible HTTP API (server/http_api/); empty: off.
+  // It serves TLS with the gRPC port's certificates, and the same keys and tenants.
+  std::string http_listen;
+  // --http-workers: HTTP connections served at once; one more is answered 429.
+  int http_workers = 64;
+  // --http-max-body-bytes: larger HTTP request bodies are answered 413.
+  int64_t http_max_body_bytes = int64_t{8} << 20;
   // --device: "cpu", "cuda" or "cuda:N".
   std::string device = "cpu";
   // --dtype: "float32", "bfloat16" or "float16".
