@@ -292,10 +292,11 @@ void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> sn
   entry.last_used = clock_->Now();
   const int64_t bytes = snapshot->bytes();
   if (entry.host == nullptr && bytes <= options_.host_bytes) {
-    MakeHostRoomLocked(bytes, id);
+    // Held first, so that making room (which may remove this entry's file) keeps the entry.
     entry.host = std::move(snapshot);
     entry.host_bytes = bytes;
     host_used_ += bytes;
+    MakeHostRoomLocked(0, id);
     ++counters_.demotions;
   } else if (entry.host == nullptr && options_.disk_bytes > 0) {
     if (!entry.on_disk) QueueWriteLocked(id, std::move(snapshot));
