@@ -2,7 +2,9 @@
 #include "cache/kv_cache_manager.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +29,9 @@ struct KvCacheManager::Sequence {
   SessionReuse session_reuse;
   // The demoted prefix entry whose promotion it waited for (0: none yet).
   uint64_t tier_wait = 0;
+  // At the last CanAdmit no other sequence was live (allocated or admitted in the pass): it
+  // waits for its promotion inside CanAdmit rather than step by step.
+  bool alone = false;
 
   bool is_turn() const { return !request.session.empty(); }
   bool uses_cache() const { return request.cache.use_cache() || request.registration; }
@@ -295,6 +300,9 @@ Admission KvCacheManager::CanAdmit(SequenceId id, absl::Span<const SequenceId> a
   seq->chosen = ChoosePrefix(*seq);
   // The lookup drops what expired: the budget forgets it at once.
   pressure_->SyncSnapshotBytes();
+  seq->alone = admitted_this_step.empty() &&
+               std::none_of(sequences_.begin(), sequences_.end(),
+                            [](const auto& other) { return other.second->allocated; });
   if (WaitsForTier(*seq)) {
     Admission waiting;
     waiting.decision = Admission::Decision::kWait;
@@ -675,6 +683,15 @@ bool KvCacheManager::WaitsForTier(Sequence& seq) {
     seq.tier_wait = match->id;
     tiers_->Promote(match->id);
     CollectPromoted();
+    seq.chosen = ChoosePrefix(seq);
+  }
+  if (seq.alone && tiers_->Pending(seq.tier_wait)) {
+    // Nothing else runs: waiting here delays nobody (and a scheduler with nothing running
+    // refuses a request that waits). The read runs on the tiers' thread.
+    while (tiers_->Pending(seq.tier_wait)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      CollectPromoted();
+    }
     seq.chosen = ChoosePrefix(seq);
   }
   return tiers_->Pending(seq.tier_wait);
