@@ -25,6 +25,7 @@
 #include "cache/prefix_events.h"
 #include "cache/prefix_store.h"
 #include "cache/session_table.h"
+#include "cache/snapshot_tiers.h"
 
 namespace kvserve::cache {
 
@@ -60,6 +61,10 @@ struct KvCacheManagerOptions {
   int64_t tenant_prefix_bytes = 0;
   // Sessions (iterative chat); max_positions comes from the model's shape.
   SessionTableOptions sessions;
+  // Host and disk tiers of automatic prefixes the store evicts (--prefix-host-bytes,
+  // --prefix-disk-bytes, --prefix-disk-dir); both budgets 0: none. The identity is filled in
+  // from the model's shape.
+  SnapshotTiersOptions tiers;
 };
 
 // What a sequence asks for; given once, at Add.
@@ -164,6 +169,7 @@ struct KvCacheManagerStats {
   int64_t num_offload_fallbacks = 0;
   int64_t injected_faults = 0;  // out-of-memory errors the fault injection raised
   PrefixStoreStats prefixes;
+  SnapshotTiersStats tiers;  // all zero without tiers
   // Per strategy name ("dynamic", "offloaded", ...): device and host bytes of live caches.
   std::map<std::string, MemoryUsage> by_strategy;
   SessionStats sessions;
@@ -298,7 +304,8 @@ class KvCacheManager {
   struct Sequence;
 
   KvCacheManager(const KvCacheManagerOptions& options, KvModelShape shape,
-                 std::unique_ptr<PrefixStore> store, const base::Clock* clock);
+                 std::unique_ptr<SnapshotTiers> tiers, std::unique_ptr<PrefixStore> store,
+                 const base::Clock* clock);
 
   Sequence* Find(SequenceId id) const;
   // The prefix `seq` would start from now (no hit counted).
@@ -316,6 +323,13 @@ class KvCacheManager {
   void NoteOffloadFallback(Sequence& seq);
   // Rebuilds the published catalog when the store's named entries changed.
   void PublishCatalog();
+  // Puts snapshots the tiers brought back into the store (device memory permitting; otherwise
+  // they go back to the tiers).
+  void CollectPromoted();
+  // Whether `seq` must wait for a demoted prefix covering more of its prompt than its chosen
+  // one: starts that promotion (once per sequence; a host entry comes back at once and
+  // `seq.chosen` is chosen again).
+  bool WaitsForTier(Sequence& seq);
 
   const KvCacheManagerOptions options_;
   const KvModelShape shape_;
@@ -323,6 +337,8 @@ class KvCacheManager {
   // Whether an automatic match may end inside a stored prefix (no sliding/chunked layers).
   const bool allow_partial_prefix_;
   std::unique_ptr<KvMemoryBudget> budget_;
+  // Before the store, whose evictions it takes: it goes after it.
+  std::unique_ptr<SnapshotTiers> tiers_;
   std::unique_ptr<PrefixStore> store_;
   std::unique_ptr<SessionTable> sessions_;
   std::unique_ptr<MemoryPressure> pressure_;

@@ -70,6 +70,11 @@ void PrefixStore::RemoveLocked(EntryId id, RemovalCause cause, Released* release
     }
     if (space->second.holders.empty()) spaces_.erase(space);
   }
+  if (cause == RemovalCause::kEvicted && !entry.named && options_.on_evicted) {
+    released->on_evicted = &options_.on_evicted;
+    released->evicted.push_back(
+        {.space = entry.space, .snapshot = entry.snapshot, .hits = entry.hits});
+  }
   released->snapshots.push_back(std::move(entry.snapshot));
   entries_.erase(it);
 }
@@ -518,6 +523,18 @@ uint64_t PrefixStore::named_generation() {
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(clock_->Now(), &released);
   return named_generation_;
+}
+
+std::vector<AutomaticEntry> PrefixStore::AutomaticEntries() {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  std::vector<AutomaticEntry> automatic;
+  for (EntryId id : lru_) {
+    const Entry& entry = entries_.at(id);
+    if (!entry.named) automatic.push_back({entry.space, entry.snapshot, entry.hits});
+  }
+  return automatic;
 }
 
 PrefixStoreStats PrefixStore::stats() {

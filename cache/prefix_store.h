@@ -42,6 +42,18 @@ struct PrefixStoreOptions {
   // `space_budget_name` (the server's flag).
   int64_t space_budget_bytes = 0;
   std::string space_budget_name = "space_budget_bytes";
+  // Called with each automatic entry evicted to make room (RemovalCause::kEvicted), after the
+  // store's lock is released, on the thread that caused the eviction: where a snapshot tier
+  // takes it (see SnapshotTiers::Demote). Null: evicted entries are dropped.
+  std::function<void(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits)>
+      on_evicted;
+};
+
+// An automatic entry as AutomaticEntries lists it.
+struct AutomaticEntry {
+  std::string space;
+  std::shared_ptr<const Snapshot> snapshot;
+  int64_t hits = 0;
 };
 
 // The result of Lookup: empty (no snapshot) when nothing usable matched.
@@ -152,6 +164,9 @@ class PrefixStore {
   // Bytes Reclaim could free now (snapshots held only by unpinned, unreferenced entries).
   int64_t ReclaimableBytes();
 
+  // Every automatic entry, least recently used first (a graceful stop persists them).
+  std::vector<AutomaticEntry> AutomaticEntries();
+
   PrefixStoreStats stats();
   // The log of entries stored and removed (see PrefixEventLog).
   PrefixEventLog& events() { return events_; }
@@ -166,7 +181,14 @@ class PrefixStore {
   // What a call releases, dropped after the lock: snapshots whose last reference may free
   // tensors.
   struct Released {
+    ~Released() {
+      for (AutomaticEntry& e : evicted)
+        (*on_evicted)(std::move(e.space), std::move(e.snapshot), e.hits);
+    }
     std::vector<std::shared_ptr<const Snapshot>> snapshots;
+    // Automatic entries evicted, for options_.on_evicted (set when there is one).
+    const decltype(PrefixStoreOptions::on_evicted)* on_evicted = nullptr;
+    std::vector<AutomaticEntry> evicted;
   };
 
   struct Entry {

@@ -490,6 +490,12 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   kv.sessions.default_ttl = options_.session_ttl;
   kv.sessions.max_sessions = options_.max_sessions;
   kv.sessions.max_ttl = options_.session_max_ttl;
+  kv.tiers.host_bytes = options_.prefix_host_bytes;
+  kv.tiers.disk_bytes = options_.prefix_disk_bytes;
+  kv.tiers.disk_dir = options_.prefix_disk_dir;
+  kv.tiers.half_life = options_.prefix_retention_half_life;
+  kv.tiers.device = info.device.str();
+  kv.tiers.log = [](const std::string& line) { spdlog::warn("{}", line); };
   kv.budget.device_limit_bytes = options_.kv_device_bytes;
   if (options_.kv_device_bytes < 0) {
     // On a GPU the KV caches get most of what is free once the weights are loaded.

@@ -91,6 +91,13 @@ std::vector<base::FlagSpec> Flags() {
       {"prefix-cache-bytes", "bytes of prefix snapshots kept (named and automatic)",
        "0: follows the device and model: CUDA 1/4 of the KV budget, CPU 4 full contexts (64 "
        "MiB-1 GiB)"},
+      {"prefix-host-bytes",
+       "bytes of evicted automatic prefixes kept in host memory (a tier below the device)",
+       "0: none"},
+      {"prefix-disk-bytes", "bytes of automatic prefix files kept in --prefix-disk-dir", "0: none"},
+      {"prefix-disk-dir", "folder of prefix snapshot files (found again after a restart)", "none"},
+      {"prefix-retention-half-life-seconds",
+       "a tiered prefix's priority, (1 + hits) x 2^(-age / half-life), halves in this time", "600"},
       {"no-auto-prefix-cache", "do not reuse shared prompt prefixes automatically", "", true},
       {"auto-prefix-min-tokens", "shortest prompt prefix kept and reused automatically", "32"},
       {"session-idle-offload-seconds",
@@ -344,6 +351,19 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.prefix_cache_bytes = *prefix_bytes;
   o.auto_prefix_min_tokens = *auto_min;
   o.auto_prefix_cache = !cl->GetBool("no-auto-prefix-cache");
+  absl::StatusOr<int64_t> host_bytes = cl->GetInt("prefix-host-bytes", 0);
+  absl::StatusOr<int64_t> disk_bytes = cl->GetInt("prefix-disk-bytes", 0);
+  absl::StatusOr<double> half_life = cl->GetDouble("prefix-retention-half-life-seconds", 600);
+  for (const absl::Status& s : {host_bytes.status(), disk_bytes.status(), half_life.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (!(*half_life > 0)) {
+    return absl::InvalidArgumentError("--prefix-retention-half-life-seconds must be > 0");
+  }
+  o.prefix_host_bytes = *host_bytes;
+  o.prefix_disk_bytes = *disk_bytes;
+  o.prefix_disk_dir = cl->GetString("prefix-disk-dir", "");
+  o.prefix_retention_half_life = absl::Seconds(*half_life);
   absl::StatusOr<double> idle_offload = cl->GetDouble("session-idle-offload-seconds", 60);
   absl::StatusOr<int64_t> session_bytes = cl->GetInt("session-cache-bytes", o.session_cache_bytes);
   absl::StatusOr<double> session_ttl = cl->GetDouble("session-ttl-seconds", 1800);
@@ -492,6 +512,11 @@ absl::Status ServerOptions::Validate() const {
   }
   if (auto_prefix_min_tokens < 1) {
     return absl::InvalidArgumentError("--auto-prefix-min-tokens must be >= 1");
+  }
+  if (prefix_host_bytes < 0) return absl::InvalidArgumentError("--prefix-host-bytes must be >= 0");
+  if (prefix_disk_bytes < 0) return absl::InvalidArgumentError("--prefix-disk-bytes must be >= 0");
+  if (prefix_disk_bytes > 0 && prefix_disk_dir.empty()) {
+    return absl::InvalidArgumentError("--prefix-disk-bytes > 0 needs --prefix-disk-dir");
   }
   if (session_idle_offload < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--session-idle-offload-seconds must be >= 0");

@@ -78,6 +78,13 @@ struct ServerOptions {
   bool auto_prefix_cache = true;
   // --auto-prefix-min-tokens: shortest prompt kept and shortest prefix reused automatically.
   int64_t auto_prefix_min_tokens = 32;
+  // Tiers of automatic prefixes the device store evicts (cache/snapshot_tiers.h):
+  // --prefix-host-bytes (0: no host tier), --prefix-disk-bytes (0: no disk tier) in
+  // --prefix-disk-dir, and --prefix-retention-half-life-seconds.
+  int64_t prefix_host_bytes = 0;
+  int64_t prefix_disk_bytes = 0;
+  std::string prefix_disk_dir;
+  absl::Duration prefix_retention_half_life = absl::Minutes(10);
   // Sessions (iterative chat; they live in memory only). --session-idle-offload-seconds: an
   // idle session's cache moves to host memory after this long unused (0: at once).
   absl::Duration session_idle_offload = absl::Seconds(60);
