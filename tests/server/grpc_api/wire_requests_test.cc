@@ -400,6 +400,7 @@ TEST_F(RequestParserTest, CacheErrorsStartWithTheParameterPathAndSayWhy) {
 
 TEST_F(RequestParserTest, AQuantizedCacheOnAModelWithSlidingLayersIsRefusedAtValidation) {
   info_.layer_specs[1] = {cache::LayerType::kSlidingAttention, 8};
+  info_.model_type = "gemma2";
   RequestParser parser(info_, tokenizer_.get(), limits_);
   v1::GenerateRequest request;
   request.mutable_token_ids()->add_ids(1);
@@ -409,6 +410,8 @@ TEST_F(RequestParserTest, AQuantizedCacheOnAModelWithSlidingLayersIsRefusedAtVal
   EXPECT_THAT(std::string(r.status().message()),
               StartsWith("cache.cache_implementation: 'quantized' supports only full_attention "
                          "layers; layer 1 is sliding_attention"));
+  // The refusal names the model's family as well as the strategy.
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("(model_type gemma2)"));
 }
 
 TEST_F(RequestParserTest, InputTextIsBoundedByWhatTheContextCanHold) {
