@@ -351,8 +351,8 @@ TEST(ModelConfigTest, MissingRequiredFieldsAreNamed) {
   Json json = BaseConfig("llama");
   json.erase("model_type");
   ExpectError(json,
-              "required field 'model_type' is missing; supported: llama, mistral, phi3, "
-              "qwen2, qwen3");
+              "required field 'model_type' is missing; supported: gemma2, gemma3_text, llama, "
+              "mistral, phi3, qwen2, qwen3");
 }
 
 TEST(ModelConfigTest, UnknownModelTypeListsSupported) {
