@@ -383,7 +383,7 @@ TEST_F(RequestParserTest, CacheErrorsStartWithTheParameterPathAndSayWhy) {
       "quantization { q_group_size: 3 } }");
   EXPECT_EQ(r.status().message(),
             "cache.quantization.q_group_size: 3 does not divide head_dim 16; allowed for "
-            "per-token grouping: a divisor of head_dim, or >= head_dim");
+            "per-token grouping: a divisor of head_dim, or >= head_dim (model_type llama)");
   r = Parse("token_ids { ids: 1 } cache { use_cache: false cache_implementation: \"static\" }");
   EXPECT_EQ(r.status().message(),
             "cache.cache_implementation: cannot be used with use_cache false (no cache is kept)");
