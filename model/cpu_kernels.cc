@@ -177,7 +177,7 @@ bool IsFloatAttentionInput(const at::Tensor& queries, const cache::LayerView& kv
 }
 
 bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
-                 const cache::LayerSpec& layer, double scale, at::Tensor* out) {
+                 const cache::LayerSpec& layer, double scale, at::Tensor* out, double softcap) {
   if (!IsFloatAttentionInput(queries, kv)) return false;
   const int64_t n = queries.size(0), heads = queries.size(1), d = queries.size(2);
   const int64_t kv_heads = kv.keys.size(1), kv_len = kv.keys.size(2);
@@ -192,6 +192,7 @@ bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t 
   const int64_t ks1 = kv.keys.stride(1), ks2 = kv.keys.stride(2);
   const int64_t vs1 = kv.values.stride(1), vs2 = kv.values.stride(2);
   const float fscale = static_cast<float>(scale);
+  const float cap = static_cast<float>(softcap);
   const DotFn dot = Dot();
   const AxpyFn axpy = Axpy();
 
@@ -211,7 +212,8 @@ bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t 
       bool any = false;
       for (int64_t j = 0; j < kv_len; ++j) {
         if (!Visible(j, q_pos, kv, layer)) continue;
-        const float s = dot(q, keys + j * ks2, d) * fscale;
+        float s = dot(q, keys + j * ks2, d) * fscale;
+        if (cap > 0) s = cap * std::tanh(s / cap);
         probs[j] = s;
         max_score = any ? std::max(max_score, s) : s;
         any = true;
