@@ -65,6 +65,9 @@ struct ServerOptions {
   bool auto_prefix_cache = true;
   // --auto-prefix-min-tokens: shortest prompt kept and shortest prefix reused automatically.
   int64_t auto_prefix_min_tokens = 32;
+  // --kv-events-buffer: KV-event batches kept for subscribers that reconnect
+  // (vllm.grpc.engine.VllmEngine/SubscribeKvEvents); an older one gets the whole state.
+  int64_t kv_events_buffer = 4096;
   // Sessions (iterative chat; they live in memory only). --session-idle-offload-seconds: an
   // idle session's cache moves to host memory after this long unused (0: at once).
   absl::Duration session_idle_offload = absl::Seconds(60);
