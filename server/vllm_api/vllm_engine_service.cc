@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
@@ -28,7 +29,7 @@ using grpc_api::CallerDenied;
 using grpc_api::CallerOf;
 using grpc_api::ToGrpcStatus;
 
-absl::Status Unsupported(std::string_view field, std::string_view what) {
+absl::Status Unsupported(const std::string& field, const std::string& what) {
   return FieldError(field, absl::StrCat("not supported by kvserve (", what, ")"));
 }
 
@@ -37,8 +38,8 @@ absl::Status InProtocolNames(const absl::Status& status) {
   const std::string path = FieldPathOf(status);
   if (path.empty()) return status;
   std::string renamed = path;
-  if (path == "token_ids.ids") {
-    renamed = "tokenized.input_ids";
+  if (path.starts_with("token_ids.ids")) {
+    renamed = absl::StrCat("tokenized.input_ids", path.substr(13));
   } else if (path == "prompt") {
     renamed = "text";
   } else if (path == "sampling.max_new_tokens") {
@@ -46,8 +47,8 @@ absl::Status InProtocolNames(const absl::Status& status) {
   } else if (path.starts_with("sampling.")) {
     renamed = absl::StrCat("sampling_params.", path.substr(9));
   }
-  std::string_view message = status.message();
-  if (message.starts_with(path + ": ")) message.remove_prefix(path.size() + 2);
+  absl::string_view message = status.message();
+  if (absl::StartsWith(message, path + ": ")) message.remove_prefix(path.size() + 2);
   return WithFieldPath(absl::Status(status.code(), absl::StrCat(renamed, ": ", message)), renamed);
 }
 
