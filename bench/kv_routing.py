@@ -4,7 +4,10 @@
 Policies (each request goes to one of 3 replicas):
   events  the longest prefix of the prompt a replica holds, from its KV events
           (vllm.grpc.engine.VllmEngine/SubscribeKvEvents, rebuilt by kvserve_kv_events);
-          ties go to the replica with the fewest requests in flight, then round robin
+          when no replica holds the prompt's first block: the replica a request with that
+          first block was just sent to (its events not in yet), else the one holding the
+          fewest chains (distinct first blocks); remaining ties go where a consistent-hash
+          ring puts the first block
   hash    nginx's `hash $http_x_kvserve_route consistent` (ketama: 160 points per server on
           a CRC32 ring) over the request's group, as deploy/gateway routes
   rr      round robin
@@ -39,7 +42,9 @@ import zlib
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "client",
                                 "python"))
 from kvserve_kv_events import (  # noqa: E402  pylint: disable=wrong-import-position
+    BLOCK_SIZE,
     KvEventSubscriber,
+    block_hashes,
     vllm_engine_pb2 as vpb,
     vllm_engine_pb2_grpc as vgrpc,
 )
@@ -79,12 +84,16 @@ class Ketama:
                 self.points.append((prev, index))
         self.points.sort()
 
-    def pick(self, key):
+    def pick(self, key, among=None):
+        """The server of `key`; with `among`, the first of those servers on the ring from the
+        key's point on."""
         h = zlib.crc32(key.encode())
-        for point, index in self.points:
-            if point >= h:
+        start = next((i for i, (point, _) in enumerate(self.points) if point >= h), 0)
+        for i in range(len(self.points)):
+            index = self.points[(start + i) % len(self.points)][1]
+            if among is None or index in among:
                 return index
-        return self.points[0][1]
+        raise ValueError("no server among the candidates")
 
 
 class Router:
@@ -92,7 +101,10 @@ class Router:
         self.policy = policy
         self.replicas = replicas
         self.subscribers = subscribers
-        self.ring = Ketama([r.target for r in replicas])
+        # Stable names, as a StatefulSet's pods have (kvserve-0, -1, -2): the same ring every run.
+        self.ring = Ketama([f"kvserve-{i}" for i in range(len(replicas))])
+        # Events policy: first blocks sent to each replica whose events have not come yet.
+        self.pending = [{} for _ in replicas]
         self.rr = itertools.count()
         self.in_flight = [0] * len(replicas)
         self.lock = threading.Lock()
@@ -104,19 +116,33 @@ class Router:
             elif self.policy == "hash":
                 choice = self.ring.pick(f"group-{group}")
             else:
-                scores = []
-                turn = next(self.rr)
-                for i, sub in enumerate(self.subscribers):
+                first = block_hashes(prompt[:BLOCK_SIZE], TENANT)[0]
+                matched, held = [], []
+                for sub in self.subscribers:
                     with sub.cond:
-                        matched = sub.index.match_blocks(prompt, TENANT)
-                    scores.append((-matched, self.in_flight[i], (i - turn) % 3))
-                choice = min(range(len(scores)), key=lambda i: scores[i])
+                        matched.append(sub.index.match_blocks(prompt, TENANT))
+                        # Chains held: about how many prompts' groups share its cache.
+                        held.append(sum(1 for parent, _ in sub.index.blocks.values()
+                                        if parent is None))
+                best = [i for i, m in enumerate(matched) if m == max(matched)]
+                if max(matched) == 0:
+                    # Nobody holds it yet: where one is being computed (its events are still
+                    # to come), else the replica whose cache the fewest chains share.
+                    sent = [i for i in best if self.pending[i].get(first)]
+                    best = sent or [i for i in best if held[i] == min(held[j] for j in best)]
+                choice = self.ring.pick(str(first), among=best)
+                self.pending[choice][first] = self.pending[choice].get(first, 0) + 1
             self.in_flight[choice] += 1
             return choice
 
-    def done(self, choice):
+    def done(self, choice, prompt):
         with self.lock:
             self.in_flight[choice] -= 1
+            if self.policy == "events":
+                first = block_hashes(prompt[:BLOCK_SIZE], TENANT)[0]
+                self.pending[choice][first] -= 1
+                if not self.pending[choice][first]:
+                    del self.pending[choice][first]
 
 
 def run(policy, requests, args):
@@ -152,7 +178,7 @@ def run(policy, requests, args):
                         complete = response.complete
                 return (complete.prompt_tokens, complete.cached_tokens, ttft, choice)
             finally:
-                router.done(choice)
+                router.done(choice, prompt)
 
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
             results = list(pool.map(send, requests))
