@@ -630,7 +630,7 @@ bool KvCacheManager::RestorePrefix(const RemovedPrefix& removed) {
   return restored;
 }
 
-std::vector<PrefixEvent> KvCacheManager::DrainPrefixEvents() { return store_->events().Drain(); }
+PrefixStore& KvCacheManager::prefix_store() { return *store_; }
 
 void KvCacheManager::Release(SequenceId id, absl::Span<const int32_t> tokens,
                              bool keep_session_cache) {

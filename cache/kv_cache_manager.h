@@ -271,9 +271,10 @@ class KvCacheManager {
   // Puts back what DeletePrefix removed, when the name is still free (see
   // PrefixStore::RestoreNamed).
   bool RestorePrefix(const RemovedPrefix& removed);
-  // What the prefix store stored and removed since the previous call, in order (see
-  // PrefixEventLog).
-  std::vector<PrefixEvent> DrainPrefixEvents();
+  // The prefix store (thread-safe): its event log, drained once per step by the engine
+  // (events().Drain(): what it stored and removed since the previous drain, in order), and
+  // its listing of every entry for admins.
+  PrefixStore& prefix_store();
 
   // The open sessions (client calls: open, get, list, close, roll back).
   SessionTable& sessions() { return *sessions_; }

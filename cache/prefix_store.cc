@@ -293,6 +293,27 @@ std::vector<PrefixInfo> PrefixStore::List() {
   return infos;
 }
 
+StoreListing PrefixStore::ListEntries() {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  StoreListing listing;
+  // The log is appended to under mu_ only, so its last number matches the entries.
+  listing.sequence = events_.last_sequence();
+  listing.entries.reserve(entries_.size());
+  for (const auto& [id, entry] : entries_) {
+    const absl::Span<const int32_t> tokens = entry.snapshot->token_ids();
+    listing.entries.push_back(StoredEntry{.entry_id = id,
+                                          .space = entry.space,
+                                          .named = entry.named,
+                                          .name = entry.name,
+                                          .tokens = {tokens.begin(), tokens.end()}});
+  }
+  std::sort(listing.entries.begin(), listing.entries.end(),
+            [](const StoredEntry& a, const StoredEntry& b) { return a.entry_id < b.entry_id; });
+  return listing;
+}
+
 bool PrefixStore::DeleteNamed(const std::string& name) {
   Released released;
   absl::MutexLock lock(&mu_);

@@ -56,6 +56,22 @@ struct AutomaticEntry {
   int64_t hits = 0;
 };
 
+// One entry of the store as ListEntries tells it.
+struct StoredEntry {
+  uint64_t entry_id = 0;
+  std::string space;  // its namespace
+  bool named = false;
+  std::string name;  // qualified; empty for automatic entries
+  std::vector<int32_t> tokens;
+};
+
+// Every entry, and the last event the log had when they were listed: a consumer that has
+// applied the log up to `sequence` knows exactly these entries.
+struct StoreListing {
+  uint64_t sequence = 0;
+  std::vector<StoredEntry> entries;  // by entry id
+};
+
 // The result of Lookup: empty (no snapshot) when nothing usable matched.
 struct PrefixMatch {
   std::shared_ptr<const Snapshot> snapshot;
@@ -122,6 +138,9 @@ class PrefixStore {
   std::optional<PrefixInfo> Info(const std::string& name);
   // Every named entry, sorted by name.
   std::vector<PrefixInfo> List();
+  // Every entry, named and automatic, with its tokens (for admins and tests: copies every
+  // entry's tokens under the lock).
+  StoreListing ListEntries();
   // Removes the named entry; false when absent. Readers holding its snapshot keep it.
   bool DeleteNamed(const std::string& name);
   // Puts back a named entry a caller removed (the undo of a deletion that could not be

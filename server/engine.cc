@@ -148,8 +148,10 @@ Engine::Engine(const EngineOptions& options, model::Model* model,
                     .vocab_size = model->info().vocab_size,
                     .tokenizer = tokenizer},
       kv_(std::move(kv)),
-      registrar_(kv_.get(), options.persistence,
-                 [this](std::function<void()> work) { return Post(std::move(work)); }) {}
+      registrar_(
+          kv_.get(), options.persistence,
+          [this](std::function<void()> work) { return Post(std::move(work)); },
+          options.event_consumers) {}
 
 Engine::~Engine() { Shutdown(absl::ZeroDuration()); }
 
@@ -253,6 +255,8 @@ EngineStats Engine::Stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
 }
+
+cache::StoreListing Engine::ListCacheEntries() const { return kv_->prefix_store().ListEntries(); }
 
 bool Engine::WaitIdle(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);

@@ -27,6 +27,7 @@ class Tokenizer;
 namespace kvserve::server {
 
 namespace grpc_api {
+class CacheAdminService;
 class GenerationService;
 class PrefixService;
 class ReplicaIdentity;
@@ -35,9 +36,13 @@ class SessionService;
 namespace http_api {
 class HttpApiServer;
 }  // namespace http_api
+namespace vllm_api {
+class VllmEngineService;
+}  // namespace vllm_api
 
 class ApiKeyRegistry;
 class Engine;
+class KvEventPublisher;
 class MetricsHttpServer;
 class PrefixJournal;
 class PrefixPersistence;
@@ -125,6 +130,10 @@ class KvServer {
   std::unique_ptr<grpc_api::GenerationService> generation_;
   std::unique_ptr<grpc_api::PrefixService> prefixes_;
   std::unique_ptr<grpc_api::SessionService> sessions_;
+  std::unique_ptr<grpc_api::CacheAdminService> cache_admin_;
+  // The prefix store's KV events (an engine consumer) and the vLLM engine protocol.
+  std::unique_ptr<KvEventPublisher> kv_events_;
+  std::unique_ptr<vllm_api::VllmEngineService> vllm_;
   // grpc.reflection.v1 (ServerReflectionV1); null where gRPC's plugin serves it.
   std::unique_ptr<grpc::Service> reflection_v1_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;

@@ -91,7 +91,10 @@ void PrefixRegistrar::Delete(const std::string& name, DeleteCallback done) {
 void PrefixRegistrar::Publish() { PublishWith(nullptr); }
 
 void PrefixRegistrar::PublishWith(PendingReply* reply) {
-  std::vector<cache::PrefixEvent> events = kv_->DrainPrefixEvents();
+  std::vector<cache::PrefixEvent> events = kv_->prefix_store().events().Drain();
+  if (!events.empty()) {
+    for (PrefixEventConsumer* consumer : consumers_) consumer->Consume(events);
+  }
   if (persistence_ == nullptr) {
     if (reply != nullptr) reply->on_saved(absl::OkStatus());
     return;

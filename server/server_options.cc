@@ -100,6 +100,7 @@ std::vector<base::FlagSpec> Flags() {
        "a tiered prefix's priority, (1 + hits) x 2^(-age / half-life), halves in this time", "600"},
       {"no-auto-prefix-cache", "do not reuse shared prompt prefixes automatically", "", true},
       {"auto-prefix-min-tokens", "shortest prompt prefix kept and reused automatically", "32"},
+      {"kv-events-buffer", "KV-event batches kept for subscribers that reconnect", "4096"},
       {"session-idle-offload-seconds",
        "an idle session's cache moves to host memory after this many seconds", "60"},
       {"session-cache-bytes",
@@ -364,6 +365,9 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.prefix_disk_bytes = *disk_bytes;
   o.prefix_disk_dir = cl->GetString("prefix-disk-dir", "");
   o.prefix_retention_half_life = absl::Seconds(*half_life);
+  absl::StatusOr<int64_t> kv_events = cl->GetInt("kv-events-buffer", o.kv_events_buffer);
+  if (!kv_events.ok()) return kv_events.status();
+  o.kv_events_buffer = *kv_events;
   absl::StatusOr<double> idle_offload = cl->GetDouble("session-idle-offload-seconds", 60);
   absl::StatusOr<int64_t> session_bytes = cl->GetInt("session-cache-bytes", o.session_cache_bytes);
   absl::StatusOr<double> session_ttl = cl->GetDouble("session-ttl-seconds", 1800);
@@ -518,6 +522,7 @@ absl::Status ServerOptions::Validate() const {
   if (prefix_disk_bytes > 0 && prefix_disk_dir.empty()) {
     return absl::InvalidArgumentError("--prefix-disk-bytes > 0 needs --prefix-disk-dir");
   }
+  if (kv_events_buffer < 1) return absl::InvalidArgumentError("--kv-events-buffer must be >= 1");
   if (session_idle_offload < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--session-idle-offload-seconds must be >= 0");
   }

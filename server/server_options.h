@@ -85,6 +85,9 @@ struct ServerOptions {
   int64_t prefix_disk_bytes = 0;
   std::string prefix_disk_dir;
   absl::Duration prefix_retention_half_life = absl::Minutes(10);
+  // --kv-events-buffer: KV-event batches kept for subscribers that reconnect
+  // (vllm.grpc.engine.VllmEngine/SubscribeKvEvents); an older one gets the whole state.
+  int64_t kv_events_buffer = 4096;
   // Sessions (iterative chat; they live in memory only). --session-idle-offload-seconds: an
   // idle session's cache moves to host memory after this long unused (0: at once).
   absl::Duration session_idle_offload = absl::Seconds(60);

@@ -383,10 +383,12 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
 
 grpc::experimental::Interceptor* CallTracker::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
-  // "/kvserve.v1.Generation/Generate"; health and reflection are not ours to log.
+  // "/kvserve.v1.Generation/Generate", and the vLLM engine protocol kvserve serves
+  // (server/vllm_api/); health and reflection are not ours to log.
   const std::string_view path = info->method() != nullptr ? info->method() : "";
   constexpr std::string_view kOurs = "/kvserve.";
-  if (!path.starts_with(kOurs)) return nullptr;
+  constexpr std::string_view kVllmEngine = "/vllm.grpc.engine.";
+  if (!path.starts_with(kOurs) && !path.starts_with(kVllmEngine)) return nullptr;
   const size_t slash = path.rfind('/');
   const std::string_view service = path.substr(1, slash - 1);
   const std::string_view name = path.substr(slash + 1);
@@ -401,7 +403,8 @@ grpc::experimental::Interceptor* CallTracker::CreateServerInterceptor(
                                /*known=*/false, /*generation=*/false);
   }
   const bool generation =
-      service == "kvserve.v1.Generation" && (name == "Generate" || name == "GenerateStream");
+      (service == "kvserve.v1.Generation" && (name == "Generate" || name == "GenerateStream")) ||
+      (service == "vllm.grpc.engine.VllmEngine" && name == "Generate");
   return new CallInterceptor(info, metrics_, &identification_, method->name(), /*known=*/true,
                              generation);
 }

@@ -229,7 +229,7 @@ class KvCacheManagerTest : public ::testing::Test {
 
   // The named prefixes' events heard so far, drained from `m`'s log.
   const std::vector<Event>& Heard(KvCacheManager& m) {
-    for (const PrefixEvent& e : m.DrainPrefixEvents()) {
+    for (const PrefixEvent& e : m.prefix_store().events().Drain()) {
       if (!e.named || e.cause == RemovalCause::kReplaced) continue;
       Event event{.name = e.name, .had_snapshot = e.kind == PrefixEventKind::kStored};
       if (e.kind == PrefixEventKind::kStored) {

@@ -109,6 +109,28 @@ TEST_F(PrefixStoreTest, CreateValidatesOptions) {
   EXPECT_EQ((*real)->options().budget_bytes, 100);
 }
 
+TEST_F(PrefixStoreTest, ListEntriesShowsNamedAndAutomaticWithTheLogNumber) {
+  auto store = Make(1000);
+  ASSERT_TRUE(store->PutNamed("acme/sys", Snap({1, 2, 3})).ok());
+  ASSERT_TRUE(store->PutAutomatic("acme", Snap({7, 8, 9, 10})));
+  StoreListing listing = store->ListEntries();
+  // The log's "cleared", then the two puts.
+  EXPECT_EQ(listing.sequence, 3u);
+  ASSERT_EQ(listing.entries.size(), 2u);
+  EXPECT_TRUE(listing.entries[0].named);
+  EXPECT_EQ(listing.entries[0].name, "acme/sys");
+  EXPECT_EQ(listing.entries[0].space, "acme");
+  EXPECT_EQ(listing.entries[0].tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_FALSE(listing.entries[1].named);
+  EXPECT_EQ(listing.entries[1].space, "acme");
+  EXPECT_EQ(listing.entries[1].tokens, (std::vector<int32_t>{7, 8, 9, 10}));
+  EXPECT_LT(listing.entries[0].entry_id, listing.entries[1].entry_id);
+  ASSERT_TRUE(store->DeleteNamed("acme/sys"));
+  listing = store->ListEntries();
+  EXPECT_EQ(listing.sequence, 4u);
+  EXPECT_EQ(listing.entries.size(), 1u);
+}
+
 TEST_F(PrefixStoreTest, PutNamedThenGetAndInfo) {
   auto store = Make(1000);
   absl::StatusOr<PrefixInfo> info = store->PutNamed("sys", Snap({1, 2, 3}));
