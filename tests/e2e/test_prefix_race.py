@@ -5,8 +5,7 @@ the clients still call). After the restart every name must be in the state its l
 acknowledged operation left it in.
 
 Each call is recorded with the client's monotonic times before it was sent and after its answer
-came. An acknowledged operation (OK, or a delete answered NOT_FOUND, which observed the name
-absent) took effect at one moment inside that interval. The last one to take effect may be any
+came. An acknowledged operation (answered OK) took effect at one moment inside that interval. The last one to take effect may be any
 operation that no other acknowledged operation began after the end of: the name must be in the
 state of one of those. A call the kill cut off (no answer) may or may not have taken effect, at
 any moment after it began: its state is allowed too. So an acknowledged delete that no
@@ -63,7 +62,9 @@ class Call:
 
 def allowed_states(calls):
     """The states a name may be in once `calls` (all of its calls) are over."""
-    answered = [c for c in calls if c.outcome in ("ok", "not_found")]
+    # A delete answered NOT_FOUND changed nothing and is no acknowledgement of a state: it may
+    # have seen a delete applied but not yet durable (kill -9 then loses that unanswered delete).
+    answered = [c for c in calls if c.outcome == "ok"]
     unanswered = [c for c in calls if c.outcome == "unanswered"]
     if not answered and not unanswered:
         return {ABSENT}
