@@ -300,7 +300,7 @@ Admission KvCacheManager::CanAdmit(SequenceId id, absl::Span<const SequenceId> a
   seq->chosen = ChoosePrefix(*seq);
   // The lookup drops what expired: the budget forgets it at once.
   pressure_->SyncSnapshotBytes();
-  seq->alone = admitted_this_step.empty() &&
+  seq->alone = tiers_ != nullptr && admitted_this_step.empty() &&
                std::none_of(sequences_.begin(), sequences_.end(),
                             [](const auto& other) { return other.second->allocated; });
   if (WaitsForTier(*seq)) {
