@@ -5,7 +5,8 @@ the clients still call). After the restart every name must be in the state its l
 acknowledged operation left it in.
 
 Each call is recorded with the client's monotonic times before it was sent and after its answer
-came. An acknowledged operation (answered OK) took effect at one moment inside that interval. The last one to take effect may be any
+came. An acknowledged operation (answered OK, or a delete answered NOT_FOUND, which saw the name
+absent) took effect at one moment inside that interval. The last one to take effect may be any
 operation that no other acknowledged operation began after the end of: the name must be in the
 state of one of those. A call the kill cut off (no answer) may or may not have taken effect, at
 any moment after it began: its state is allowed too. So an acknowledged delete that no
@@ -62,9 +63,9 @@ class Call:
 
 def allowed_states(calls):
     """The states a name may be in once `calls` (all of its calls) are over."""
-    # A delete answered NOT_FOUND changed nothing and is no acknowledgement of a state: it may
-    # have seen a delete applied but not yet durable (kill -9 then loses that unanswered delete).
-    answered = [c for c in calls if c.outcome == "ok"]
+    # A delete answered NOT_FOUND acknowledges the state it saw (absent): kvserve answers it
+    # only once the delete that emptied the name is durable.
+    answered = [c for c in calls if c.outcome in ("ok", "not_found")]
     unanswered = [c for c in calls if c.outcome == "unanswered"]
     if not answered and not unanswered:
         return {ABSENT}
