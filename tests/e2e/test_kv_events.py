@@ -65,10 +65,12 @@ class KvEventsTest(unittest.TestCase):
                                    [("ops-secret", "ops", "admin"),
                                     ("alice-secret", "alice", "user")])
         # 64-token prompts hold 64 * 4 KiB of K/V on the embedded model: the prefix cache
-        # (1.2 MB) keeps about four of them, so that traffic evicts.
+        # (1.2 MB) keeps about four of them, so that traffic evicts. The whole cache is open
+        # to each tenant (no fair share): the phases below fill it from one tenant.
         cls.server = KvserveProcess(PATHS["kvserve"], [
             "--threads", "1", "--api-keys-file", keys, "--metrics-listen", "127.0.0.1:0",
             "--prefix-cache-bytes", "1200000", "--kv-device-bytes", "67108864",
+            "--tenant-max-prefix-bytes", "0",
             "--auto-prefix-min-tokens", "16", "--kv-events-buffer", str(BUFFER),
             "--state-dir", os.path.join(cls.tmp.name, "state")])
 
