@@ -4,7 +4,7 @@
 #   docker build --target test .                     the test suite under LibTorch 2.6 (CPU)
 #   docker build --target runtime-cpu  -t kvserve:cpu .
 #   docker build --target runtime-cuda -t kvserve:cuda .
-#   docker run --rm -p 50051:50051 -p 9400:9400 kvserve:cpu      serves the embedded model
+#   docker run --rm -p 50051:50051 -p 8000:8000 -p 9400:9400 kvserve:cpu   serves the embedded model
 #
 # scripts/container.sh wraps these (and builds with buildah where no Docker daemon runs).
 #
@@ -55,7 +55,8 @@ RUN apt-get update \
       libopenblas0-pthread libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
       protobuf-compiler libspdlog-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev \
       nlohmann-json3-dev libre2-dev prometheus-cpp-dev libonig-dev libutf8proc-dev \
-      libyaml-cpp-dev python3-grpcio python3-protobuf python3-numpy libdnnl-dev \
+      libyaml-cpp-dev libcpp-httplib-dev python3-grpcio python3-protobuf python3-numpy \
+      libdnnl-dev \
  && rm -rf /var/lib/apt/lists/*
 # Lists the packages owning the shared libraries that the given binaries load (one per line):
 # what a runtime stage must install. Libraries no package owns (the host's CUDA driver) are
@@ -185,16 +186,18 @@ RUN mkdir -p /opt/kvserve/bin \
 FROM os AS runtime-base
 RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/kvserve --create-home \
       --shell /usr/sbin/nologin kvserve
-EXPOSE 50051 9400
+EXPOSE 50051 8000 9400
 STOPSIGNAL SIGTERM
 WORKDIR /var/lib/kvserve
 ENTRYPOINT ["kvserve"]
-# The container default: every interface, so that a published port reaches it; Prometheus
-# metrics on 9400. Arguments given to `docker run IMAGE ...` replace these. --insecure: plaintext
+# The container default: every interface, so that a published port reaches it; the
+# OpenAI-compatible HTTP API on 8000; Prometheus metrics on 9400. Arguments given to
+# `docker run IMAGE ...` replace these. --insecure: plaintext
 # gRPC on a non-loopback address, for TLS terminated in front of the container (mesh, gateway);
 # to serve TLS itself, mount the certificates and pass --tls-cert-file and --tls-key-file
 # (and --tls-client-ca-file for mutual TLS) instead of --insecure.
-CMD ["--listen", "0.0.0.0:50051", "--insecure", "--metrics-listen", "0.0.0.0:9400"]
+CMD ["--listen", "0.0.0.0:50051", "--insecure", "--http-listen", "0.0.0.0:8000", \
+     "--metrics-listen", "0.0.0.0:9400"]
 
 FROM runtime-base AS runtime-cpu
 COPY --from=builder-cpu /opt/kvserve/runtime-packages.txt /tmp/

@@ -9,6 +9,7 @@ ARGS ?=
 setup:
 	./scripts/setup.sh
 	@if [ -x tests/tokenizer_reference/setup.sh ]; then tests/tokenizer_reference/setup.sh; fi
+	@if [ -x tests/openai/setup.sh ]; then tests/openai/setup.sh; fi
 
 configure: setup
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
@@ -17,7 +18,7 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 serve: build
 	./scripts/serve.sh $(BUILD_DIR) $(ARGS)

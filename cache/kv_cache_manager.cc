@@ -2,7 +2,9 @@
 #include "cache/kv_cache_manager.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,11 @@ struct KvCacheManager::Sequence {
   bool prefilled = false;  // OnPrefilled or CompleteRegistration ran
   // A session turn: what its session's cache supplies (the last CanAdmit's choice).
   SessionReuse session_reuse;
+  // The demoted prefix entry whose promotion it waited for (0: none yet).
+  uint64_t tier_wait = 0;
+  // At the last CanAdmit no other sequence was live (allocated or admitted in the pass): it
+  // waits for its promotion inside CanAdmit rather than step by step.
+  bool alone = false;
 
   bool is_turn() const { return !request.session.empty(); }
   bool uses_cache() const { return request.cache.use_cache() || request.registration; }
@@ -102,15 +109,30 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
   if (options.tenant_prefix_bytes < 0) {
     return absl::InvalidArgumentError("--tenant-max-prefix-bytes must be >= 0");
   }
+  std::unique_ptr<SnapshotTiers> tiers;
+  PrefixStoreOptions store_options{.budget_bytes = options.prefix_cache_bytes,
+                                   .model_fingerprint = shape.fingerprint,
+                                   .space_budget_bytes = options.tenant_prefix_bytes,
+                                   .space_budget_name = "--tenant-max-prefix-bytes"};
+  if (options.tiers.host_bytes != 0 || options.tiers.disk_bytes != 0) {
+    SnapshotTiersOptions tier_options = options.tiers;
+    tier_options.identity.model_fingerprint = shape.fingerprint;
+    tier_options.identity.strategy =
+        absl::StrCat("dynamic/layers=", shape.layers.size(), "/kv_heads=", shape.num_kv_heads,
+                     "/head_dim=", shape.head_dim, "/element_bytes=", shape.bytes_per_element);
+    absl::StatusOr<std::unique_ptr<SnapshotTiers>> made =
+        SnapshotTiers::Create(std::move(tier_options), clock);
+    if (!made.ok()) return made.status();
+    tiers = *std::move(made);
+    store_options.on_evicted =
+        [t = tiers.get()](std::string space, std::shared_ptr<const Snapshot> snapshot,
+                          int64_t hits) { t->Demote(std::move(space), std::move(snapshot), hits); };
+  }
   absl::StatusOr<std::unique_ptr<PrefixStore>> store =
-      PrefixStore::Create({.budget_bytes = options.prefix_cache_bytes,
-                           .model_fingerprint = shape.fingerprint,
-                           .space_budget_bytes = options.tenant_prefix_bytes,
-                           .space_budget_name = "--tenant-max-prefix-bytes"},
-                          clock);
+      PrefixStore::Create(std::move(store_options), clock);
   if (!store.ok()) return store.status();
   std::unique_ptr<KvCacheManager> manager(
-      new KvCacheManager(options, std::move(shape), *std::move(store), clock));
+      new KvCacheManager(options, std::move(shape), std::move(tiers), *std::move(store), clock));
   SessionTableOptions sessions = options.sessions;
   sessions.max_positions = manager->shape_.max_positions;
   KvCacheManager* self = manager.get();
@@ -129,6 +151,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
 }
 
 KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, KvModelShape shape,
+                               std::unique_ptr<SnapshotTiers> tiers,
                                std::unique_ptr<PrefixStore> store, const base::Clock* clock)
     : options_(options),
       shape_(std::move(shape)),
@@ -137,12 +160,20 @@ KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, KvModelShap
                                          [](const LayerSpec& l) { return l.is_sliding(); })),
       budget_(std::make_unique<KvMemoryBudget>(options.budget)),
       shared_prefixes_(std::make_shared<SharedPrefixTracker>()),
+      tiers_(std::move(tiers)),
       store_(std::move(store)) {}
 
 KvCacheManager::~KvCacheManager() {
   // Caches give their bytes back to the budget as they go; they go before it.
   sequences_.clear();
   sessions_.reset();
+  // A graceful stop keeps the automatic prefixes on disk for the next start (the tiers'
+  // destructor finishes the writes).
+  if (tiers_ != nullptr) {
+    for (AutomaticEntry& entry : store_->AutomaticEntries()) {
+      tiers_->Persist(std::move(entry.space), std::move(entry.snapshot), entry.hits);
+    }
+  }
 }
 
 KvCacheManager::Estimate KvCacheManager::EstimateBytes(int64_t tokens, int64_t rows) const {
@@ -267,9 +298,20 @@ Admission KvCacheManager::CanAdmit(SequenceId id, absl::Span<const SequenceId> a
     unknown.reason = absl::StrCat("sequence ", id, " is not tracked");
     return unknown;
   }
+  CollectPromoted();
   seq->chosen = ChoosePrefix(*seq);
   // The lookup drops what expired: the budget forgets it at once.
   pressure_->SyncSnapshotBytes();
+  seq->alone = tiers_ != nullptr && admitted_this_step.empty() &&
+               std::none_of(sequences_.begin(), sequences_.end(),
+                            [](const auto& other) { return other.second->allocated; });
+  if (WaitsForTier(*seq)) {
+    Admission waiting;
+    waiting.decision = Admission::Decision::kWait;
+    waiting.num_cached_tokens = seq->chosen.num_tokens;
+    waiting.reason = "waits for its prefix to come back from the host or disk tier";
+    return waiting;
+  }
   int64_t own_session_bytes = 0;  // already counted in the budget
   if (seq->is_turn()) {
     seq->session_reuse = sessions_->ChooseReuse(seq->request.session, seq->request.prompt);
@@ -475,7 +517,7 @@ absl::Status KvCacheManager::LoadPrefix(Sequence& seq, const PrefixMatch& chosen
   return absl::ResourceExhaustedError(
       absl::StrCat("the cached prefix (", chosen.num_tokens,
                    " tokens) does not fit in the KV device budget even offloaded; budget ",
-                   budget_->limit(), " bytes, in use ", budget_->used()));
+                   budget_->limit(), " bytes (--kv-device-bytes)"));
 }
 
 KvCache* KvCacheManager::cache(SequenceId id) const {
@@ -616,7 +658,7 @@ bool KvCacheManager::RestorePrefix(const RemovedPrefix& removed) {
   return restored;
 }
 
-std::vector<PrefixEvent> KvCacheManager::DrainPrefixEvents() { return store_->events().Drain(); }
+PrefixStore& KvCacheManager::prefix_store() { return *store_; }
 
 void KvCacheManager::Release(SequenceId id, absl::Span<const int32_t> tokens,
                              bool keep_session_cache) {
@@ -643,7 +685,48 @@ void KvCacheManager::PublishCatalog() {
   catalog_.Set(std::move(catalog));
 }
 
+void KvCacheManager::CollectPromoted() {
+  if (tiers_ == nullptr) return;
+  for (PromotedSnapshot& promoted : tiers_->TakePromoted()) {
+    // Device memory like any snapshot: unused ones are demoted to make room for it.
+    if (!pressure_->MakeRoom(promoted.snapshot->bytes()) ||
+        !store_->PutAutomatic(promoted.space, promoted.snapshot)) {
+      tiers_->Demote(std::move(promoted.space), std::move(promoted.snapshot), promoted.hits);
+    }
+  }
+  pressure_->SyncSnapshotBytes();
+}
+
+bool KvCacheManager::WaitsForTier(Sequence& seq) {
+  const SequenceRequest& r = seq.request;
+  if (tiers_ == nullptr || !options_.auto_prefix_cache || r.registration || r.skip_prefix_reuse ||
+      !r.cache.use_cache() || seq.is_turn()) {
+    return false;
+  }
+  if (seq.tier_wait == 0) {
+    std::optional<TierMatch> match =
+        tiers_->Find(r.prefix_space, r.prompt, options_.auto_prefix_min_tokens,
+                     seq.chosen.num_tokens, allow_partial_prefix_);
+    if (!match) return false;
+    seq.tier_wait = match->id;
+    tiers_->Promote(match->id);
+    CollectPromoted();
+    seq.chosen = ChoosePrefix(seq);
+  }
+  if (seq.alone && tiers_->Pending(seq.tier_wait)) {
+    // Nothing else runs: waiting here delays nobody (and a scheduler with nothing running
+    // refuses a request that waits). The read runs on the tiers' thread.
+    while (tiers_->Pending(seq.tier_wait)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      CollectPromoted();
+    }
+    seq.chosen = ChoosePrefix(seq);
+  }
+  return tiers_->Pending(seq.tier_wait);
+}
+
 void KvCacheManager::Maintain() {
+  CollectPromoted();
   sessions_->Maintain();
   // TTLs run out without any call: the budget forgets what expired.
   pressure_->SyncSnapshotBytes();
@@ -660,6 +743,7 @@ KvCacheManagerStats KvCacheManager::Stats() const {
     stats.by_strategy[StrategyName(seq->request.cache, seq->offload_fallback)] += usage;
   }
   stats.prefixes = store_->stats();
+  if (tiers_ != nullptr) stats.tiers = tiers_->stats();
   stats.prefix_bytes = stats.prefixes.bytes_used;
   stats.budget_used = budget_->used();
   stats.budget_limit = budget_->limit();

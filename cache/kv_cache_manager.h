@@ -26,6 +26,7 @@
 #include "cache/prefix_store.h"
 #include "cache/session_table.h"
 #include "cache/shared_prefix.h"
+#include "cache/snapshot_tiers.h"
 
 namespace kvserve::cache {
 
@@ -64,6 +65,10 @@ struct KvCacheManagerOptions {
   int64_t tenant_prefix_bytes = 0;
   // Sessions (iterative chat); max_positions comes from the model's shape.
   SessionTableOptions sessions;
+  // Host and disk tiers of automatic prefixes the store evicts (--prefix-host-bytes,
+  // --prefix-disk-bytes, --prefix-disk-dir); both budgets 0: none. The identity is filled in
+  // from the model's shape.
+  SnapshotTiersOptions tiers;
 };
 
 // What a sequence asks for; given once, at Add.
@@ -175,6 +180,7 @@ struct KvCacheManagerStats {
   int64_t num_offload_fallbacks = 0;
   int64_t injected_faults = 0;  // out-of-memory errors the fault injection raised
   PrefixStoreStats prefixes;
+  SnapshotTiersStats tiers;  // all zero without tiers
   // Per strategy name ("dynamic", "offloaded", ...): device and host bytes of live caches.
   std::map<std::string, MemoryUsage> by_strategy;
   SessionStats sessions;
@@ -279,9 +285,10 @@ class KvCacheManager {
   // Puts back what DeletePrefix removed, when the name is still free (see
   // PrefixStore::RestoreNamed).
   bool RestorePrefix(const RemovedPrefix& removed);
-  // What the prefix store stored and removed since the previous call, in order (see
-  // PrefixEventLog).
-  std::vector<PrefixEvent> DrainPrefixEvents();
+  // The prefix store (thread-safe): its event log, drained once per step by the engine
+  // (events().Drain(): what it stored and removed since the previous drain, in order), and
+  // its listing of every entry for admins.
+  PrefixStore& prefix_store();
 
   // The open sessions (client calls: open, get, list, close, roll back).
   SessionTable& sessions() { return *sessions_; }
@@ -312,7 +319,8 @@ class KvCacheManager {
   struct Sequence;
 
   KvCacheManager(const KvCacheManagerOptions& options, KvModelShape shape,
-                 std::unique_ptr<PrefixStore> store, const base::Clock* clock);
+                 std::unique_ptr<SnapshotTiers> tiers, std::unique_ptr<PrefixStore> store,
+                 const base::Clock* clock);
 
   Sequence* Find(SequenceId id) const;
   // The prefix `seq` would start from now (no hit counted).
@@ -335,6 +343,13 @@ class KvCacheManager {
   void NoteOffloadFallback(Sequence& seq);
   // Rebuilds the published catalog when the store's named entries changed.
   void PublishCatalog();
+  // Puts snapshots the tiers brought back into the store (device memory permitting; otherwise
+  // they go back to the tiers).
+  void CollectPromoted();
+  // Whether `seq` must wait for a demoted prefix covering more of its prompt than its chosen
+  // one: starts that promotion (once per sequence; a host entry comes back at once and
+  // `seq.chosen` is chosen again).
+  bool WaitsForTier(Sequence& seq);
 
   const KvCacheManagerOptions options_;
   const KvModelShape shape_;
@@ -344,6 +359,8 @@ class KvCacheManager {
   std::unique_ptr<KvMemoryBudget> budget_;
   // The snapshots live caches read in place (a shared_ptr: their references hold a weak one).
   std::shared_ptr<SharedPrefixTracker> shared_prefixes_;
+  // Before the store, whose evictions it takes: it goes after it.
+  std::unique_ptr<SnapshotTiers> tiers_;
   std::unique_ptr<PrefixStore> store_;
   std::unique_ptr<SessionTable> sessions_;
   std::unique_ptr<MemoryPressure> pressure_;

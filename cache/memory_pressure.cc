@@ -81,7 +81,7 @@ OutOfMemoryAction MemoryPressure::OnOutOfMemory(absl::Span<const LiveCache> live
     action.reason =
         absl::StrCat("out of KV memory even with every cache offloaded: this request holds ",
                      victim_bytes, " bytes of KV and its step needed more (budget ",
-                     budget_->limit(), " bytes, in use ", budget_->used(), ")");
+                     budget_->limit(), " bytes, --kv-device-bytes)");
   }
   return action;
 }

@@ -70,6 +70,11 @@ void PrefixStore::RemoveLocked(EntryId id, RemovalCause cause, Released* release
     }
     if (space->second.holders.empty()) spaces_.erase(space);
   }
+  if (cause == RemovalCause::kEvicted && !entry.named && options_.on_evicted) {
+    released->on_evicted = &options_.on_evicted;
+    released->evicted.push_back(
+        {.space = entry.space, .snapshot = entry.snapshot, .hits = entry.hits});
+  }
   released->snapshots.push_back(std::move(entry.snapshot));
   entries_.erase(it);
 }
@@ -179,10 +184,13 @@ absl::StatusOr<std::vector<PrefixStore::EntryId>> PrefixStore::PlanRoomLocked(
     release(entry);
   }
   if (needed <= available) return victims;
+  // What the whole cache holds and could free is other tenants' business: only the budget and
+  // the caller's own bytes are named.
   return absl::ResourceExhaustedError(
-      absl::StrCat(what, " needs ", needed, " bytes but at most ", available,
-                   " can be made available (budget ", options_.budget_bytes, " bytes, ",
-                   bytes_used_, " in use; pinned and referenced entries are never evicted)"));
+      absl::StrCat(what, " needs ", needed, " bytes but the prefix cache (budget ",
+                   options_.budget_bytes, " bytes, ", space_used,
+                   " held by this namespace) cannot free that much: pinned and "
+                   "referenced entries are never evicted"));
 }
 
 PrefixInfo PrefixStore::InfoLocked(const Entry& entry) const {
@@ -283,6 +291,27 @@ std::vector<PrefixInfo> PrefixStore::List() {
   infos.reserve(named_.size());
   for (const auto& [name, id] : named_) infos.push_back(InfoLocked(entries_.at(id)));
   return infos;
+}
+
+StoreListing PrefixStore::ListEntries() {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  StoreListing listing;
+  // The log is appended to under mu_ only, so its last number matches the entries.
+  listing.sequence = events_.last_sequence();
+  listing.entries.reserve(entries_.size());
+  for (const auto& [id, entry] : entries_) {
+    const absl::Span<const int32_t> tokens = entry.snapshot->token_ids();
+    listing.entries.push_back(StoredEntry{.entry_id = id,
+                                          .space = entry.space,
+                                          .named = entry.named,
+                                          .name = entry.name,
+                                          .tokens = {tokens.begin(), tokens.end()}});
+  }
+  std::sort(listing.entries.begin(), listing.entries.end(),
+            [](const StoredEntry& a, const StoredEntry& b) { return a.entry_id < b.entry_id; });
+  return listing;
 }
 
 bool PrefixStore::DeleteNamed(const std::string& name) {
@@ -520,6 +549,18 @@ uint64_t PrefixStore::named_generation() {
 bool PrefixStore::Holds(const Snapshot* snapshot) {
   absl::MutexLock lock(&mu_);
   return holders_.contains(snapshot);
+}
+
+std::vector<AutomaticEntry> PrefixStore::AutomaticEntries() {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now(), &released);
+  std::vector<AutomaticEntry> automatic;
+  for (EntryId id : lru_) {
+    const Entry& entry = entries_.at(id);
+    if (!entry.named) automatic.push_back({entry.space, entry.snapshot, entry.hits});
+  }
+  return automatic;
 }
 
 PrefixStoreStats PrefixStore::stats() {

@@ -42,6 +42,34 @@ struct PrefixStoreOptions {
   // `space_budget_name` (the server's flag).
   int64_t space_budget_bytes = 0;
   std::string space_budget_name = "space_budget_bytes";
+  // Called with each automatic entry evicted to make room (RemovalCause::kEvicted), after the
+  // store's lock is released, on the thread that caused the eviction: where a snapshot tier
+  // takes it (see SnapshotTiers::Demote). Null: evicted entries are dropped.
+  std::function<void(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits)>
+      on_evicted;
+};
+
+// An automatic entry as AutomaticEntries lists it.
+struct AutomaticEntry {
+  std::string space;
+  std::shared_ptr<const Snapshot> snapshot;
+  int64_t hits = 0;
+};
+
+// One entry of the store as ListEntries tells it.
+struct StoredEntry {
+  uint64_t entry_id = 0;
+  std::string space;  // its namespace
+  bool named = false;
+  std::string name;  // qualified; empty for automatic entries
+  std::vector<int32_t> tokens;
+};
+
+// Every entry, and the last event the log had when they were listed: a consumer that has
+// applied the log up to `sequence` knows exactly these entries.
+struct StoreListing {
+  uint64_t sequence = 0;
+  std::vector<StoredEntry> entries;  // by entry id
 };
 
 // The result of Lookup: empty (no snapshot) when nothing usable matched.
@@ -110,6 +138,9 @@ class PrefixStore {
   std::optional<PrefixInfo> Info(const std::string& name);
   // Every named entry, sorted by name.
   std::vector<PrefixInfo> List();
+  // Every entry, named and automatic, with its tokens (for admins and tests: copies every
+  // entry's tokens under the lock).
+  StoreListing ListEntries();
   // Removes the named entry; false when absent. Readers holding its snapshot keep it.
   bool DeleteNamed(const std::string& name);
   // Puts back a named entry a caller removed (the undo of a deletion that could not be
@@ -154,6 +185,9 @@ class PrefixStore {
 
   // Whether an entry holds `snapshot` (its bytes count in stats().bytes_used).
   bool Holds(const Snapshot* snapshot);
+  // Every automatic entry, least recently used first (a graceful stop persists them).
+  std::vector<AutomaticEntry> AutomaticEntries();
+
   PrefixStoreStats stats();
   // The log of entries stored and removed (see PrefixEventLog).
   PrefixEventLog& events() { return events_; }
@@ -168,7 +202,14 @@ class PrefixStore {
   // What a call releases, dropped after the lock: snapshots whose last reference may free
   // tensors.
   struct Released {
+    ~Released() {
+      for (AutomaticEntry& e : evicted)
+        (*on_evicted)(std::move(e.space), std::move(e.snapshot), e.hits);
+    }
     std::vector<std::shared_ptr<const Snapshot>> snapshots;
+    // Automatic entries evicted, for options_.on_evicted (set when there is one).
+    const decltype(PrefixStoreOptions::on_evicted)* on_evicted = nullptr;
+    std::vector<AutomaticEntry> evicted;
   };
 
   struct Entry {

@@ -64,6 +64,30 @@ absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::Capture(const KvCache&
                                                       std::move(keys), std::move(values)));
 }
 
+absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::FromTensors(
+    std::vector<int32_t> token_ids, std::string fingerprint, std::vector<at::Tensor> keys,
+    std::vector<at::Tensor> values) {
+  const int64_t n = static_cast<int64_t>(token_ids.size());
+  if (n == 0) return absl::InvalidArgumentError("a snapshot needs at least one token");
+  if (keys.empty() || keys.size() != values.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a snapshot needs as many keys as values of >= 1 layer; got ", keys.size(),
+                     " and ", values.size()));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (const at::Tensor* t : {&keys[i], &values[i]}) {
+      if (!t->defined() || t->dim() != 4 || t->size(0) != 1 || t->size(2) != n ||
+          !t->is_contiguous()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", i, " of the snapshot is not a contiguous [1, kv_heads, ", n,
+                         ", head_dim] tensor"));
+      }
+    }
+  }
+  return std::shared_ptr<const Snapshot>(new Snapshot(std::move(token_ids), std::move(fingerprint),
+                                                      std::move(keys), std::move(values)));
+}
+
 absl::Status Snapshot::LoadInto(KvCache* cache, int64_t num_tokens, int* shared_layers) const {
   if (cache == nullptr) return absl::InvalidArgumentError("LoadInto needs a cache");
   if (cache->num_layers() != num_layers()) {

@@ -31,6 +31,13 @@ class Snapshot {
   static absl::StatusOr<std::shared_ptr<const Snapshot>> Capture(const KvCache& capture,
                                                                  std::vector<int32_t> token_ids,
                                                                  std::string fingerprint);
+  // A snapshot of tensors made elsewhere (read back from a file, copied between devices):
+  // per layer keys and values [1, kv_heads, token_ids.size(), head_dim], contiguous, as many
+  // keys as values, >= 1 layer and >= 1 token. Takes the tensors as they are (no copy): the
+  // caller must not write to them afterwards. InvalidArgument naming the first bad layer.
+  static absl::StatusOr<std::shared_ptr<const Snapshot>> FromTensors(
+      std::vector<int32_t> token_ids, std::string fingerprint, std::vector<at::Tensor> keys,
+      std::vector<at::Tensor> values);
 
   // Feeds the first `num_tokens` tokens of every layer i to `cache` as one
   // cache->Update(i, keys, values), so that each strategy ends up holding exactly what it

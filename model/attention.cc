@@ -103,7 +103,7 @@ bool AllVisible(int64_t n, int64_t q_start, const cache::LayerView& kv,
 }  // namespace
 
 at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
-                  const cache::LayerSpec& layer, double scale, MaskCache* masks) {
+                  const cache::LayerSpec& layer, double scale, MaskCache* masks, double softcap) {
   const int64_t n = queries.size(0);
   const int64_t heads = queries.size(1);
   const int64_t head_dim = queries.size(2);
@@ -119,7 +119,9 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
 
   at::Tensor scores;  // [kv_heads, group * n, P + L], float32
   const bool all_visible = AllVisible(n, q_start, kv, layer);
-  const bool fused_mask = !all_visible && masks != nullptr && q.scalar_type() == at::kFloat;
+  // The cap must come before the mask, so a capped layer cannot fold the mask into the GEMM.
+  const bool fused_mask =
+      !all_visible && masks != nullptr && q.scalar_type() == at::kFloat && !(softcap > 0);
   if (prefix_len > 0) {
     // The shared segment is read in place: its scores and the own columns' are computed by
     // two GEMMs into one score matrix, so that one softmax covers both.
@@ -127,6 +129,7 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
     scores = at::cat({at::bmm(q, pk.transpose(1, 2)), at::bmm(q, k.transpose(1, 2))}, 2);
     if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
     scores.mul_(scale);
+    if (softcap > 0) scores.div_(softcap).tanh_().mul_(softcap);
   } else if (fused_mask) {
     // One GEMM computes scale * q k^T + mask instead of a GEMM, a scale and a masked fill.
     scores = at::baddbmm(masks->Bias(n, q_start, kv, layer, queries.device(), group), q,
@@ -135,6 +138,7 @@ at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t
     scores = at::bmm(q, k.transpose(1, 2));
     if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
     scores.mul_(scale);
+    if (softcap > 0) scores.div_(softcap).tanh_().mul_(softcap);
   }
   if (!all_visible && (!fused_mask || prefix_len > 0)) {
     const at::Tensor visible = masks != nullptr

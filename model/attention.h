@@ -39,9 +39,11 @@ class MaskCache {
 // kv: the layer view ([1, kv_heads, kv_len, head_dim] keys/values; see cache::LayerView).
 // Query head h reads kv head h / (heads / kv_heads). Returns [n, heads * head_dim].
 // A query position with no visible key (impossible for causal layers) yields zeros.
-// `masks` (optional) shares masks between the layers of one forward.
+// `masks` (optional) shares masks between the layers of one forward. softcap > 0 caps every
+// scaled score s to softcap * tanh(s / softcap) before the mask applies (Gemma 2).
 at::Tensor Attend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
-                  const cache::LayerSpec& layer, double scale, MaskCache* masks = nullptr);
+                  const cache::LayerSpec& layer, double scale, MaskCache* masks = nullptr,
+                  double softcap = 0);
 
 // The visibility mask used by Attend: [n, kv_len] bool, true where query i may see column j.
 at::Tensor VisibilityMask(int64_t n, int64_t q_start, const cache::LayerView& kv,

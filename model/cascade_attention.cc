@@ -46,7 +46,7 @@ bool CanCascade(const std::vector<CascadeMember>& members, const cache::LayerSpe
 }
 
 bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::LayerSpec& layer,
-                   double scale) {
+                   double scale, double softcap) {
   if (!CanCascade(members, layer)) return false;
   const cache::LayerView& shared = members.front().view;
   const int64_t heads = members.front().queries.size(1);
@@ -54,6 +54,7 @@ bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::Layer
   const int64_t kv_heads = shared.prefix_keys.size(1);
   const int64_t group = heads / kv_heads;
   const float fscale = static_cast<float>(scale);
+  const float cap = static_cast<float>(softcap);
 
   // The segment's part for every query of the group: [kv_heads, M * group, d] queries against
   // [kv_heads, P, d] keys in one batched GEMM, so that the segment is read once.
@@ -71,6 +72,7 @@ bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::Layer
                            .reshape({kv_heads, total * group, d});
   at::Tensor scores = at::bmm(q, shared.prefix_keys.select(0, 0).transpose(1, 2));  // [kh, Mg, P]
   scores.mul_(scale);
+  if (softcap > 0) scores.div_(softcap).tanh_().mul_(softcap);
   const at::Tensor max1 = std::get<0>(scores.max(2, /*keepdim=*/true));  // [kh, Mg, 1]
   scores.sub_(max1).exp_();
   const at::Tensor sum1 = scores.sum(2);  // [kh, Mg]
@@ -118,6 +120,7 @@ bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::Layer
         float dot = 0.0f;
         for (int64_t c = 0; c < d; ++c) dot += qv[c] * k[c];
         s[j] = dot * fscale;
+        if (cap > 0) s[j] = cap * std::tanh(s[j] / cap);
         max2 = std::max(max2, s[j]);
       }
       const float max1v = pm[row];

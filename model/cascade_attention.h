@@ -34,8 +34,9 @@ bool CanCascade(const std::vector<CascadeMember>& members, const cache::LayerSpe
 // group's queries at once (one GEMM per kv head over the segment) and each member's own columns
 // (causal, num_valid honoured) by a fused loop; the parts merge exactly (online softmax), so
 // the result equals Attend's within float32 summation error. Returns false, having written
-// nothing, when !CanCascade.
+// nothing, when !CanCascade. softcap > 0 caps every score, softcap * tanh(score / softcap),
+// before the softmax (Gemma 2's attention logit soft-capping), as Attend does.
 bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::LayerSpec& layer,
-                   double scale);
+                   double scale, double softcap = 0.0);
 
 }  // namespace kvserve::model

@@ -185,7 +185,7 @@ bool IsFloatAttentionInput(const at::Tensor& queries, const cache::LayerView& kv
 }
 
 bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
-                 const cache::LayerSpec& layer, double scale, at::Tensor* out) {
+                 const cache::LayerSpec& layer, double scale, at::Tensor* out, double softcap) {
   if (!IsFloatAttentionInput(queries, kv)) return false;
   const int64_t n = queries.size(0), heads = queries.size(1), d = queries.size(2);
   const int64_t kv_heads = kv.keys.size(1), kv_len = kv.keys.size(2);
@@ -196,6 +196,7 @@ bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t 
   float* op = out->data_ptr<float>();
   const int64_t qs0 = queries.stride(0), qs1 = queries.stride(1);
   const float fscale = static_cast<float>(scale);
+  const float cap = static_cast<float>(softcap);
   const DotFn dot = Dot();
   const AxpyFn axpy = Axpy();
   // The view's segments in column order: the shared prefix (if any), then the own columns.
@@ -234,7 +235,8 @@ bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t 
         for (int64_t c = 0; c < seg.count; ++c) {
           const int64_t j = seg.first + c;
           if (!Visible(j, q_pos, kv.kv_offset, num_valid, layer)) continue;
-          const float s = dot(q, keys + c * seg.ks2, d) * fscale;
+          float s = dot(q, keys + c * seg.ks2, d) * fscale;
+          if (cap > 0) s = cap * std::tanh(s / cap);
           probs[j] = s;
           max_score = any ? std::max(max_score, s) : s;
           any = true;

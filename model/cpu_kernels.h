@@ -40,7 +40,8 @@ bool IsFloatAttentionInput(const at::Tensor& queries, const cache::LayerView& kv
 // q_start.. against a cache view (keys/values [1, kv_heads, kv_len, head_dim], last
 // dimension contiguous), with the layer's mask computed inline. Writes [n, heads *
 // head_dim] into *out (allocated here). Rows with no visible key are zeros, as in Attend.
+// softcap > 0 caps every scaled score s to softcap * tanh(s / softcap) (Gemma 2).
 bool FusedAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
-                 const cache::LayerSpec& layer, double scale, at::Tensor* out);
+                 const cache::LayerSpec& layer, double scale, at::Tensor* out, double softcap = 0);
 
 }  // namespace kvserve::model

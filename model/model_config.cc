@@ -1,4 +1,5 @@
-// Parses and writes Hugging Face config.json for llama, mistral, qwen2, qwen3 and phi3.
+// Parses and writes Hugging Face config.json for llama, mistral, qwen2, qwen3, phi3, gemma2 and
+// gemma3_text.
 #include "model/model_config.h"
 
 #include <algorithm>
@@ -31,15 +32,26 @@ struct ArchDefaults {
   double rms_norm_eps;
   bool attention_bias;
   std::optional<int64_t> head_dim;  // nullopt: hidden_size / num_attention_heads
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
 };
 
 constexpr ArchDefaults kArchs[] = {
+    {"gemma2", "Gemma2ForCausalLM", 8192, 1e-6, false, 256, 10000.0, true},
+    {"gemma3_text", "Gemma3ForCausalLM", 131072, 1e-6, false, 256, 1000000.0, true},
     {"llama", "LlamaForCausalLM", 2048, 1e-6, false, std::nullopt},
     {"mistral", "MistralForCausalLM", 4096 * 32, 1e-6, false, std::nullopt},
     {"phi3", "Phi3ForCausalLM", 4096, 1e-5, false, std::nullopt},
     {"qwen2", "Qwen2ForCausalLM", 32768, 1e-6, true, std::nullopt},
     {"qwen3", "Qwen3ForCausalLM", 32768, 1e-6, false, 128},
 };
+
+// Transformers' Gemma defaults.
+constexpr int64_t kGemmaSlidingWindow = 4096;
+constexpr double kGemmaQueryPreAttnScalar = 256;
+constexpr double kGemma2AttnSoftcap = 50.0, kGemma2FinalSoftcap = 30.0;
+constexpr double kGemma3LocalRopeBase = 10000.0;
+constexpr int64_t kGemma3SlidingPattern = 6;
 
 const ArchDefaults* FindArch(std::string_view model_type) {
   for (const ArchDefaults& arch : kArchs) {
@@ -49,6 +61,9 @@ const ArchDefaults* FindArch(std::string_view model_type) {
 }
 
 bool IsQwen(std::string_view model_type) { return model_type == "qwen2" || model_type == "qwen3"; }
+bool IsGemma(std::string_view model_type) {
+  return model_type == "gemma2" || model_type == "gemma3_text";
+}
 
 // Upper bounds of the sizes that size allocations: far above every released model of the
 // supported types, far below what would overflow or exhaust memory when multiplied.
@@ -307,6 +322,22 @@ std::vector<LayerType> ResolveLayerTypes(FieldReader& fields, const ModelConfig&
     }
     return types;
   }
+  if (IsGemma(config.model_type)) {
+    // Gemma 2 alternates sliding and full layers, sliding first; Gemma 3 makes every
+    // sliding_window_pattern-th layer full.
+    const int64_t pattern = config.model_type == "gemma2"
+                                ? 2
+                                : fields.Int("sliding_window_pattern", kGemma3SlidingPattern);
+    if (pattern < 1) {
+      fields.Fail(Cat("field 'sliding_window_pattern' must be positive, got ", pattern));
+      return types;
+    }
+    for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+      types.push_back((i + 1) % pattern != 0 ? LayerType::kSlidingAttention
+                                             : LayerType::kFullAttention);
+    }
+    return types;
+  }
   const int64_t max_window_layers =
       IsQwen(config.model_type) ? fields.Int("max_window_layers", kDefaultMaxWindowLayers) : 0;
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
@@ -371,6 +402,18 @@ void Validate(FieldReader& fields, const ModelConfig& c, bool head_dim_written) 
   if (!(c.rope_theta > 0)) {
     fields.Fail(Cat("field 'rope_theta' must be positive, got ", c.rope_theta));
   }
+  const std::pair<std::string_view, std::optional<double>> positives[] = {
+      {"query_pre_attn_scalar",
+       c.gemma ? std::optional<double>(c.query_pre_attn_scalar) : std::nullopt},
+      {"attn_logit_softcapping", c.attn_logit_softcapping},
+      {"final_logit_softcapping", c.final_logit_softcapping},
+      {"rope_local_base_freq", c.rope_local_base_freq},
+  };
+  for (const auto& [name, value] : positives) {
+    if (value.has_value() && !(*value > 0 && std::isfinite(*value))) {
+      fields.Fail(Cat("field '", name, "' must be positive, got ", *value));
+    }
+  }
   if (c.bos_token_id.has_value() && *c.bos_token_id >= c.vocab_size) {
     fields.Fail(Cat("field 'bos_token_id' (", *c.bos_token_id, ") must be below vocab_size (",
                     c.vocab_size, ")"));
@@ -388,6 +431,35 @@ void Validate(FieldReader& fields, const ModelConfig& c, bool head_dim_written) 
                       "sliding_attention layers"
                     : "field 'sliding_window' is required by sliding_attention layers");
   }
+}
+
+// An optional number whose explicit null means "off": absent gives `absent_default`.
+std::optional<double> NullableDouble(FieldReader& fields, const Json& json, std::string_view key,
+                                     std::optional<double> absent_default) {
+  if (!json.contains(std::string(key))) return absent_default;
+  return fields.OptionalDouble(key);
+}
+
+// The Gemma-only fields (see ModelConfig::gemma).
+void ReadGemmaFields(FieldReader& fields, const Json& json, ModelConfig* c) {
+  c->gemma = true;
+  const std::string_view act_key =
+      fields.Has("hidden_activation") ? "hidden_activation" : "hidden_act";
+  const std::string act = fields.OptionalString(act_key).value_or("gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh") {
+    fields.Fail(Cat("field '", act_key, "' value '", Shortened(act), "' is not supported for ",
+                    c->model_type, "; supported: gelu_pytorch_tanh"));
+  }
+  c->query_pre_attn_scalar = fields.Double("query_pre_attn_scalar", kGemmaQueryPreAttnScalar);
+  const bool gemma2 = c->model_type == "gemma2";
+  c->attn_logit_softcapping =
+      NullableDouble(fields, json, "attn_logit_softcapping",
+                     gemma2 ? std::optional<double>(kGemma2AttnSoftcap) : std::nullopt);
+  c->final_logit_softcapping =
+      NullableDouble(fields, json, "final_logit_softcapping",
+                     gemma2 ? std::optional<double>(kGemma2FinalSoftcap) : std::nullopt);
+  if (!gemma2)
+    c->rope_local_base_freq = fields.Double("rope_local_base_freq", kGemma3LocalRopeBase);
 }
 
 // config.json's object, type-checked and validated (see ModelConfig::Parse).
@@ -486,11 +558,36 @@ absl::StatusOr<ModelConfig> ParseObject(const Json& json) {
   c.max_position_embeddings = fields.Int("max_position_embeddings", arch->max_position_embeddings);
   c.rms_norm_eps = fields.Double("rms_norm_eps", arch->rms_norm_eps);
 
-  c.rope_theta = fields.Double("rope_theta", 10000.0);
+  c.rope_theta = fields.Double("rope_theta", arch->rope_theta);
   c.partial_rotary_factor = fields.Double("partial_rotary_factor", 1.0);
+  std::optional<double> v5_local_rope_base;  // gemma3_text's rope_parameters.sliding_attention
   if (const Json* params = fields.Get("rope_parameters")) {  // Transformers v5
     if (!params->is_object()) {
       fields.WrongType("rope_parameters", "an object", *params);
+    } else if (IsGemma(c.model_type) &&
+               (params->contains("full_attention") || params->contains("sliding_attention"))) {
+      // Gemma's v5 form: one set of parameters per layer type.
+      FieldReader by_type(*params, "rope_parameters.", &status);
+      if (const Json* full = by_type.Get("full_attention"); full && full->is_object()) {
+        FieldReader rope_fields(*full, "rope_parameters.full_attention.", &status);
+        c.rope_theta = rope_fields.Double("rope_theta", c.rope_theta);
+        ReadRopeScaling(rope_fields, "rope_parameters.full_attention", false, &c.rope_scaling);
+      } else if (full != nullptr) {
+        by_type.WrongType("full_attention", "an object", *full);
+      }
+      if (const Json* local = by_type.Get("sliding_attention"); local && local->is_object()) {
+        FieldReader rope_fields(*local, "rope_parameters.sliding_attention.", &status);
+        v5_local_rope_base = rope_fields.Double("rope_theta", kGemma3LocalRopeBase);
+        RopeScaling local_scaling;
+        ReadRopeScaling(rope_fields, "rope_parameters.sliding_attention", false, &local_scaling);
+        if (local_scaling.type != RopeScaling::Type::kNone) {
+          rope_fields.Fail(
+              "field 'rope_parameters.sliding_attention.rope_type' must be default: kvserve "
+              "rotates Gemma's sliding layers without scaling");
+        }
+      } else if (local != nullptr) {
+        by_type.WrongType("sliding_attention", "an object", *local);
+      }
     } else {
       FieldReader rope_fields(*params, "rope_parameters.", &status);
       c.rope_theta = rope_fields.Double("rope_theta", c.rope_theta);
@@ -511,11 +608,16 @@ absl::StatusOr<ModelConfig> ParseObject(const Json& json) {
   if (fields.Bool("mlp_bias", false)) {
     fields.Fail("field 'mlp_bias' true is not supported");
   }
-  c.qk_norm = c.model_type == "qwen3";
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "gemma3_text";
   c.fused_qkv = c.fused_gate_up = c.model_type == "phi3";
-  c.tie_word_embeddings = fields.Bool("tie_word_embeddings", false);
+  c.tie_word_embeddings = fields.Bool("tie_word_embeddings", arch->tie_word_embeddings);
+  if (IsGemma(c.model_type)) ReadGemmaFields(fields, json, &c);
+  if (v5_local_rope_base.has_value() && c.model_type == "gemma3_text") {
+    c.rope_local_base_freq = v5_local_rope_base;
+  }
 
   c.sliding_window = fields.OptionalInt("sliding_window");
+  if (c.gemma && !fields.Has("sliding_window")) c.sliding_window = kGemmaSlidingWindow;
   if (IsQwen(c.model_type) && !fields.Bool("use_sliding_window", false)) {
     c.sliding_window.reset();
   }
@@ -556,7 +658,17 @@ std::string ModelConfig::ToJson() const {
   const ArchDefaults* arch = FindArch(model_type);
   if (arch != nullptr) json["architectures"] = {std::string(arch->architecture)};
   json["model_type"] = model_type;
-  json["hidden_act"] = "silu";
+  if (gemma) {
+    json["hidden_activation"] = "gelu_pytorch_tanh";
+    json["query_pre_attn_scalar"] = query_pre_attn_scalar;
+    json["attn_logit_softcapping"] =
+        attn_logit_softcapping.has_value() ? Json(*attn_logit_softcapping) : Json(nullptr);
+    json["final_logit_softcapping"] =
+        final_logit_softcapping.has_value() ? Json(*final_logit_softcapping) : Json(nullptr);
+    if (rope_local_base_freq.has_value()) json["rope_local_base_freq"] = *rope_local_base_freq;
+  } else {
+    json["hidden_act"] = "silu";
+  }
   json["vocab_size"] = vocab_size;
   json["hidden_size"] = hidden_size;
   json["intermediate_size"] = intermediate_size;

@@ -34,7 +34,7 @@ std::string_view RopeTypeName(RopeScaling::Type type);
 
 // Every field is resolved: defaults applied as Transformers applies them for the model_type.
 struct ModelConfig {
-  std::string model_type;  // llama | mistral | qwen2 | qwen3 | phi3
+  std::string model_type;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3_text
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -61,6 +61,21 @@ struct ModelConfig {
   std::optional<int32_t> pad_token_id;
   std::string torch_dtype;  // as written ("torch_dtype", or v5 "dtype"); may be empty
 
+  // Gemma 2 and 3 (follows from model_type): RMSNorm scales by (1 + weight), embeddings are
+  // multiplied by sqrt(hidden_size), the attention output and the MLP output are normed before
+  // their residual add (post_attention_layernorm, pre_ and post_feedforward_layernorm), and the
+  // MLP is GeGLU with the tanh approximation of GELU (hidden_activation gelu_pytorch_tanh).
+  bool gemma = false;
+  // The attention scale is query_pre_attn_scalar^-1/2 (gemma default 256); 0 means head_dim.
+  double query_pre_attn_scalar = 0;
+  // Soft-capping: x -> cap * tanh(x / cap) on the attention scores before the mask, and on
+  // the final logits (gemma2 defaults 50 and 30; absent for gemma3_text; JSON null disables).
+  std::optional<double> attn_logit_softcapping;
+  std::optional<double> final_logit_softcapping;
+  // gemma3_text: the RoPE base of sliding layers (default 10000), which take no rope_scaling;
+  // full layers use rope_theta (default 1e6) and rope_scaling.
+  std::optional<double> rope_local_base_freq;
+
   // Parses config.json. Unknown model_type: InvalidArgument naming it and listing the
   // supported ones. A missing required field (model_type, vocab_size, hidden_size,
   // intermediate_size, num_hidden_layers, num_attention_heads), a field of the wrong JSON
@@ -70,7 +85,9 @@ struct ModelConfig {
   // InvalidArgument naming the field. Bounds: vocab_size [1, 2^22], hidden_size [1, 2^16],
   // intermediate_size [1, 2^18], num_hidden_layers, num_attention_heads, num_key_value_heads
   // and head_dim [1, 1024], max_position_embeddings [1, 2^20], sliding_window and
-  // attention_chunk_size [2, 2^20], original_max_position_embeddings [0, 2^20]. Never throws.
+  // attention_chunk_size [2, 2^20], original_max_position_embeddings [0, 2^20]; for gemma,
+  // hidden_activation other than gelu_pytorch_tanh, and a query_pre_attn_scalar, softcap or
+  // rope_local_base_freq that is not positive. Never throws.
   static absl::StatusOr<ModelConfig> Parse(std::string_view json_text);
   // A config.json that Parse reads back to an equal config (layer_types written out).
   // qk_norm and the fused flags follow from model_type and are not written.

@@ -155,7 +155,41 @@ constexpr PresetSizes kPresets[] = {
     {"bench-medium", 32000, 1024, 16, 16, 8, 2816, 1024},
 };
 
-constexpr const char* kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "phi3"};
+constexpr const char* kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
+
+// Gemma presets: the attention and final soft-caps of the tiny and small presets are low
+// enough to change their scores and logits (the random weights give attention scores near
+// 0.1 and logits near 4), so that tests see them work; the bench presets take Gemma 2's.
+struct GemmaCaps {
+  double attention, final;
+};
+GemmaCaps GemmaSoftcaps(const PresetSizes& sizes) {
+  if (sizes.hidden <= 256) return {0.1, 5.0};
+  return {50.0, 30.0};
+}
+
+// The config.json fields of a gemma2 or gemma3_text preset after the common ones.
+std::string GemmaPresetFields(const std::string& arch, const PresetSizes& sizes) {
+  const int64_t head_dim = sizes.hidden / sizes.heads;
+  std::string json = absl::StrCat(
+      ", \"hidden_activation\": \"gelu_pytorch_tanh\", \"query_pre_attn_scalar\": ", 2 * head_dim,
+      ", \"sliding_window\": ", sizes.mistral_window,
+      ", \"tie_word_embeddings\": true, \"eos_token_id\": [", tokenizer::kTinyEosId, ", ",
+      tokenizer::TinyGemmaEndOfTurnId(static_cast<int32_t>(sizes.vocab)), "]");
+  if (arch == "gemma2") {
+    const GemmaCaps caps = GemmaSoftcaps(sizes);
+    absl::StrAppend(&json,
+                    ", \"rope_theta\": 10000.0, \"attn_logit_softcapping\": ", caps.attention,
+                    ", \"final_logit_softcapping\": ", caps.final);
+  } else {
+    // Gemma 3: every sixth layer full (every second in the 2- and 4-layer presets), local
+    // RoPE base 10000, global 1e6 with linear scaling.
+    absl::StrAppend(&json, ", \"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0",
+                    ", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}",
+                    ", \"sliding_window_pattern\": ", sizes.layers <= 4 ? 2 : 6);
+  }
+  return json;
+}
 
 }  // namespace
 
@@ -170,19 +204,26 @@ absl::StatusOr<ModelConfig> PresetConfig(const std::string& arch, const std::str
   }
   if (std::find(std::begin(kArchs), std::end(kArchs), arch) == std::end(kArchs)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "arch '", arch, "' is unknown; supported: llama, mistral, qwen2, qwen3, phi3"));
+        "arch '", arch,
+        "' is unknown; supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3"));
   }
   // Assemble a config.json and parse it, so presets get exactly the defaults real
   // checkpoints of the architecture get.
+  const bool gemma = arch == "gemma2" || arch == "gemma3";
   std::string json = absl::StrCat(
-      "{\"model_type\": \"", arch, "\", \"vocab_size\": ", sizes->vocab,
-      ", \"hidden_size\": ", sizes->hidden, ", \"intermediate_size\": ", sizes->intermediate,
-      ", \"num_hidden_layers\": ", sizes->layers, ", \"num_attention_heads\": ", sizes->heads,
-      ", \"num_key_value_heads\": ", sizes->kv_heads,
+      "{\"model_type\": \"", arch == "gemma3" ? "gemma3_text" : arch,
+      "\", \"vocab_size\": ", sizes->vocab, ", \"hidden_size\": ", sizes->hidden,
+      ", \"intermediate_size\": ", sizes->intermediate, ", \"num_hidden_layers\": ", sizes->layers,
+      ", \"num_attention_heads\": ", sizes->heads, ", \"num_key_value_heads\": ", sizes->kv_heads,
       ", \"head_dim\": ", sizes->hidden / sizes->heads,
-      ", \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0",
-      ", \"bos_token_id\": ", tokenizer::kTinyBosId, ", \"eos_token_id\": ", tokenizer::kTinyEosId,
-      ", \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"");
+      ", \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6",
+      ", \"bos_token_id\": ", tokenizer::kTinyBosId, ", \"torch_dtype\": \"float32\"");
+  if (gemma) {
+    absl::StrAppend(&json, GemmaPresetFields(arch, *sizes));
+  } else {
+    absl::StrAppend(&json, ", \"rope_theta\": 10000.0, \"eos_token_id\": ", tokenizer::kTinyEosId,
+                    ", \"tie_word_embeddings\": false");
+  }
   if (arch == "mistral") {
     absl::StrAppend(&json, ", \"sliding_window\": ", sizes->mistral_window);
   } else if (arch == "qwen2" || arch == "qwen3") {
@@ -202,6 +243,7 @@ absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelCon
         "vocab_size must be at least ", tokenizer::kTinyEosId + 1, " for the tiny tokenizer"));
   }
   constexpr double kStd = 0.02;
+  constexpr double kGemmaNormStd = 0.1;
   const double head_std = 4.0 / std::sqrt(static_cast<double>(c.hidden_size));
   const int64_t h = c.hidden_size;
   const int64_t q_rows = c.num_attention_heads * c.head_dim;
@@ -210,9 +252,17 @@ absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelCon
 
   WeightWriter w(seed, weights_dtype);
   w.Normal("model.embed_tokens.weight", {c.vocab_size, h}, c.tie_word_embeddings ? head_std : kStd);
+  // Gemma's norms scale by (1 + weight): drawn around 0 so that each feature's scale differs.
+  const auto norm = [&](const std::string& name, int64_t size) {
+    if (c.gemma) {
+      w.Normal(name, {size}, kGemmaNormStd);
+    } else {
+      w.Ones(name, {size});
+    }
+  };
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
-    w.Ones(p + "input_layernorm.weight", {h});
+    norm(p + "input_layernorm.weight", h);
     if (c.fused_qkv) {
       w.Normal(p + "self_attn.qkv_proj.weight", {q_rows + 2 * kv_rows, h}, kStd);
     } else {
@@ -230,10 +280,14 @@ absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelCon
       w.Normal(p + "self_attn.o_proj.bias", {h}, kStd);
     }
     if (c.qk_norm) {
-      w.Ones(p + "self_attn.q_norm.weight", {c.head_dim});
-      w.Ones(p + "self_attn.k_norm.weight", {c.head_dim});
+      norm(p + "self_attn.q_norm.weight", c.head_dim);
+      norm(p + "self_attn.k_norm.weight", c.head_dim);
     }
-    w.Ones(p + "post_attention_layernorm.weight", {h});
+    norm(p + "post_attention_layernorm.weight", h);
+    if (c.gemma) {
+      norm(p + "pre_feedforward_layernorm.weight", h);
+      norm(p + "post_feedforward_layernorm.weight", h);
+    }
     if (c.fused_gate_up) {
       w.Normal(p + "mlp.gate_up_proj.weight", {2 * inter, h}, kStd);
     } else {
@@ -242,14 +296,20 @@ absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelCon
     }
     w.Normal(p + "mlp.down_proj.weight", {h, inter}, kStd);
   }
-  w.Ones("model.norm.weight", {h});
+  norm("model.norm.weight", h);
   if (!c.tie_word_embeddings) w.Normal("lm_head.weight", {c.vocab_size, h}, head_std);
 
   std::map<std::string, std::string> files;
   files["config.json"] = c.ToJson();
   files["model.safetensors"] = w.Serialize();
-  files["tokenizer.json"] = tokenizer::MakeTinyTokenizerJson(static_cast<int32_t>(c.vocab_size));
-  files["tokenizer_config.json"] = tokenizer::MakeTinyTokenizerConfigJson();
+  if (c.gemma) {
+    files["tokenizer.json"] =
+        tokenizer::MakeTinyGemmaTokenizerJson(static_cast<int32_t>(c.vocab_size));
+    files["tokenizer_config.json"] = tokenizer::MakeTinyGemmaTokenizerConfigJson();
+  } else {
+    files["tokenizer.json"] = tokenizer::MakeTinyTokenizerJson(static_cast<int32_t>(c.vocab_size));
+    files["tokenizer_config.json"] = tokenizer::MakeTinyTokenizerConfigJson();
+  }
   return files;
 }
 

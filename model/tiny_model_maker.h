@@ -15,7 +15,7 @@ namespace kvserve::model {
 enum class WeightsDtype { kF32, kBF16, kF16 };
 
 struct TinyModelOptions {
-  std::string arch = "llama";   // llama | mistral | qwen2 | qwen3 | phi3
+  std::string arch = "llama";   // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3
   std::string preset = "tiny";  // tiny | small | bench-small | bench-medium
   uint64_t seed = 0;            // same seed, same bytes
   WeightsDtype weights_dtype = WeightsDtype::kF32;
@@ -24,8 +24,11 @@ struct TinyModelOptions {
 // The config of a preset for an architecture: tiny (hidden 64, 2 layers, 4 heads, 2 kv
 // heads), small (256, 4, 8, 4), bench-small (vocab 32000, 512, 8, 8, 4, intermediate 1408),
 // bench-medium (vocab 32000, 1024, 16, 16, 8, 2816); max_position_embeddings 4096; Mistral
-// presets slide with a window shorter than the test sequences. InvalidArgument naming the
-// unknown arch or preset.
+// presets slide with a window shorter than the test sequences, and so do the sliding layers of
+// gemma2 (sliding and full layers alternating) and gemma3 (model_type gemma3_text; every second
+// layer full in tiny and small, every sixth in the bench presets), which tie the LM head to the
+// embeddings and use the Gemma tokenizer flavour (MakeTinyGemmaTokenizerJson). InvalidArgument
+// naming the unknown arch or preset.
 absl::StatusOr<ModelConfig> PresetConfig(const std::string& arch, const std::string& preset);
 
 // The files of a model with `config` and weights drawn from N(0, 0.02) by `seed` (norms are

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -101,11 +102,12 @@ std::string LayerName(int64_t i, std::string_view suffix) {
 // same segment, their outputs are computed together (the segment read once) into *attn,
 // allocated [total, heads * head_dim] here when needed. Returns, per sequence, whether its rows
 // were done so; the others (prefills, no segment, sliding layers) take the per-row path.
+// softcap > 0 caps every score (Gemma 2) as Attend does.
 std::vector<bool> CascadeGroups(const at::Tensor& q, const std::vector<cache::LayerView>& views,
                                 const Batch& batch, const std::vector<int64_t>& offsets,
                                 const std::vector<int64_t>& row_tokens,
                                 const std::vector<int64_t>& starts, const cache::LayerSpec& spec,
-                                double scale, at::Tensor* attn) {
+                                double scale, double softcap, at::Tensor* attn) {
   const size_t num_seqs = views.size();
   std::vector<bool> grouped(num_seqs, false);
   if (spec.type != cache::LayerType::kFullAttention) return grouped;
@@ -141,7 +143,7 @@ std::vector<bool> CascadeGroups(const at::Tensor& q, const std::vector<cache::La
               {q.narrow(0, first, n), row_view, starts[s], attn->narrow(0, first, n)});
         }
       }
-      if (CascadeAttend(members, spec, scale)) {
+      if (CascadeAttend(members, spec, scale, softcap)) {
         for (size_t m = i; m < j; ++m) grouped[keyed[m].second] = true;
       }
     }
@@ -168,8 +170,12 @@ absl::StatusOr<std::optional<at::ScalarType>> ParseWeightDtype(std::string_view 
       "--weight-dtype '", std::string(name), "' is not one of auto, float32, bfloat16, float16"));
 }
 
-Transformer::Transformer(ModelConfig config, ModelInfo info, RotaryEmbedding rope)
-    : config_(std::move(config)), info_(std::move(info)), rope_(std::move(rope)) {}
+Transformer::Transformer(ModelConfig config, ModelInfo info, RotaryEmbedding rope,
+                         std::optional<RotaryEmbedding> local_rope)
+    : config_(std::move(config)),
+      info_(std::move(info)),
+      rope_(std::move(rope)),
+      local_rope_(std::move(local_rope)) {}
 
 absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const base::ModelSource& source,
                                                                const TransformerOptions& options) {
@@ -201,6 +207,16 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const base::Model
   absl::StatusOr<RotaryEmbedding> rope =
       RotaryEmbedding::Create(*config, options.dtype, options.device);
   if (!rope.ok()) return rope.status();
+  std::optional<RotaryEmbedding> local_rope;
+  if (config->rope_local_base_freq.has_value()) {
+    ModelConfig local = *config;
+    local.rope_theta = *config->rope_local_base_freq;
+    local.rope_scaling = RopeScaling();
+    absl::StatusOr<RotaryEmbedding> made =
+        RotaryEmbedding::Create(local, options.dtype, options.device);
+    if (!made.ok()) return made.status();
+    local_rope = *std::move(made);
+  }
 
   ModelInfo info;
   info.model_type = config->model_type;
@@ -229,8 +245,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const base::Model
   info.dtype = options.dtype;
   info.device = options.device;
 
-  std::unique_ptr<Transformer> model(
-      new Transformer(*std::move(config), std::move(info), *std::move(rope)));
+  std::unique_ptr<Transformer> model(new Transformer(*std::move(config), std::move(info),
+                                                     *std::move(rope), std::move(local_rope)));
   if (absl::Status s = model->LoadWeights(source, options); !s.ok()) return s;
   return model;
 }
@@ -250,6 +266,10 @@ absl::Status Transformer::LoadWeights(const base::ModelSource& source,
     for (const char* name : {"input_layernorm.weight", "post_attention_layernorm.weight",
                              "self_attn.o_proj.weight", "mlp.down_proj.weight"}) {
       expected.insert(LayerName(i, name));
+    }
+    if (c.gemma) {
+      expected.insert(LayerName(i, "pre_feedforward_layernorm.weight"));
+      expected.insert(LayerName(i, "post_feedforward_layernorm.weight"));
     }
     if (c.fused_qkv) {
       expected.insert(LayerName(i, "self_attn.qkv_proj.weight"));
@@ -314,20 +334,33 @@ absl::Status Transformer::LoadWeights(const base::ModelSource& source,
     return t->to(options.device);
   };
 
+  // Gemma's RMSNorm scales by (1 + weight): the sum is taken once here, in float32.
+  auto load_norm = [&](const std::string& name, int64_t size) -> at::Tensor {
+    at::Tensor t = load(name, {size});
+    if (!c.gemma || !t.defined()) return t;
+    return (t.to(at::kFloat) + 1.0).to(options.dtype);
+  };
+
   const int64_t hidden = c.hidden_size;
   const int64_t q_rows = c.num_attention_heads * c.head_dim;
   const int64_t kv_rows = c.num_key_value_heads * c.head_dim;
   const int64_t inter = c.intermediate_size;
   embed_ = load("model.embed_tokens.weight", {c.vocab_size, hidden}, true);
-  final_norm_ = load("model.norm.weight", {hidden});
+  final_norm_ = load_norm("model.norm.weight", hidden);
   lm_head_ = expected.contains("lm_head.weight")
                  ? load("lm_head.weight", {c.vocab_size, hidden}, true)
                  : embed_;
   layers_.resize(c.num_hidden_layers);
   for (int64_t i = 0; i < c.num_hidden_layers && status.ok(); ++i) {
     Layer& l = layers_[i];
-    l.input_norm = load(LayerName(i, "input_layernorm.weight"), {hidden});
-    l.post_norm = load(LayerName(i, "post_attention_layernorm.weight"), {hidden});
+    l.input_norm = load_norm(LayerName(i, "input_layernorm.weight"), hidden);
+    if (c.gemma) {
+      l.post_attn_norm = load_norm(LayerName(i, "post_attention_layernorm.weight"), hidden);
+      l.post_norm = load_norm(LayerName(i, "pre_feedforward_layernorm.weight"), hidden);
+      l.post_ff_norm = load_norm(LayerName(i, "post_feedforward_layernorm.weight"), hidden);
+    } else {
+      l.post_norm = load_norm(LayerName(i, "post_attention_layernorm.weight"), hidden);
+    }
     if (c.fused_qkv) {
       l.qkv_weight =
           load(LayerName(i, "self_attn.qkv_proj.weight"), {q_rows + 2 * kv_rows, hidden}, true);
@@ -348,8 +381,8 @@ absl::Status Transformer::LoadWeights(const base::ModelSource& source,
     l.o_weight = load(LayerName(i, "self_attn.o_proj.weight"), {hidden, q_rows}, true);
     if (o_bias) l.o_bias = load(LayerName(i, "self_attn.o_proj.bias"), {hidden});
     if (c.qk_norm) {
-      l.q_norm = load(LayerName(i, "self_attn.q_norm.weight"), {c.head_dim});
-      l.k_norm = load(LayerName(i, "self_attn.k_norm.weight"), {c.head_dim});
+      l.q_norm = load_norm(LayerName(i, "self_attn.q_norm.weight"), c.head_dim);
+      l.k_norm = load_norm(LayerName(i, "self_attn.k_norm.weight"), c.head_dim);
     }
     if (c.fused_gate_up) {
       l.gate_up_weight = load(LayerName(i, "mlp.gate_up_proj.weight"), {2 * inter, hidden}, true);
@@ -433,21 +466,33 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
   const int64_t kv_heads = c.num_key_value_heads;
   const int64_t head_dim = c.head_dim;
   const int64_t inter = c.intermediate_size;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const double scale = 1.0 / std::sqrt(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar
+                                                                   : static_cast<double>(head_dim));
   const double eps = c.rms_norm_eps;
+  const double softcap = c.attn_logit_softcapping.value_or(0.0);
 
   // Offloaded caches start fetching their first layer while the embeddings are gathered.
   for (const SequenceInput& seq : batch.sequences) {
     if (seq.cache != nullptr) seq.cache->PrepareForward();
   }
-  const auto [cos, sin] = rope_.CosSin(pos_t, longest);
+  const auto [global_cos, global_sin] = rope_.CosSin(pos_t, longest);
+  at::Tensor local_cos, local_sin;
+  if (local_rope_.has_value()) std::tie(local_cos, local_sin) = local_rope_->CosSin(pos_t, longest);
   std::vector<MaskCache> masks(num_seqs);  // per sequence, shared by its layers
   const SimdLevel tiled_level = TiledAttentionLevel();
   at::Tensor x = embed_.index_select(0, ids_t);  // [total, hidden]
   if (x.scalar_type() != info_.dtype) x = x.to(info_.dtype);
+  // Gemma scales the embeddings by sqrt(hidden_size), rounded to the activations' dtype.
+  if (c.gemma) {
+    x.mul_(at::scalar_tensor(std::sqrt(static_cast<double>(c.hidden_size)), x.options()));
+  }
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     const cache::LayerSpec& spec = info_.layer_specs[li];
+    const bool local = local_rope_.has_value() && spec.type == cache::LayerType::kSlidingAttention;
+    const RotaryEmbedding& rope = local ? *local_rope_ : rope_;
+    const at::Tensor& cos = local ? local_cos : global_cos;
+    const at::Tensor& sin = local ? local_sin : global_sin;
     const at::Tensor qkv = Linear(RmsNorm(x, l.input_norm, eps), l.qkv_weight, l.qkv_bias,
                                   &widen_scratch_, bf16_compute_);
     at::Tensor q = qkv.narrow(1, 0, heads * head_dim).view({total, heads, head_dim});
@@ -459,8 +504,8 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
       q = RmsNorm(q, l.q_norm, eps);
       k = RmsNorm(k, l.k_norm, eps);
     }
-    if (!FusedRotateHalf(q, cos, sin, rope_.rotary_dim())) rope_.Rotate(q, cos, sin);
-    if (!FusedRotateHalf(k, cos, sin, rope_.rotary_dim())) rope_.Rotate(k, cos, sin);
+    if (!FusedRotateHalf(q, cos, sin, rope.rotary_dim())) rope.Rotate(q, cos, sin);
+    if (!FusedRotateHalf(k, cos, sin, rope.rotary_dim())) rope.Rotate(k, cos, sin);
 
     at::Tensor attn;  // [total, heads * head_dim]
     // Every sequence's cache first, so that rows reading one shared prefix segment can attend
@@ -487,7 +532,7 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
       }
     }
     const std::vector<bool> grouped =
-        CascadeGroups(q, views, batch, offsets, row_tokens, starts, spec, scale, &attn);
+        CascadeGroups(q, views, batch, offsets, row_tokens, starts, spec, scale, softcap, &attn);
     for (size_t s = 0; s < num_seqs; ++s) {
       if (grouped[s]) continue;
       const int64_t begin = offsets[s];
@@ -506,11 +551,14 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
         at::Tensor out;
         const at::Tensor queries = q.narrow(0, begin + r * n, n);
         const bool fused = n <= kMultiRowGemvMaxRows &&
-                           FusedAttend(queries, row_view, starts[s], spec, scale, &out);
+                           FusedAttend(queries, row_view, starts[s], spec, scale, &out, softcap);
         const bool tiled =
-            !fused && n > kMultiRowGemvMaxRows && tiled_level == SimdLevel::kAvx512 &&
+            !fused && n > kMultiRowGemvMaxRows && softcap == 0 &&
+            tiled_level == SimdLevel::kAvx512 &&
             TiledAttend(queries, row_view, starts[s], spec, scale, &out, tiled_level);
-        if (!fused && !tiled) out = Attend(queries, row_view, starts[s], spec, scale, &masks[s]);
+        if (!fused && !tiled) {
+          out = Attend(queries, row_view, starts[s], spec, scale, &masks[s], softcap);
+        }
         if (num_seqs == 1 && rows == 1) {
           attn = std::move(out);
         } else {
@@ -519,14 +567,21 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
         }
       }
     }
-    x.add_(Linear(attn, l.o_weight, l.o_bias, &widen_scratch_, bf16_compute_));
+    const at::Tensor attn_out = Linear(attn, l.o_weight, l.o_bias, &widen_scratch_, bf16_compute_);
+    x.add_(l.post_attn_norm.defined() ? RmsNorm(attn_out, l.post_attn_norm, eps) : attn_out);
     const at::Tensor gate_up =
         Linear(RmsNorm(x, l.post_norm, eps), l.gate_up_weight, {}, &widen_scratch_, bf16_compute_);
-    at::Tensor act = FusedSiluMul(gate_up, inter);
-    if (!act.defined()) {
-      act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    at::Tensor act;
+    if (c.gemma) {
+      act = at::gelu(gate_up.narrow(1, 0, inter), "tanh") * gate_up.narrow(1, inter, inter);
+    } else {
+      act = FusedSiluMul(gate_up, inter);
+      if (!act.defined()) {
+        act = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+      }
     }
-    x.add_(Linear(act, l.down_weight, {}, &widen_scratch_, bf16_compute_));
+    const at::Tensor mlp_out = Linear(act, l.down_weight, {}, &widen_scratch_, bf16_compute_);
+    x.add_(l.post_ff_norm.defined() ? RmsNorm(mlp_out, l.post_ff_norm, eps) : mlp_out);
   }
 
   // Logits only where asked: the last position of each sequence, or all of its positions.
@@ -548,10 +603,14 @@ absl::StatusOr<ForwardOutput> Transformer::Forward(const Batch& batch) {
         x.index_select(0, at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, long_opts)
                               .to(info_.device));
   }
-  const at::Tensor logits =
+  at::Tensor logits =
       Linear(RmsNorm(selected, final_norm_, eps), lm_head_, {}, &widen_scratch_, bf16_compute_)
           .to(at::kFloat)
           .to(at::kCPU);
+  if (c.final_logit_softcapping.has_value()) {
+    const double cap = *c.final_logit_softcapping;
+    logits.div_(cap).tanh_().mul_(cap);
+  }
 
   ForwardOutput output;
   output.logits.reserve(num_seqs);

@@ -1,5 +1,5 @@
-// Transformer: the Llama-family decoder (llama, mistral, qwen2, qwen3, phi3) over a ragged
-// batch, loaded from a Hugging Face checkpoint.
+// Transformer: the Llama-family decoder (llama, mistral, qwen2, qwen3, phi3) and Gemma 2 / 3
+// (gemma2, gemma3_text) over a ragged batch, loaded from a Hugging Face checkpoint.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -73,24 +73,29 @@ class Transformer final : public Model {
 
  private:
   struct Layer {
-    at::Tensor input_norm;      // [hidden]
+    at::Tensor input_norm;      // [hidden] (gemma: 1 + the checkpoint's weight, as every norm)
     at::Tensor qkv_weight;      // [(heads + 2 * kv_heads) * head_dim, hidden]
     at::Tensor qkv_bias;        // [(heads + 2 * kv_heads) * head_dim] or undefined
     at::Tensor q_norm;          // [head_dim] or undefined (qwen3)
     at::Tensor k_norm;          // [head_dim] or undefined (qwen3)
     at::Tensor o_weight;        // [hidden, heads * head_dim]
     at::Tensor o_bias;          // [hidden] or undefined (llama/mistral/qwen3 with attention_bias)
-    at::Tensor post_norm;       // [hidden]
+    at::Tensor post_attn_norm;  // [hidden] gemma: on the attention output; else undefined
+    at::Tensor post_norm;       // [hidden] before the MLP (gemma: pre_feedforward_layernorm)
+    at::Tensor post_ff_norm;    // [hidden] gemma: on the MLP output; else undefined
     at::Tensor gate_up_weight;  // [2 * intermediate, hidden]
     at::Tensor down_weight;     // [hidden, intermediate]
   };
 
-  Transformer(ModelConfig config, ModelInfo info, RotaryEmbedding rope);
+  Transformer(ModelConfig config, ModelInfo info, RotaryEmbedding rope,
+              std::optional<RotaryEmbedding> local_rope);
   absl::Status LoadWeights(const base::ModelSource& source, const TransformerOptions& options);
 
   ModelConfig config_;
   ModelInfo info_;
   RotaryEmbedding rope_;
+  // gemma3_text's RoPE of sliding layers (rope_local_base_freq, no scaling); else nullopt.
+  std::optional<RotaryEmbedding> local_rope_;
   std::vector<Layer> layers_;
   at::Tensor embed_;       // [vocab, hidden]
   at::Tensor final_norm_;  // [hidden]

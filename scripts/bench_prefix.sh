@@ -2,16 +2,20 @@
 # Prefix-cache benchmark (issue [prefixes]) on bench-small: TTFT of a 2,000-token registered
 # prefix + 32-token suffix against the same prompt computed cold, per cache strategy; then
 # throughput at a 0% hit rate with automatic prefix caching on and off.
-# usage: scripts/bench_prefix.sh [build_dir] [threads]
+# usage: scripts/bench_prefix.sh [build_dir] [threads] [arch] [strategies] [ttft]
+# (arch: a kvserve-make-model --arch, default llama; strategies: comma-separated, default all;
+# ttft: stop after the TTFT table)
 set -euo pipefail
 build_dir="${1:-build}"
 threads="${2:-2}"
+arch="${3:-llama}"
+strategies="${4:-dynamic,static,offloaded,offloaded_static,quantized}"
 cd "$(dirname "$0")/.."
 work="$(mktemp -d)"
 pid=""
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 kvctl="$build_dir/client/kvctl"
-"$build_dir/model/kvserve-make-model" --arch llama --preset bench-small --seed 1 \
+"$build_dir/model/kvserve-make-model" --arch "$arch" --preset bench-small --seed 1 \
   --out "$work/model" > /dev/null
 
 start_server() {  # extra kvserve flags...
@@ -26,7 +30,7 @@ start_server() {  # extra kvserve flags...
 start_server --max-batch-tokens 4096
 ids="$(/usr/bin/python3 -c 'print(",".join(str((7 * t + 11) % 31000) for t in range(2000)))')"
 "$kvctl" prefix register --target "$target" --name sys --token-ids "$ids" > /dev/null
-for cache in dynamic static offloaded offloaded_static quantized; do
+for cache in ${strategies//,/ }; do
   for mode in reuse cold; do
     extra=()
     [ "$mode" = cold ] && extra=(--no-prefix-reuse)
@@ -38,6 +42,7 @@ for cache in dynamic static offloaded offloaded_static quantized; do
 done
 kill "$pid"; wait "$pid" 2> /dev/null || true
 
+[ "${5:-}" = ttft ] && exit 0
 for auto in on off; do
   flags=()
   [ "$auto" = off ] && flags=(--no-auto-prefix-cache)

@@ -198,6 +198,14 @@ def flags_of(args, directory, source):
         if a in ("-c", "-MD", "-MMD") or os.path.abspath(os.path.join(directory, a)) == source:
             i += 1
             continue
+        # A precompiled header (KVSERVE_PCH) would hand every file what its target precompiles,
+        # hiding the includes a file lacks: each file is checked on its own includes.
+        if a in ("-Winvalid-pch", "-fpch-preprocess"):
+            i += 1
+            continue
+        if a == "-include" and i + 1 < len(args) and "cmake_pch" in os.path.basename(args[i + 1]):
+            i += 2
+            continue
         if a in ("-I", "-isystem", "-iquote", "-idirafter", "-include") and i + 1 < len(args):
             d = trixie_path(args[i + 1])
             if not (a in ("-I", "-isystem") and d in (root + s for s in system_dirs)):
@@ -224,10 +232,14 @@ for e in entries:
     args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
     units.setdefault(source, flags_of(args, e["directory"], source))
 # fuzz/ builds in its own clang tree (absent from this compile_commands.json): its targets get
-# the request parser's flags, which reach every header they include.
-parser = units.get(os.path.join(source_dir, "server/request_parser.cc"))
+# the flags of the gRPC adapter's proto_inputs.cc (the request builder's and the proto's
+# include paths), which reach every header they include.
+parser = units.get(os.path.join(source_dir, "server/grpc_api/proto_inputs.cc"))
 fuzz_dir = os.path.join(source_dir, "fuzz")
-if parser is not None and os.path.isdir(fuzz_dir):
+if parser is None and os.path.isdir(fuzz_dir):
+    sys.exit("check_trixie_includes: server/grpc_api/proto_inputs.cc is not in "
+             "compile_commands.json, so fuzz/ has no flags to be checked with")
+if os.path.isdir(fuzz_dir):
     for name in sorted(os.listdir(fuzz_dir)):
         if name.endswith(".cc"):
             units.setdefault(os.path.join(fuzz_dir, name), parser)

@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libre2-dev prometheus-cpp-dev
-  libonig-dev libutf8proc-dev libyaml-cpp-dev
+  libonig-dev libutf8proc-dev libyaml-cpp-dev libcpp-httplib-dev
   python3-grpcio python3-protobuf python3-numpy python3-yaml
   nginx
 )
@@ -19,7 +19,7 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-# The tokenizer reference tests run on Node.js; keep an existing Node.js (and its npm) if present.
+# The tokenizer reference tests and the OpenAI SDK tests (tests/openai) run on Node.js; keep an existing Node.js (and its npm) if present.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 
 if ((${#missing[@]})); then

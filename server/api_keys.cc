@@ -137,6 +137,13 @@ absl::StatusOr<std::shared_ptr<const ApiKeys>> ApiKeys::Parse(std::string_view t
         if (!IsValidTenantName(value)) {
           return EntryError(source, i, key, "must be 1 to 64 characters of [A-Za-z0-9._-]");
         }
+        if (value == kDefaultTenant) {
+          // Its namespace holds what was registered without keys: no key may own it.
+          return EntryError(source, i, key,
+                            absl::StrCat("'", kDefaultTenant,
+                                         "' is reserved (the tenant of calls made without API "
+                                         "keys); name the tenant otherwise"));
+        }
         entry.principal.tenant = value;
         has_tenant = true;
       } else if (key == "role") {

@@ -19,6 +19,7 @@
 #include "cache/kv_cache.h"
 #include "cache/torch_compat.h"
 #include "model/model.h"
+#include "server/kv_metrics.h"
 #include "server/metrics.h"
 
 namespace kvserve::server {
@@ -149,8 +150,10 @@ Engine::Engine(const EngineOptions& options, model::Model* model,
                     .vocab_size = model->info().vocab_size,
                     .tokenizer = tokenizer},
       kv_(std::move(kv)),
-      registrar_(kv_.get(), options.persistence,
-                 [this](std::function<void()> work) { return Post(std::move(work)); }) {}
+      registrar_(
+          kv_.get(), options.persistence,
+          [this](std::function<void()> work) { return Post(std::move(work)); },
+          options.event_consumers) {}
 
 Engine::~Engine() { Shutdown(absl::ZeroDuration()); }
 
@@ -177,9 +180,9 @@ absl::StatusOr<RequestId> Engine::Submit(GenerationRequest request,
   }
   if (num_queued_ >= options_.scheduler.max_queue) {
     metrics_->CountRequest("resource_exhausted");
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the queue is full (", num_queued_, " requests wait; --max-queue ",
-                     options_.scheduler.max_queue, "); retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat("the server's queue is full (--max-queue ",
+                                                     options_.scheduler.max_queue,
+                                                     "); retry later"));
   }
   const RequestId id = next_id_++;
   ++num_queued_;
@@ -254,6 +257,8 @@ EngineStats Engine::Stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
 }
+
+cache::StoreListing Engine::ListCacheEntries() const { return kv_->prefix_store().ListEntries(); }
 
 bool Engine::WaitIdle(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
@@ -342,7 +347,10 @@ void Engine::DrainInbox() {
     auto it = live_.find(id);
     if (it == live_.end() || it->second->is_registration()) continue;
     scheduler_->Abort(id);
-    Fail(id, absl::CancelledError("the client cancelled the request"));
+    // gRPC cancels a call whose deadline passed: that is counted as deadline_exceeded.
+    Fail(id, it->second->request.deadline <= clock_->Now()
+                 ? absl::DeadlineExceededError("the request's deadline passed before it finished")
+                 : absl::CancelledError("the client cancelled the request"));
   }
 }
 
@@ -532,11 +540,11 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
         spdlog::warn("out of KV memory: a request's cache ({} device bytes) moved to the host",
                      action.offloaded_bytes);
       } else if (action.victim) {
-        fail_in_step(*action.victim, absl::ResourceExhaustedError(absl::StrCat(
-                                         action.reason, ": ", e.what_without_backtrace())));
+        // The error's text (logged above) holds every tenant's bytes: the caller gets its own.
+        fail_in_step(*action.victim, absl::ResourceExhaustedError(action.reason));
       } else if (!action.reclaimed_snapshots && !action.offloaded_idle_sessions) {
         result.output = absl::ResourceExhaustedError(
-            absl::StrCat("out of memory with nothing left to free: ", e.what_without_backtrace()));
+            "out of KV memory with nothing left to free (--kv-device-bytes)");
         return result;
       }
       build_batch();
@@ -743,33 +751,7 @@ void Engine::Forget(RequestId id, bool keep_session_cache) {
 
 void Engine::PublishStats() {
   const cache::KvCacheManagerStats kv = kv_->Stats();
-  std::map<std::pair<std::string, std::string>, int64_t> by_strategy;
-  const std::string device = model_->info().device.str();
-  for (const auto& [strategy, usage] : kv.by_strategy) {
-    by_strategy[{strategy, device}] += usage.device_bytes;
-    by_strategy[{strategy, "host"}] += usage.host_bytes;
-  }
-  metrics_->SetKvBytes(by_strategy);
-  metrics_->SetKvDeviceBudget(kv.budget_used, kv.budget_limit);
-  const cache::SessionStats& sessions = kv.sessions;
-  metrics_->SetSessionCounts({.live = sessions.live,
-                              .offloaded = sessions.offloaded,
-                              .device_bytes = sessions.memory.device_bytes,
-                              .host_bytes = sessions.memory.host_bytes,
-                              .evictions = sessions.evictions,
-                              .expirations = sessions.expirations,
-                              .hits = sessions.hits,
-                              .misses = sessions.misses});
-  const cache::PrefixStoreStats& p = kv.prefixes;
-  metrics_->SetPrefixCounts({.named_hits = p.named_hits,
-                             .named_misses = p.named_misses,
-                             .automatic_hits = p.automatic_hits,
-                             .automatic_misses = p.automatic_misses,
-                             .evictions = p.evictions,
-                             .expirations = p.expirations,
-                             .bytes = p.bytes_used,
-                             .named_entries = p.named_entries,
-                             .automatic_entries = p.automatic_entries});
+  PublishKvMetrics(kv, model_->info().device.str(), metrics_);
   metrics_->SetQueue(scheduler_->num_waiting(), scheduler_->num_running());
   std::map<std::string, ServerMetrics::TenantQueue> by_tenant;
   for (const auto& [id, live] : live_) {

@@ -22,6 +22,7 @@
 #include "base/clock.h"
 #include "cache/kv_cache_manager.h"
 #include "server/generation_request.h"
+#include "server/prefix_event_consumer.h"
 #include "server/prefix_registrar.h"
 #include "server/request_output.h"
 #include "server/request_sink.h"
@@ -52,6 +53,9 @@ struct EngineOptions {
   const base::Clock* clock = base::RealClock::Get();
   // Where the named prefixes' changes are recorded (null: nowhere); must outlive the engine.
   PrefixPersistence* persistence = nullptr;
+  // Who else hears the prefix store's events, drained once per step (the KV-event
+  // publisher); not owned, must outlive the engine.
+  std::vector<PrefixEventConsumer*> event_consumers;
 };
 
 // A consistent snapshot of the engine's state, for health, metrics and tests.
@@ -127,6 +131,9 @@ class Engine {
   void Shutdown(absl::Duration grace);
 
   EngineStats Stats() const;
+  // Every prefix-store entry, named and automatic, with its tokens and the event-log number it
+  // matches (see PrefixStore::ListEntries). Any thread.
+  cache::StoreListing ListCacheEntries() const;
 
   // Blocks until no request is live (waiting or running) or `timeout` passes; returns whether
   // the engine went idle. For tests and benchmarks.

@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "cache/cache_factory.h"
 #include "cache/kv_cache_manager.h"
 #include "cache/torch_compat.h"
@@ -35,11 +36,14 @@
 #include "model/transformer.h"
 #include "server/api_keys.h"
 #include "server/engine.h"
+#include "server/grpc_api/cache_admin_service.h"
 #include "server/grpc_api/call_context.h"
 #include "server/grpc_api/generation_service.h"
 #include "server/grpc_api/prefix_service.h"
 #include "server/grpc_api/proto_inputs.h"
 #include "server/grpc_api/session_service.h"
+#include "server/http_api/http_server.h"
+#include "server/kv_event_publisher.h"
 #include "server/metrics.h"
 #include "server/metrics_http_server.h"
 #include "server/model_fingerprint.h"
@@ -47,6 +51,8 @@
 #include "server/prefix_persistence.h"
 #include "server/prefixes_file.h"
 #include "server/request_builder.h"
+#include "server/tenant_limits.h"
+#include "server/vllm_api/vllm_engine_service.h"
 #include "tokenizer/tokenizer.h"
 
 #ifdef KVSERVE_OWN_REFLECTION_V1
@@ -233,10 +239,35 @@ namespace {
 
 // kvserve's own services: each has a health status of its own.
 const std::vector<std::string>& KvserveServices() {
-  static const std::vector<std::string> names = {v1::Generation::service_full_name(),
-                                                 v1::PrefixCache::service_full_name(),
-                                                 v1::Sessions::service_full_name()};
+  static const std::vector<std::string> names = {
+      v1::Generation::service_full_name(), v1::PrefixCache::service_full_name(),
+      v1::Sessions::service_full_name(), v1::CacheAdmin::service_full_name(),
+      vllm::grpc::engine::VllmEngine::service_full_name()};
   return names;
+}
+
+// What the vLLM engine protocol serves (GetModelInfo's answer among it).
+vllm_api::VllmServed ToVllmServed(const model::ModelInfo& info, const std::string& name,
+                                  const ServerOptions& options, Engine* engine,
+                                  const RequestBuilder* builder) {
+  vllm_api::VllmServed served;
+  served.engine = engine;
+  served.builder = builder;
+  served.max_running_requests = options.scheduler.max_batch_size;
+  served.clock = options.clock;
+  vllm::grpc::engine::GetModelInfoResponse& m = served.model_info;
+  m.set_model_path(options.model_dir);
+  m.set_is_generation(true);
+  m.set_max_context_length(static_cast<uint32_t>(info.max_position_embeddings));
+  m.set_vocab_size(static_cast<uint32_t>(info.vocab_size));
+  m.set_served_model_name(name);
+  m.set_tokenizer_path(options.model_dir);
+  m.set_model_type(info.model_type);
+  m.mutable_eos_token_ids()->Add(info.eos_token_ids.begin(), info.eos_token_ids.end());
+  m.set_bos_token_id(info.bos_token_id.value_or(-1));
+  m.set_pad_token_id(-1);
+  m.set_max_req_input_len(static_cast<int32_t>(info.max_position_embeddings - 1));
+  return served;
 }
 
 // Runs one short generation straight on the model, before the engine exists, so that the
@@ -334,8 +365,15 @@ KvServer::KvServer(const ServerOptions& options)
       replica_(std::make_unique<grpc_api::ReplicaIdentity>()),
       generation_(std::make_unique<grpc_api::GenerationService>(replica_.get())),
       prefixes_(std::make_unique<grpc_api::PrefixService>(replica_.get())),
-      sessions_(std::make_unique<grpc_api::SessionService>(replica_.get())) {
+      sessions_(std::make_unique<grpc_api::SessionService>(replica_.get())),
+      cache_admin_(std::make_unique<grpc_api::CacheAdminService>(replica_.get())) {
   const BuildVersions versions = GetBuildVersions();
+  // Options are validated before a server is made: the buffer size is in range.
+  kv_events_ = *KvEventPublisher::Create(
+      {.buffer_batches = options.kv_events_buffer,
+       .sequence_base = static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())) * 1000});
+  vllm_ = std::make_unique<vllm_api::VllmEngineService>(replica_.get(), kv_events_.get(),
+                                                        metrics_.get(), versions.kvserve);
   metrics_->SetBuildInfo(versions.kvserve, versions.torch, versions.cuda);
   metrics_->SetKvDeviceBudget(0, options.kv_device_bytes);
 }
@@ -373,6 +411,24 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
     server->metrics_server_ = *std::move(http);
     server->metrics_port_ = server->metrics_server_->port();
   }
+  if (!options.http_listen.empty()) {
+    http_api::HttpApiOptions http{.listen = options.http_listen,
+                                  .tls_cert_file = options.tls_cert_file,
+                                  .tls_key_file = options.tls_key_file,
+                                  .tls_client_ca_file = options.tls_client_ca_file,
+                                  .workers = options.http_workers,
+                                  .max_body_bytes = options.http_max_body_bytes,
+                                  .keys = server->api_keys_.get(),
+                                  .tenant_from_client_cert = options.tenant_from_client_cert,
+                                  .cert_admins = options.client_cert_admins,
+                                  .metrics = server->metrics_.get()};
+    absl::StatusOr<std::unique_ptr<http_api::HttpApiServer>> started =
+        http_api::HttpApiServer::Start(std::move(http));
+    if (!started.ok()) return started.status();
+    server->http_ = *std::move(started);
+    spdlog::info("OpenAI-compatible HTTP API on {} (port {})", options.http_listen,
+                 server->http_->port());
+  }
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's health service is built without protobuf descriptors: reflection resolves
   // grpc.health.v1.Health from the copy of the protocol in proto/, linked in by this use.
@@ -386,6 +442,8 @@ absl::StatusOr<std::unique_ptr<KvServer>> KvServer::Start(const ServerOptions& o
   builder.RegisterService(server->generation_.get());
   builder.RegisterService(server->prefixes_.get());
   builder.RegisterService(server->sessions_.get());
+  builder.RegisterService(server->cache_admin_.get());
+  builder.RegisterService(server->vllm_.get());
 #ifdef KVSERVE_OWN_REFLECTION_V1
   // What gRPC's v1alpha plugin lists: every service registered, health and reflection too.
   std::vector<std::string> listed = KvserveServices();
@@ -462,6 +520,7 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   engine_options.model_fingerprint = model_.fingerprint;
   engine_options.persistence = persistence_.get();
   engine_options.clock = options_.clock;
+  engine_options.event_consumers = {kv_events_.get()};
   cache::KvCacheManagerOptions& kv = engine_options.kv;
   kv.auto_prefix_cache = options_.auto_prefix_cache;
   kv.auto_prefix_min_tokens = options_.auto_prefix_min_tokens;
@@ -470,7 +529,13 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   kv.sessions.cache_bytes = options_.session_cache_bytes;
   kv.sessions.default_ttl = options_.session_ttl;
   kv.sessions.max_sessions = options_.max_sessions;
-  kv.tenant_prefix_bytes = options_.tenant_prefix_bytes;
+  kv.sessions.max_ttl = options_.session_max_ttl;
+  kv.tiers.host_bytes = options_.prefix_host_bytes;
+  kv.tiers.disk_bytes = options_.prefix_disk_bytes;
+  kv.tiers.disk_dir = options_.prefix_disk_dir;
+  kv.tiers.half_life = options_.prefix_retention_half_life;
+  kv.tiers.device = info.device.str();
+  kv.tiers.log = [](const std::string& line) { spdlog::warn("{}", line); };
   kv.budget.device_limit_bytes = options_.kv_device_bytes;
   if (options_.kv_device_bytes < 0) {
     // On a GPU the KV caches get most of what is free once the weights are loaded.
@@ -482,6 +547,15 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   kv.prefix_cache_bytes = options_.prefix_cache_bytes > 0
                               ? options_.prefix_cache_bytes
                               : DefaultPrefixCacheBytes(info, kv.budget.device_limit_bytes);
+  // With API keys, the limits not given are fair shares: no tenant can hold all of a resource.
+  const int64_t num_key_tenants =
+      api_keys_ == nullptr ? 0 : static_cast<int64_t>(api_keys_->keys()->tenants().size());
+  const TenantLimits tenant_limits =
+      ResolveTenantLimits(options_, num_key_tenants, kv.prefix_cache_bytes);
+  kv.sessions.max_sessions_per_tenant = tenant_limits.max_sessions;
+  kv.tenant_prefix_bytes = tenant_limits.max_prefix_bytes;
+  engine_options.scheduler.max_queued_per_tenant = tenant_limits.max_queued_requests;
+  spdlog::info("{}", DescribeTenantLimits(tenant_limits, options_, num_key_tenants));
   if (absl::Status warm = WarmUp(*model_.model); !warm.ok()) return warm;
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(engine_options, model_.model.get(), model_.tokenizer.get(), metrics_.get());
@@ -524,6 +598,16 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
       {engine_.get(), builder_.get(), ToProto(info, model_.name, options_.limits), options_.clock});
   prefixes_->Attach({engine_.get(), builder_.get()});
   sessions_->Attach({engine_.get(), builder_.get()});
+  if (http_ != nullptr) {
+    http_->Attach({.engine = engine_.get(),
+                   .builder = builder_.get(),
+                   .tokenizer = model_.tokenizer.get(),
+                   .model_name = model_.name,
+                   .clock = options_.clock});
+  }
+  cache_admin_->Attach({.engine = engine_.get(), .sequence_base = kv_events_->sequence_base()});
+  vllm_->Attach(ToVllmServed(info, model_.name, options_, engine_.get(), builder_.get()));
+  metrics_->SetServedModelName(model_.name);
   serving_ = true;
   server_->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("serving {} ({} layers, vocab {}) on {}; prefix cache {} bytes", model_.name,
@@ -556,6 +640,8 @@ absl::Status KvServer::RegisterAtStartup(const v1::RegisterPrefixRequest& reques
   return status;
 }
 
+int KvServer::http_port() const { return http_ != nullptr ? http_->port() : 0; }
+
 Engine* KvServer::engine() const {
   absl::MutexLock lock(&mu_);
   return engine_.get();
@@ -578,7 +664,9 @@ void KvServer::Shutdown(absl::Duration grace) {
   // The engine makes no record any more: every queued one is written (and answered) while
   // the engine its callbacks reach still exists.
   if (journal_ != nullptr) (void)journal_->Flush();
+  kv_events_->Close();  // KV-event streams end rather than hold the shutdown up
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (http_ != nullptr) http_->Stop();
   metrics_server_.reset();
 }
 

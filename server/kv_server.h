@@ -27,14 +27,22 @@ class Tokenizer;
 namespace kvserve::server {
 
 namespace grpc_api {
+class CacheAdminService;
 class GenerationService;
 class PrefixService;
 class ReplicaIdentity;
 class SessionService;
 }  // namespace grpc_api
+namespace http_api {
+class HttpApiServer;
+}  // namespace http_api
+namespace vllm_api {
+class VllmEngineService;
+}  // namespace vllm_api
 
 class ApiKeyRegistry;
 class Engine;
+class KvEventPublisher;
 class MetricsHttpServer;
 class PrefixJournal;
 class PrefixPersistence;
@@ -100,6 +108,8 @@ class KvServer {
   // default replica id.
   const std::string& address() const { return address_; }
   int metrics_port() const { return metrics_port_; }
+  // The OpenAI-compatible HTTP port (0 when --http-listen is off).
+  int http_port() const;
   // Null before Serve.
   Engine* engine() const;
   ServerMetrics& metrics() const { return *metrics_; }
@@ -120,9 +130,14 @@ class KvServer {
   std::unique_ptr<grpc_api::GenerationService> generation_;
   std::unique_ptr<grpc_api::PrefixService> prefixes_;
   std::unique_ptr<grpc_api::SessionService> sessions_;
+  std::unique_ptr<grpc_api::CacheAdminService> cache_admin_;
+  // The prefix store's KV events (an engine consumer) and the vLLM engine protocol.
+  std::unique_ptr<KvEventPublisher> kv_events_;
+  std::unique_ptr<vllm_api::VllmEngineService> vllm_;
   // grpc.reflection.v1 (ServerReflectionV1); null where gRPC's plugin serves it.
   std::unique_ptr<grpc::Service> reflection_v1_;
   std::unique_ptr<MetricsHttpServer> metrics_server_;
+  std::unique_ptr<http_api::HttpApiServer> http_;  // null without --http-listen
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

@@ -39,6 +39,15 @@ std::vector<double> RequestLatencyBuckets(int64_t max_new_tokens_limit) {
 
 }  // namespace
 
+struct ServerMetrics::VllmSeries {
+  prometheus::Gauge* waiting;
+  prometheus::Gauge* running;
+  prometheus::Gauge* kv_usage;
+  prometheus::Gauge* gpu_usage;
+  prometheus::Counter* queries;
+  prometheus::Counter* hits;
+};
+
 ServerMetrics::ServerMetrics(int64_t max_new_tokens_limit)
     : registry_(std::make_shared<prometheus::Registry>()),
       process_(std::make_unique<ProcessMetrics>()) {
@@ -307,6 +316,53 @@ void ServerMetrics::SetKvDeviceBudget(int64_t used_bytes, int64_t limit_bytes) {
   kv_device_used_->Set(static_cast<double>(used_bytes));
   kv_device_limit_->Set(limit_bytes < 0 ? std::numeric_limits<double>::infinity()
                                         : static_cast<double>(limit_bytes));
+  const double usage =
+      limit_bytes <= 0
+          ? 0.0
+          : std::clamp(static_cast<double>(used_bytes) / static_cast<double>(limit_bytes), 0.0,
+                       1.0);
+  absl::MutexLock lock(&mu_);
+  kv_cache_usage_ = usage;
+  if (vllm_ != nullptr) {
+    vllm_->kv_usage->Set(usage);
+    vllm_->gpu_usage->Set(usage);
+  }
+}
+
+double ServerMetrics::kv_cache_usage() const {
+  absl::MutexLock lock(&mu_);
+  return kv_cache_usage_;
+}
+
+void ServerMetrics::SetServedModelName(const std::string& name) {
+  const prometheus::Labels labels = {{"model_name", name}};
+  auto gauge = [&](const char* metric, const char* help) {
+    return &prometheus::BuildGauge().Name(metric).Help(help).Register(*registry_).Add(labels);
+  };
+  auto counter = [&](const char* metric, const char* help) {
+    return &prometheus::BuildCounter().Name(metric).Help(help).Register(*registry_).Add(labels);
+  };
+  auto series = std::make_unique<VllmSeries>(VllmSeries{
+      .waiting =
+          gauge("vllm:num_requests_waiting", "Requests waiting (kvserve_num_requests_waiting)"),
+      .running =
+          gauge("vllm:num_requests_running", "Requests running (kvserve_num_requests_running)"),
+      .kv_usage = gauge("vllm:kv_cache_usage_perc",
+                        "Fraction of the KV device budget in use, 0 to 1 (0: no budget)"),
+      .gpu_usage = gauge("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc's older name"),
+      .queries =
+          counter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache"),
+      .hits = counter("vllm:prefix_cache_hits_total",
+                      "Prompt tokens found in the prefix cache (copied, not computed)")});
+  absl::MutexLock lock(&mu_);
+  if (vllm_ != nullptr) return;
+  series->waiting->Set(waiting_->Value());
+  series->running->Set(running_->Value());
+  series->kv_usage->Set(kv_cache_usage_);
+  series->gpu_usage->Set(kv_cache_usage_);
+  series->queries->Increment(prompt_tokens_->Value());
+  series->hits->Increment(cached_tokens_->Value());
+  vllm_ = std::move(series);
 }
 
 void ServerMetrics::SetBuildInfo(const std::string& version, const std::string& torch,
@@ -318,13 +374,23 @@ void ServerMetrics::CountOutOfMemory() { oom_events_->Increment(); }
 void ServerMetrics::CountOffloadFallback() { offload_fallbacks_->Increment(); }
 
 void ServerMetrics::SetQueue(int64_t num_waiting, int64_t num_running) {
+  absl::MutexLock lock(&mu_);
   waiting_->Set(static_cast<double>(num_waiting));
   running_->Set(static_cast<double>(num_running));
+  if (vllm_ != nullptr) {
+    vllm_->waiting->Set(static_cast<double>(num_waiting));
+    vllm_->running->Set(static_cast<double>(num_running));
+  }
 }
 
 void ServerMetrics::AddPromptTokens(int64_t num_prompt_tokens, int64_t num_cached_tokens) {
+  absl::MutexLock lock(&mu_);
   prompt_tokens_->Increment(static_cast<double>(num_prompt_tokens));
   cached_tokens_->Increment(static_cast<double>(num_cached_tokens));
+  if (vllm_ != nullptr) {
+    vllm_->queries->Increment(static_cast<double>(num_prompt_tokens));
+    vllm_->hits->Increment(static_cast<double>(num_cached_tokens));
+  }
 }
 
 void ServerMetrics::AddGeneratedTokens(int64_t num_tokens) {

@@ -129,6 +129,19 @@ class ServerMetrics {
   };
   void SetSessionCounts(const SessionCounts& counts);
 
+  // The names gateways and vLLM's dashboards read (the Gateway API Inference Extension's
+  // endpoint picker: waiting, running, KV usage), beside kvserve's own and labelled
+  // model_name=`name`: vllm:num_requests_waiting and vllm:num_requests_running (as
+  // kvserve_num_requests_*), vllm:kv_cache_usage_perc and its older name
+  // vllm:gpu_cache_usage_perc (kv_cache_usage()), vllm:prefix_cache_queries_total and
+  // vllm:prefix_cache_hits_total (prompt tokens looked up in the prefix cache, and of those the
+  // ones found: kvserve_prompt_tokens_total and kvserve_prompt_tokens_cached_total). Exported
+  // from this call on (with the values so far); call once, when the model's name is known.
+  void SetServedModelName(const std::string& name);
+  // The fraction of the KV device budget in use (SetKvDeviceBudget), in [0, 1]; 0 without a
+  // budget (unlimited: there is no fraction to give).
+  double kv_cache_usage() const;
+
   // The registry in Prometheus text format (what /metrics serves), followed by the process
   // metrics every Prometheus client exports (ProcessMetrics: process_cpu_seconds_total,
   // process_resident_memory_bytes, process_start_time_seconds, process_open_fds, ...).
@@ -168,9 +181,12 @@ class ServerMetrics {
   prometheus::Counter* session_evictions_;
   prometheus::Counter* session_expirations_;
   prometheus::Family<prometheus::Counter>* session_turns_;
+  struct VllmSeries;  // the vllm:* series, once SetServedModelName made them
   PrefixCounts last_prefix_counts_ ABSL_GUARDED_BY(mu_);
   SessionCounts last_session_counts_ ABSL_GUARDED_BY(mu_);
   mutable absl::Mutex mu_;
+  std::unique_ptr<VllmSeries> vllm_ ABSL_GUARDED_BY(mu_);
+  double kv_cache_usage_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> kv_gauges_ ABSL_GUARDED_BY(mu_);
   // The tenants with a label of their own ("default" always), and every tenant label value
   // whose queue gauges exist.

@@ -64,7 +64,17 @@ void PrefixRegistrar::Delete(const std::string& name, DeleteCallback done) {
   std::optional<cache::RemovedPrefix> removed = kv_->DeletePrefix(name);
   kv_->Maintain();  // the published catalog follows at once
   if (!removed) {
-    done(NotRegistered(name));
+    PublishWith(nullptr);  // what Maintain changed is recorded first
+    if (persistence_ == nullptr) {
+      done(NotRegistered(name));
+      return;
+    }
+    // Absent now, but perhaps because another client's delete emptied the name and is not
+    // durable yet: a record of the name's state (gone) puts this answer behind that delete's,
+    // so that no NOT_FOUND is answered for a name that a crash would bring back.
+    persistence_->RecordDelete(name, [name, done = std::move(done)](absl::Status saved) {
+      done(saved.ok() ? NotRegistered(name) : saved);
+    });
     return;
   }
   PendingReply reply{.name = name,
@@ -91,7 +101,10 @@ void PrefixRegistrar::Delete(const std::string& name, DeleteCallback done) {
 void PrefixRegistrar::Publish() { PublishWith(nullptr); }
 
 void PrefixRegistrar::PublishWith(PendingReply* reply) {
-  std::vector<cache::PrefixEvent> events = kv_->DrainPrefixEvents();
+  std::vector<cache::PrefixEvent> events = kv_->prefix_store().events().Drain();
+  if (!events.empty()) {
+    for (PrefixEventConsumer* consumer : consumers_) consumer->Consume(events);
+  }
   if (persistence_ == nullptr) {
     if (reply != nullptr) reply->on_saved(absl::OkStatus());
     return;

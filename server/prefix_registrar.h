@@ -7,11 +7,13 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cache/kv_cache_manager.h"
+#include "server/prefix_event_consumer.h"
 #include "server/prefix_persistence.h"
 
 namespace kvserve::server {
@@ -29,9 +31,15 @@ class PrefixRegistrar {
   // stopped.
   using Post = std::function<bool(std::function<void()>)>;
 
-  // `persistence` null: nothing is recorded and replies come at once.
-  PrefixRegistrar(cache::KvCacheManager* kv, PrefixPersistence* persistence, Post post)
-      : kv_(kv), persistence_(persistence), post_(std::move(post)) {}
+  // `persistence` null: nothing is recorded and replies come at once. Every drained event is
+  // also handed to each of `consumers` (not owned; they must outlive the registrar), in order,
+  // before it is recorded.
+  PrefixRegistrar(cache::KvCacheManager* kv, PrefixPersistence* persistence, Post post,
+                  std::vector<PrefixEventConsumer*> consumers = {})
+      : kv_(kv),
+        persistence_(persistence),
+        post_(std::move(post)),
+        consumers_(std::move(consumers)) {}
 
   // A registration was stored (KvCacheManager::CompleteRegistration's answer): replies once the
   // put is durable. A put that cannot be recorded is undone (the name deleted again, if it
@@ -60,6 +68,7 @@ class PrefixRegistrar {
   cache::KvCacheManager* const kv_;
   PrefixPersistence* const persistence_;
   const Post post_;
+  const std::vector<PrefixEventConsumer*> consumers_;
 };
 
 }  // namespace kvserve::server

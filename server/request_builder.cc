@@ -501,7 +501,8 @@ absl::Status RequestBuilder::BuildCache(const CacheInput& c, GenerationRequest* 
   if (absl::Status fits =
           cache::CheckSpecForModel(*spec, model_info_.layer_specs, model_info_.head_dim);
       !fits.ok()) {
-    return CacheFieldError(std::string(fits.message()));
+    // Named with the model's family: the refusal is about this model, not the request alone.
+    return CacheFieldError(Cat(fits.message(), " (model_type ", model_info_.model_type, ")"));
   }
   if (c.offload_only_non_sliding) {
     if (!spec->is_offloaded()) {
@@ -819,7 +820,8 @@ absl::StatusOr<PrefixRegistration> RequestBuilder::Registration(const Registrati
   if (absl::Status fits =
           cache::CheckSpecForModel(*spec, model_info_.layer_specs, model_info_.head_dim);
       !fits.ok()) {
-    return FieldError("options.cache_implementation", std::string(fits.message()));
+    return FieldError("options.cache_implementation",
+                      Cat(fits.message(), " (model_type ", model_info_.model_type, ")"));
   }
   out.strategy = *std::move(spec);
   return out;

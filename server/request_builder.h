@@ -68,11 +68,11 @@ struct RequestLimits {
   int max_stop_token_ids = 1024;
   // --max-request-token-rows: rows (beams or samples) times the tokens each may hold
   // (prompt + max_new_tokens) at most, so that one request cannot hold a replica's memory
-  // and time for minutes; 0: no bound.
-  int64_t max_request_token_rows = 0;
+  // and time for minutes; 0: no bound. The default: 32 rows of a 4096-token context.
+  int64_t max_request_token_rows = 131072;
   // --max-response-bytes: an estimate of the largest answer a request may ask for (every
   // returned sequence's tokens, with their log-probabilities), refused up front; 0: no bound.
-  int64_t max_response_bytes = 0;
+  int64_t max_response_bytes = int64_t{16} << 20;
 };
 
 // The most alternatives top_logprobs may ask for.

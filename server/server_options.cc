@@ -25,6 +25,10 @@
 namespace kvserve::server {
 namespace {
 
+// The default of the --tenant-max-* flags that have a fair share (tenant_limits.h).
+constexpr char kFairShareDefault[] =
+    "with --api-keys-file: a fair share of the global limit; else no limit";
+
 constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
                                            "error", "critical", "off"};
 
@@ -55,10 +59,19 @@ std::vector<base::FlagSpec> Flags() {
       {"tenant-max-running-requests",
        "requests of one tenant running at once at most; its others wait", "0: no limit"},
       {"tenant-max-queued-requests",
-       "requests of one tenant waiting at most (beyond: RESOURCE_EXHAUSTED)", "0: no limit"},
+       "requests of one tenant waiting at most (beyond: RESOURCE_EXHAUSTED); 0: no limit",
+       kFairShareDefault},
       {"tenant-max-prefix-bytes",
-       "bytes of prefix snapshots (named and automatic) one tenant may hold", "0: no limit"},
+       "bytes of prefix snapshots (named and automatic) one tenant may hold; 0: no limit",
+       kFairShareDefault},
+      {"tenant-max-sessions",
+       "sessions one tenant may hold open at once (beyond: RESOURCE_EXHAUSTED); 0: no limit",
+       kFairShareDefault},
       {"metrics-listen", "Prometheus /metrics listen address (plaintext)", "off"},
+      {"http-listen", "OpenAI-compatible HTTP API address (TLS, keys and tenants as on --listen)",
+       "off"},
+      {"http-workers", "HTTP connections served at once (beyond: 429)", "64"},
+      {"http-max-body-bytes", "largest HTTP request body (beyond: 413)", "8388608 (8 MiB)"},
       {"device", "cpu | cuda | cuda:N", "cpu"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
       {"weight-dtype", model::kWeightDtypeFlagHelp, "auto"},
@@ -68,15 +81,30 @@ std::vector<base::FlagSpec> Flags() {
       {"max-batch-tokens", "tokens per step at most (long prefills are chunked to fit)", "2048"},
       {"max-queue", "requests waiting for admission at most (beyond: RESOURCE_EXHAUSTED)", "256"},
       {"max-new-tokens-limit", "the largest max_new_tokens a request may ask for", "4096"},
+      {"max-request-token-rows",
+       "rows (beams or samples) x (prompt + max_new_tokens) one request may ask for; 0: no limit",
+       "131072"},
+      {"max-response-bytes",
+       "estimated bytes of one request's answer (sequences x tokens x log-probabilities) at "
+       "most; 0: no limit",
+       "16777216 (16 MiB)"},
       {"prefix-cache-bytes", "bytes of prefix snapshots kept (named and automatic)",
        "0: follows the device and model: CUDA 1/4 of the KV budget, CPU 4 full contexts (64 "
        "MiB-1 GiB)"},
+      {"prefix-host-bytes",
+       "bytes of evicted automatic prefixes kept in host memory (a tier below the device)",
+       "0: none"},
+      {"prefix-disk-bytes", "bytes of automatic prefix files kept in --prefix-disk-dir", "0: none"},
+      {"prefix-disk-dir", "folder of prefix snapshot files (found again after a restart)", "none"},
+      {"prefix-retention-half-life-seconds",
+       "a tiered prefix's priority, (1 + hits) x 2^(-age / half-life), halves in this time", "600"},
       {"no-auto-prefix-cache", "do not reuse shared prompt prefixes automatically", "", true},
       {"auto-prefix-min-tokens", "shortest prompt prefix kept and reused automatically", "32"},
       {"prefix-kv-mode",
        "how a cached prefix reaches a request's cache: shared (read in place by the strategies "
        "that allow it: dynamic) or copy",
        "shared"},
+      {"kv-events-buffer", "KV-event batches kept for subscribers that reconnect", "4096"},
       {"session-idle-offload-seconds",
        "an idle session's cache moves to host memory after this many seconds", "60"},
       {"session-cache-bytes",
@@ -85,6 +113,8 @@ std::vector<base::FlagSpec> Flags() {
       {"session-ttl-seconds", "a session closes this long after its last use (unless it says)",
        "1800"},
       {"max-sessions", "sessions open at once at most", "1024"},
+      {"session-max-ttl-seconds",
+       "the longest life a session may ask for (longer ones are capped to it)", "86400 (24 h)"},
       {"state-dir", "directory where registered prefixes survive restarts", "none"},
       {"prefixes-file", "prefixes to register at start-up (JSON or YAML)", "none"},
       {"kv-device-bytes",
@@ -245,6 +275,16 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   o.model_dir = cl->GetString("model", "");
   o.listen = cl->GetString("listen", o.listen);
   o.metrics_listen = cl->GetString("metrics-listen", "");
+  o.http_listen = cl->GetString("http-listen", "");
+  absl::StatusOr<int64_t> http_workers = cl->GetInt("http-workers", o.http_workers);
+  if (!http_workers.ok()) return http_workers.status();
+  if (*http_workers < 1 || *http_workers > 4096) {
+    return absl::InvalidArgumentError("--http-workers must be in [1, 4096]");
+  }
+  o.http_workers = static_cast<int>(*http_workers);
+  absl::StatusOr<int64_t> http_body = cl->GetInt("http-max-body-bytes", o.http_max_body_bytes);
+  if (!http_body.ok()) return http_body.status();
+  o.http_max_body_bytes = *http_body;
   o.tls_cert_file = cl->GetString("tls-cert-file", "");
   o.tls_key_file = cl->GetString("tls-key-file", "");
   o.tls_client_ca_file = cl->GetString("tls-client-ca-file", "");
@@ -257,24 +297,34 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
     o.client_cert_admins.push_back(std::string(absl::StripAsciiWhitespace(admin)));
   }
   absl::StatusOr<int64_t> tenant_running = cl->GetInt("tenant-max-running-requests", 0);
-  absl::StatusOr<int64_t> tenant_queued = cl->GetInt("tenant-max-queued-requests", 0);
-  absl::StatusOr<int64_t> tenant_prefix = cl->GetInt("tenant-max-prefix-bytes", 0);
-  for (const absl::Status& s :
-       {tenant_running.status(), tenant_queued.status(), tenant_prefix.status()}) {
+  absl::StatusOr<int64_t> tenant_queued = cl->GetInt("tenant-max-queued-requests", -1);
+  absl::StatusOr<int64_t> tenant_prefix = cl->GetInt("tenant-max-prefix-bytes", -1);
+  absl::StatusOr<int64_t> tenant_sessions = cl->GetInt("tenant-max-sessions", -1);
+  for (const absl::Status& s : {tenant_running.status(), tenant_queued.status(),
+                                tenant_prefix.status(), tenant_sessions.status()}) {
     if (!s.ok()) return s;
   }
   if (*tenant_running < 0 || *tenant_running > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError("--tenant-max-running-requests must be in [0, 2^31)");
   }
-  if (*tenant_queued < 0 || *tenant_queued > std::numeric_limits<int>::max()) {
+  // Given, each must be >= 0 (-1 is the unset default).
+  const auto given = [&](const char* flag, int64_t value) {
+    return value >= 0 || !cl->Has(std::string(flag));
+  };
+  if (!given("tenant-max-queued-requests", *tenant_queued) ||
+      *tenant_queued > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError("--tenant-max-queued-requests must be in [0, 2^31)");
   }
-  if (*tenant_prefix < 0) {
+  if (!given("tenant-max-prefix-bytes", *tenant_prefix)) {
     return absl::InvalidArgumentError("--tenant-max-prefix-bytes must be >= 0");
   }
+  if (!given("tenant-max-sessions", *tenant_sessions)) {
+    return absl::InvalidArgumentError("--tenant-max-sessions must be >= 0");
+  }
   o.scheduler.max_running_per_tenant = static_cast<int>(*tenant_running);
-  o.scheduler.max_queued_per_tenant = static_cast<int>(*tenant_queued);
+  o.tenant_queued_requests = *tenant_queued;
   o.tenant_prefix_bytes = *tenant_prefix;
+  o.tenant_max_sessions = *tenant_sessions;
   o.device = cl->GetString("device", o.device);
   o.dtype = cl->GetString("dtype", o.dtype);
   o.weight_dtype = cl->GetString("weight-dtype", o.weight_dtype);
@@ -290,6 +340,14 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   absl::StatusOr<int64_t> tokens = cl->GetInt("max-batch-tokens", o.scheduler.max_batch_tokens);
   absl::StatusOr<int64_t> queue = cl->GetInt("max-queue", o.scheduler.max_queue);
   absl::StatusOr<int64_t> limit = cl->GetInt("max-new-tokens-limit", o.limits.max_new_tokens_limit);
+  absl::StatusOr<int64_t> token_rows =
+      cl->GetInt("max-request-token-rows", o.limits.max_request_token_rows);
+  absl::StatusOr<int64_t> response_bytes =
+      cl->GetInt("max-response-bytes", o.limits.max_response_bytes);
+  if (!token_rows.ok()) return token_rows.status();
+  if (!response_bytes.ok()) return response_bytes.status();
+  o.limits.max_request_token_rows = *token_rows;
+  o.limits.max_response_bytes = *response_bytes;
   absl::StatusOr<double> grace = cl->GetDouble("shutdown-grace-seconds", 30);
   absl::StatusOr<int64_t> prefix_bytes = cl->GetInt("prefix-cache-bytes", o.prefix_cache_bytes);
   absl::StatusOr<int64_t> auto_min = cl->GetInt("auto-prefix-min-tokens", o.auto_prefix_min_tokens);
@@ -305,14 +363,33 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
         absl::StrCat("--prefix-kv-mode: ", kv_mode.status().message()));
   }
   o.prefix_kv_mode = *kv_mode;
+  absl::StatusOr<int64_t> host_bytes = cl->GetInt("prefix-host-bytes", 0);
+  absl::StatusOr<int64_t> disk_bytes = cl->GetInt("prefix-disk-bytes", 0);
+  absl::StatusOr<double> half_life = cl->GetDouble("prefix-retention-half-life-seconds", 600);
+  for (const absl::Status& s : {host_bytes.status(), disk_bytes.status(), half_life.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (!(*half_life > 0)) {
+    return absl::InvalidArgumentError("--prefix-retention-half-life-seconds must be > 0");
+  }
+  o.prefix_host_bytes = *host_bytes;
+  o.prefix_disk_bytes = *disk_bytes;
+  o.prefix_disk_dir = cl->GetString("prefix-disk-dir", "");
+  o.prefix_retention_half_life = absl::Seconds(*half_life);
+  absl::StatusOr<int64_t> kv_events = cl->GetInt("kv-events-buffer", o.kv_events_buffer);
+  if (!kv_events.ok()) return kv_events.status();
+  o.kv_events_buffer = *kv_events;
   absl::StatusOr<double> idle_offload = cl->GetDouble("session-idle-offload-seconds", 60);
   absl::StatusOr<int64_t> session_bytes = cl->GetInt("session-cache-bytes", o.session_cache_bytes);
   absl::StatusOr<double> session_ttl = cl->GetDouble("session-ttl-seconds", 1800);
   absl::StatusOr<int64_t> max_sessions = cl->GetInt("max-sessions", o.max_sessions);
+  absl::StatusOr<double> max_ttl = cl->GetDouble("session-max-ttl-seconds", 86400);
   for (const absl::Status& s : {idle_offload.status(), session_bytes.status(), session_ttl.status(),
-                                max_sessions.status()}) {
+                                max_sessions.status(), max_ttl.status()}) {
     if (!s.ok()) return s;
   }
+  if (!(*max_ttl > 0)) return absl::InvalidArgumentError("--session-max-ttl-seconds must be > 0");
+  o.session_max_ttl = absl::Seconds(*max_ttl);
   if (!(*idle_offload >= 0)) {
     return absl::InvalidArgumentError("--session-idle-offload-seconds must be >= 0");
   }
@@ -387,6 +464,21 @@ absl::Status ServerOptions::Validate() const {
       return metrics.status();
     }
   }
+  if (!http_listen.empty()) {
+    if (absl::StatusOr<MetricsListenAddress> http = ParseMetricsListenAddress(http_listen);
+        !http.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--http-listen '", http_listen.substr(0, 128), "' is not HOST:PORT"));
+    }
+    if (!tls() && !insecure && !IsLoopbackAddress(http_listen)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--http-listen '", http_listen.substr(0, 128),
+                       "' is not a loopback address: serve TLS on it or pass --insecure"));
+    }
+  }
+  if (http_max_body_bytes < 4096) {
+    return absl::InvalidArgumentError("--http-max-body-bytes must be >= 4096");
+  }
   // Metadata values must be printable ASCII.
   if (replica_id.size() > 128 || !std::all_of(replica_id.begin(), replica_id.end(),
                                               [](char c) { return c >= 0x20 && c < 0x7f; })) {
@@ -436,6 +528,12 @@ absl::Status ServerOptions::Validate() const {
   if (auto_prefix_min_tokens < 1) {
     return absl::InvalidArgumentError("--auto-prefix-min-tokens must be >= 1");
   }
+  if (prefix_host_bytes < 0) return absl::InvalidArgumentError("--prefix-host-bytes must be >= 0");
+  if (prefix_disk_bytes < 0) return absl::InvalidArgumentError("--prefix-disk-bytes must be >= 0");
+  if (prefix_disk_bytes > 0 && prefix_disk_dir.empty()) {
+    return absl::InvalidArgumentError("--prefix-disk-bytes > 0 needs --prefix-disk-dir");
+  }
+  if (kv_events_buffer < 1) return absl::InvalidArgumentError("--kv-events-buffer must be >= 1");
   if (session_idle_offload < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--session-idle-offload-seconds must be >= 0");
   }
@@ -446,8 +544,27 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError("--session-cache-bytes must be >= 1");
   }
   if (max_sessions < 1) return absl::InvalidArgumentError("--max-sessions must be >= 1");
+  if (session_max_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--session-max-ttl-seconds must be > 0");
+  }
+  if (session_ttl > session_max_ttl) {
+    return absl::InvalidArgumentError(
+        "--session-ttl-seconds must be <= --session-max-ttl-seconds (the default life is a life "
+        "sessions may ask for)");
+  }
+  if (tenant_max_sessions < -1 || tenant_prefix_bytes < -1 || tenant_queued_requests < -1) {
+    return absl::InvalidArgumentError(
+        "--tenant-max-sessions, --tenant-max-prefix-bytes and --tenant-max-queued-requests must "
+        "be >= 0 (-1: unset)");
+  }
   if (limits.max_new_tokens_limit < 1) {
     return absl::InvalidArgumentError("--max-new-tokens-limit must be >= 1");
+  }
+  if (limits.max_request_token_rows < 0) {
+    return absl::InvalidArgumentError("--max-request-token-rows must be >= 0 (0: no limit)");
+  }
+  if (limits.max_response_bytes < 0) {
+    return absl::InvalidArgumentError("--max-response-bytes must be >= 0 (0: no limit)");
   }
   return absl::OkStatus();
 }

@@ -38,11 +38,24 @@ struct ServerOptions {
   bool tenant_from_client_cert = false;
   // --client-cert-admins: certificate CNs with the admin role.
   std::vector<std::string> client_cert_admins;
-  // --tenant-max-prefix-bytes: bytes of prefix snapshots one tenant may hold; 0: no limit.
-  // (--tenant-max-running-requests and --tenant-max-queued-requests are in `scheduler`.)
-  int64_t tenant_prefix_bytes = 0;
+  // Per-tenant limits (ResolveTenantLimits, tenant_limits.h, gives the ones in force); 0: no
+  // limit; -1 (unset): a fair share with --api-keys-file, no limit without.
+  // --tenant-max-prefix-bytes: bytes of prefix snapshots one tenant may hold.
+  int64_t tenant_prefix_bytes = -1;
+  // --tenant-max-queued-requests: requests of one tenant waiting for admission at most.
+  // (--tenant-max-running-requests is in `scheduler`.)
+  int64_t tenant_queued_requests = -1;
+  // --tenant-max-sessions: sessions one tenant may hold open at once.
+  int64_t tenant_max_sessions = -1;
   // --metrics-listen: address of the Prometheus /metrics endpoint; empty: off.
   std::string metrics_listen;
+  // --http-listen: HOST:PORT of the OpenAI-compatible HTTP API (server/http_api/); empty: off.
+  // It serves TLS with the gRPC port's certificates, and the same keys and tenants.
+  std::string http_listen;
+  // --http-workers: HTTP connections served at once; one more is answered 429.
+  int http_workers = 64;
+  // --http-max-body-bytes: larger HTTP request bodies are answered 413.
+  int64_t http_max_body_bytes = int64_t{8} << 20;
   // --device: "cpu", "cuda" or "cuda:N".
   std::string device = "cpu";
   // --dtype: "float32", "bfloat16" or "float16".
@@ -69,6 +82,16 @@ struct ServerOptions {
   // --prefix-kv-mode copy|shared: how a cached prefix reaches a request's cache when the
   // request does not say (shared: read in place where the strategy allows it).
   cache::PrefixKvMode prefix_kv_mode = cache::PrefixKvMode::kShared;
+  // Tiers of automatic prefixes the device store evicts (cache/snapshot_tiers.h):
+  // --prefix-host-bytes (0: no host tier), --prefix-disk-bytes (0: no disk tier) in
+  // --prefix-disk-dir, and --prefix-retention-half-life-seconds.
+  int64_t prefix_host_bytes = 0;
+  int64_t prefix_disk_bytes = 0;
+  std::string prefix_disk_dir;
+  absl::Duration prefix_retention_half_life = absl::Minutes(10);
+  // --kv-events-buffer: KV-event batches kept for subscribers that reconnect
+  // (vllm.grpc.engine.VllmEngine/SubscribeKvEvents); an older one gets the whole state.
+  int64_t kv_events_buffer = 4096;
   // Sessions (iterative chat; they live in memory only). --session-idle-offload-seconds: an
   // idle session's cache moves to host memory after this long unused (0: at once).
   absl::Duration session_idle_offload = absl::Seconds(60);
@@ -79,6 +102,9 @@ struct ServerOptions {
   absl::Duration session_ttl = absl::Minutes(30);
   // --max-sessions: sessions open at once at most.
   int64_t max_sessions = 1024;
+  // --session-max-ttl-seconds: the longest life a session may ask for (longer ones, and the
+  // --session-ttl-seconds default, are capped to it).
+  absl::Duration session_max_ttl = absl::Hours(24);
   // --state-dir: where registered prefixes are kept across restarts; empty: nowhere.
   std::string state_dir;
   // --prefixes-file: prefixes (JSON or YAML, kvserve.v1.PrefixState) registered at start-up.

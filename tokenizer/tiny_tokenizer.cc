@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "tokenizer/unicode_utils.h"
 
@@ -92,7 +93,35 @@ std::string MadeUpWord(int64_t index) {
 
 }  // namespace
 
+namespace {
+
+// The special tokens of one flavour: bos and eos at kTinyBosId/kTinyEosId, then `extra` at
+// the ids given, after every word.
+struct SpecialTokens {
+  const char* bos;
+  const char* eos;
+  std::vector<std::pair<int32_t, std::string>> extra;
+};
+
+std::string MakeTokenizerJson(int32_t vocab_size_hint, const SpecialTokens& special);
+
+}  // namespace
+
 std::string MakeTinyTokenizerJson(int32_t vocab_size_hint) {
+  return MakeTokenizerJson(vocab_size_hint, {"<s>", "</s>", {}});
+}
+
+std::string MakeTinyGemmaTokenizerJson(int32_t vocab_size) {
+  return MakeTokenizerJson(vocab_size - 2,
+                           {"<bos>",
+                            "<eos>",
+                            {{TinyGemmaStartOfTurnId(vocab_size), "<start_of_turn>"},
+                             {TinyGemmaEndOfTurnId(vocab_size), "<end_of_turn>"}}});
+}
+
+namespace {
+
+std::string MakeTokenizerJson(int32_t vocab_size_hint, const SpecialTokens& special) {
   using Json = nlohmann::ordered_json;
   const auto& bytes = GetByteLevelTables().byte_to_utf8;
   Json vocab = Json::object();
@@ -123,15 +152,18 @@ std::string MakeTinyTokenizerJson(int32_t vocab_size_hint) {
     add_word(word);
   }
   for (int64_t i = 0; next_id < vocab_size_hint; ++i) add_word(MadeUpWord(i));
-  auto added = [](int32_t id, const char* content) {
+  auto added = [](int32_t id, const std::string& content) {
     return Json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
                 {"rstrip", false}, {"normalized", false}, {"special", true}};
   };
+  Json added_tokens = Json::array({added(kTinyBosId, special.bos), added(kTinyEosId, special.eos)});
+  for (const auto& [id, content] : special.extra) added_tokens.push_back(added(id, content));
+  const std::string bos = special.bos;
   Json tokenizer = {
       {"version", "1.0"},
       {"truncation", nullptr},
       {"padding", nullptr},
-      {"added_tokens", Json::array({added(kTinyBosId, "<s>"), added(kTinyEosId, "</s>")})},
+      {"added_tokens", added_tokens},
       {"normalizer", nullptr},
       {"pre_tokenizer",
        {{"type", "ByteLevel"},
@@ -140,17 +172,15 @@ std::string MakeTinyTokenizerJson(int32_t vocab_size_hint) {
         {"use_regex", true}}},
       {"post_processor",
        {{"type", "TemplateProcessing"},
-        {"single", Json::array({Json{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+        {"single", Json::array({Json{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
                                 Json{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-        {"pair", Json::array({Json{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+        {"pair", Json::array({Json{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
                               Json{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                              Json{{"SpecialToken", {{"id", "<s>"}, {"type_id", 1}}}},
+                              Json{{"SpecialToken", {{"id", bos}, {"type_id", 1}}}},
                               Json{{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
         {"special_tokens",
-         {{"<s>",
-           {{"id", "<s>"},
-            {"ids", Json::array({kTinyBosId})},
-            {"tokens", Json::array({"<s>"})}}}}}}},
+         {{bos,
+           {{"id", bos}, {"ids", Json::array({kTinyBosId})}, {"tokens", Json::array({bos})}}}}}}},
       {"decoder",
        {{"type", "ByteLevel"},
         {"add_prefix_space", true},
@@ -171,6 +201,8 @@ std::string MakeTinyTokenizerJson(int32_t vocab_size_hint) {
   return tokenizer.dump(2);
 }
 
+}  // namespace
+
 std::string MakeTinyTokenizerConfigJson() {
   nlohmann::ordered_json config = {
       {"add_bos_token", true},
@@ -184,6 +216,39 @@ std::string MakeTinyTokenizerConfigJson() {
        "{{ bos_token }}{% for message in messages %}"
        "{{ '<|' + message['role'] + '|>\\n\\n' + message['content'] | trim + eos_token }}"
        "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n\\n' }}{% endif %}"},
+  };
+  return config.dump(2);
+}
+
+std::string MakeTinyGemmaTokenizerConfigJson() {
+  nlohmann::ordered_json config = {
+      {"add_bos_token", true},
+      {"add_eos_token", false},
+      {"bos_token", "<bos>"},
+      {"eos_token", "<eos>"},
+      {"clean_up_tokenization_spaces", false},
+      {"model_max_length", 4096},
+      {"tokenizer_class", "PreTrainedTokenizerFast"},
+      {"chat_template",
+       "{{ bos_token }}"
+       "{%- if messages[0]['role'] == 'system' -%}"
+       "{%- set first_prefix = messages[0]['content'] | trim + '\\n\\n' -%}"
+       "{%- set turns = messages[1:] -%}"
+       "{%- else -%}"
+       "{%- set first_prefix = '' -%}"
+       "{%- set turns = messages -%}"
+       "{%- endif -%}"
+       "{%- for message in turns -%}"
+       "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+       "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') "
+       "}}"
+       "{%- endif -%}"
+       "{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}"
+       "{%- else -%}{%- set role = message['role'] -%}{%- endif -%}"
+       "{{ '<start_of_turn>' + role + '\\n' + (first_prefix if loop.first else '') + "
+       "message['content'] | trim + '<end_of_turn>\\n' }}"
+       "{%- endfor -%}"
+       "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"},
   };
   return config.dump(2);
 }

@@ -24,4 +24,19 @@ std::string MakeTinyTokenizerJson(int32_t vocab_size_hint);
 // template whose turns end with </s>.
 std::string MakeTinyTokenizerConfigJson();
 
+// The Gemma flavour of the tiny tokenizer (the gemma2 and gemma3_text presets): the same byte
+// BPE, with <bos> and <eos> at kTinyBosId and kTinyEosId, the words up to `vocab_size` - 3,
+// and the turn markers <start_of_turn> and <end_of_turn> as added special tokens at
+// TinyGemmaStartOfTurnId and TinyGemmaEndOfTurnId; the post-processor prepends <bos>.
+std::string MakeTinyGemmaTokenizerJson(int32_t vocab_size);
+inline int32_t TinyGemmaStartOfTurnId(int32_t vocab_size) { return vocab_size - 2; }
+inline int32_t TinyGemmaEndOfTurnId(int32_t vocab_size) { return vocab_size - 1; }
+
+// tokenizer_config.json of the Gemma flavour: bos_token <bos>, eos_token <eos> and a
+// Gemma-style chat template: turns are `<start_of_turn>ROLE\nTEXT<end_of_turn>\n` with the
+// assistant's role named `model`, a system message is put before the first user turn's text,
+// roles must alternate user/assistant (raise_exception otherwise), and the generation prompt
+// is `<start_of_turn>model\n`.
+std::string MakeTinyGemmaTokenizerConfigJson();
+
 }  // namespace kvserve::tokenizer

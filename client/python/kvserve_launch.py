@@ -37,6 +37,8 @@ LISTENING = re.compile(r"^kvserve listening on (.*):(\d+)$")
 # the URL only.
 METRICS_PORT = re.compile(r"metrics on http://\S+ \(port (\d+)\)"
                           r"|metrics on http://[^\s:]*:(\d+)/")
+# "OpenAI-compatible HTTP API on ADDR (port N)" (--http-listen).
+HTTP_PORT = re.compile(r"OpenAI-compatible HTTP API on \S+ \(port (\d+)\)")
 # Loopback calls never go through a proxy that the environment may name.
 CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)
 _HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -452,6 +454,13 @@ class KvserveProcess:
     def metrics_address(self):
         port = self.metrics_port
         return f"127.0.0.1:{port}" if port else None
+
+    @property
+    def http_port(self):
+        """The port of the OpenAI-compatible HTTP API (--http-listen) from the log, None
+        without one."""
+        match = HTTP_PORT.search(self.log_text())
+        return int(match.group(1)) if match else None
 
     def metrics_text(self, timeout_s=10):
         """The Prometheus page of the metrics endpoint (OSError when unreachable)."""

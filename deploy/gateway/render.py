@@ -31,17 +31,24 @@ def statefulset_replicas(statefulset, service, count, port):
     return [f"{statefulset}-{i}.{service}:{port}" for i in range(count)]
 
 
+HTTP_SECTION = re.compile(r"^ *# @HTTP_BEGIN@.*?# @HTTP_END@\n\n?", re.S | re.M)
+
+
 def render(template, replicas, listen, health_listen, runtime_dir, access_log, error_log,
-           worker_processes):
-    """The template with every placeholder filled; ValueError for a bad value."""
+           worker_processes, http_replicas=(), http_listen="0.0.0.0:8000"):
+    """The template with every placeholder filled; ValueError for a bad value. Without
+    `http_replicas` (the replicas' OpenAI-compatible HTTP addresses) the HTTP part is left
+    out."""
     if not replicas:
         raise ValueError("at least one replica is required")
-    for address in replicas:
+    http_replicas = list(http_replicas)
+    for address in replicas + http_replicas:
         if not ADDRESS.match(address):
             raise ValueError(f"replica address {address!r} is not HOST:PORT")
-    if len(set(replicas)) != len(replicas):
+    if len(set(replicas)) != len(replicas) or len(set(http_replicas)) != len(http_replicas):
         raise ValueError("a replica is listed twice")
-    for flag, value in (("--listen", listen), ("--health-listen", health_listen)):
+    for flag, value in (("--listen", listen), ("--health-listen", health_listen),
+                        ("--http-listen", http_listen)):
         if not LISTEN.match(value):
             raise ValueError(f"{flag} {value!r} is not [HOST:]PORT")
     for flag, value in (("--runtime-dir", runtime_dir), ("--access-log", access_log),
@@ -61,7 +68,15 @@ def render(template, replicas, listen, health_listen, runtime_dir, access_log, e
         "ACCESS_LOG": access_log,
         "ERROR_LOG": error_log,
         "WORKER_PROCESSES": worker_processes,
+        "HTTP_UPSTREAM_SERVERS": "\n".join(SERVER_LINE.format(address=a) for a in http_replicas),
+        "HTTP_LISTEN": http_listen,
     }
+    if not http_replicas:
+        template = HTTP_SECTION.sub("", template)
+    else:
+        template = template.replace("# @HTTP_BEGIN@ (render.py leaves this part out when no "
+                                    "replica HTTP port is given)\n    ", "")
+        template = template.replace("    # @HTTP_END@\n", "")
     unknown = sorted(set(PLACEHOLDER.findall(template)) - set(values))
     if unknown:
         raise ValueError(f"the template has unknown placeholders: {', '.join(unknown)}")
@@ -77,6 +92,12 @@ def main(argv=None):
     parser.add_argument("--service", help="the StatefulSet's headless Service")
     parser.add_argument("--replicas", type=int, help="the StatefulSet's replica count")
     parser.add_argument("--port", type=int, default=50051, help="the replicas' gRPC port")
+    parser.add_argument("--http-replica", action="append", default=[], metavar="HOST:PORT",
+                        help="a replica's OpenAI-compatible HTTP address (repeatable)")
+    parser.add_argument("--http-port", type=int,
+                        help="the StatefulSet replicas' HTTP port (--http-listen); none: no HTTP")
+    parser.add_argument("--http-listen", default="0.0.0.0:8000",
+                        help="HTTP address of the gateway's OpenAI-compatible API")
     parser.add_argument("--listen", default="0.0.0.0:8080", help="gRPC address of the gateway")
     parser.add_argument("--health-listen", default="0.0.0.0:8081",
                         help="HTTP address of /healthz and /stub_status")
@@ -94,11 +115,18 @@ def main(argv=None):
             parser.error("--statefulset, --service and --replicas go together")
         replicas += statefulset_replicas(args.statefulset, args.service, args.replicas,
                                          args.port)
+    http_replicas = list(args.http_replica)
+    if args.http_port is not None:
+        if not args.statefulset:
+            parser.error("--http-port goes with --statefulset")
+        http_replicas += statefulset_replicas(args.statefulset, args.service, args.replicas,
+                                              args.http_port)
     with open(args.template, encoding="utf-8") as f:
         template = f.read()
     try:
         text = render(template, replicas, args.listen, args.health_listen, args.runtime_dir,
-                      args.access_log, args.error_log, args.worker_processes)
+                      args.access_log, args.error_log, args.worker_processes, http_replicas,
+                      args.http_listen)
     except ValueError as error:
         parser.error(str(error))
     if args.out:

@@ -18,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "base/string_cat.h"
+#include "server/client_certificate.h"
 #include "server/logging.h"
 #include "server/metrics.h"
 
@@ -219,8 +220,13 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
 
   ~CallInterceptor() override {
     if (record_ == nullptr) return;
-    if (!closed_)
-      Close(grpc::Status(grpc::StatusCode::CANCELLED, "the call ended without a status"));
+    if (!closed_) {
+      // gRPC ends a call whose deadline passes without the handler's status.
+      const bool expired = context_->deadline() <= std::chrono::system_clock::now();
+      Close(expired ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                   "the call's deadline passed before it ended")
+                    : grpc::Status(grpc::StatusCode::CANCELLED, "the call ended without a status"));
+    }
     CallRegistry& calls = Calls();
     absl::MutexLock lock(&calls.mu);
     // A later call may have a context at the same address by now: remove only our own.
@@ -256,12 +262,21 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
               ? "no API key: send 'authorization: Bearer <key>' or a client certificate"
               : "no verified client certificate: this server takes the tenant from it");
     }
-    const std::vector<grpc::string_ref> names = auth->FindPropertyValues("x509_common_name");
-    if (names.size() != 1) {
-      return absl::UnauthenticatedError(
-          "the client certificate's subject has no single CN to name the tenant");
+    // gRPC's x509_common_name property holds the subject's first CN only: the certificate
+    // itself tells whether there are more.
+    const std::vector<grpc::string_ref> pems = auth->FindPropertyValues("x509_pem_cert");
+    if (pems.size() != 1) {
+      return absl::UnauthenticatedError("the client certificate cannot be read");
     }
-    const std::string cn(names[0].data(), names[0].size());
+    absl::StatusOr<std::string> common_name =
+        SubjectCommonName(std::string_view(pems[0].data(), pems[0].size()));
+    if (!common_name.ok()) return common_name.status();
+    const std::string& cn = *common_name;
+    if (cn == kDefaultTenant) {
+      return absl::UnauthenticatedError(
+          "the client certificate's subject CN 'default' is reserved (the tenant of calls "
+          "made without API keys)");
+    }
     if (!IsValidTenantName(cn)) {
       return absl::UnauthenticatedError(
           "the client certificate's subject CN is not a tenant name (1 to 64 characters of "
@@ -284,8 +299,12 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
     if (identification_->enabled()) {
       const std::string_view authorization = MetadataValue(metadata, kAuthorizationMetadata);
       absl::StatusOr<Principal> caller;
-      if (identification_->keys != nullptr &&
-          (!authorization.empty() || !identification_->tenant_from_client_cert)) {
+      if (metadata.count(grpc::string_ref(kAuthorizationMetadata)) > 1) {
+        // Which one would decide is the proxy's or the client's guess: none does.
+        caller = absl::UnauthenticatedError(
+            "more than one 'authorization' metadata value: send one 'authorization: Bearer KEY'");
+      } else if (identification_->keys != nullptr &&
+                 (!authorization.empty() || !identification_->tenant_from_client_cert)) {
         caller = identification_->keys->Authenticate(
             authorization.empty() ? std::nullopt : std::optional<std::string_view>(authorization));
       } else {
@@ -364,10 +383,12 @@ class CallInterceptor final : public grpc::experimental::Interceptor {
 
 grpc::experimental::Interceptor* CallTracker::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
-  // "/kvserve.v1.Generation/Generate"; health and reflection are not ours to log.
+  // "/kvserve.v1.Generation/Generate", and the vLLM engine protocol kvserve serves
+  // (server/vllm_api/); health and reflection are not ours to log.
   const std::string_view path = info->method() != nullptr ? info->method() : "";
   constexpr std::string_view kOurs = "/kvserve.";
-  if (!path.starts_with(kOurs)) return nullptr;
+  constexpr std::string_view kVllmEngine = "/vllm.grpc.engine.";
+  if (!path.starts_with(kOurs) && !path.starts_with(kVllmEngine)) return nullptr;
   const size_t slash = path.rfind('/');
   const std::string_view service = path.substr(1, slash - 1);
   const std::string_view name = path.substr(slash + 1);
@@ -382,7 +403,8 @@ grpc::experimental::Interceptor* CallTracker::CreateServerInterceptor(
                                /*known=*/false, /*generation=*/false);
   }
   const bool generation =
-      service == "kvserve.v1.Generation" && (name == "Generate" || name == "GenerateStream");
+      (service == "kvserve.v1.Generation" && (name == "Generate" || name == "GenerateStream")) ||
+      (service == "vllm.grpc.engine.VllmEngine" && name == "Generate");
   return new CallInterceptor(info, metrics_, &identification_, method->name(), /*known=*/true,
                              generation);
 }

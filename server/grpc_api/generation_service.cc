@@ -91,7 +91,7 @@ absl::StatusOr<GenerationRequest> ParseGenerate(grpc::CallbackServerContext* con
   if (served == nullptr) return ModelLoadingError();
   const absl::Time arrival = served->clock->Now();
   v1::GenerateRequest request;
-  absl::Status wire = ParseWireMessage(raw, &request);
+  absl::Status wire = ParseCallRequest(*context, raw, &request);
   if (!wire.ok()) return wire;
   const BuildContext build_context{.deadline = ClientDeadline(*context),
                                    .cancelled = [context] { return context->IsCancelled(); },

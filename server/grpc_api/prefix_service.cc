@@ -69,7 +69,7 @@ grpc::ServerUnaryReactor* PrefixService::RegisterPrefix(grpc::CallbackServerCont
   const ServedPrefixes* served = served_.get();
   try {
     v1::RegisterPrefixRequest request;
-    absl::Status wire = ParseWireMessage(*raw_request, &request);
+    absl::Status wire = ParseCallRequest(*context, *raw_request, &request);
     if (!wire.ok()) {
       parsed = wire;
     } else if (served == nullptr) {
@@ -154,7 +154,7 @@ grpc::ServerUnaryReactor* PrefixService::DeletePrefix(grpc::CallbackServerContex
   }
   v1::DeletePrefixRequest request;
   const ServedPrefixes* served = served_.get();
-  absl::Status parsed = ParseWireMessage(*raw_request, &request);
+  absl::Status parsed = ParseCallRequest(*context, *raw_request, &request);
   if (parsed.ok() && served == nullptr) parsed = ModelLoadingError();
   if (!parsed.ok()) {
     reactor->Finish(ToGrpcStatus(parsed));

@@ -64,7 +64,7 @@ grpc::ServerUnaryReactor* AnswerOnEngine(grpc::CallbackServerContext* context,
   absl::StatusOr<EngineWork<Response>> work = absl::UnavailableError("");
   try {
     Request request;
-    absl::Status parsed = ParseWireMessage(*raw_request, &request);
+    absl::Status parsed = ParseCallRequest(*context, *raw_request, &request);
     if (parsed.ok() && served == nullptr) parsed = ModelLoadingError();
     work = parsed.ok() ? prepare(request) : absl::StatusOr<EngineWork<Response>>(parsed);
   } catch (const std::exception& e) {

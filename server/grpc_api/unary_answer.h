@@ -37,7 +37,7 @@ grpc::ServerUnaryReactor* AnswerUnary(grpc::CallbackServerContext* context,
   try {
     Request request;
     Response response;
-    absl::Status s = ParseWireMessage(*raw_request, &request);
+    absl::Status s = ParseCallRequest(*context, *raw_request, &request);
     if (s.ok()) s = std::forward<Handle>(handle)(request, &response);
     if (s.ok()) s = SerializeWireMessage(response, raw_response);
     status = ToGrpcStatus(s);

@@ -238,7 +238,7 @@ class KvCacheManagerTest : public ::testing::Test {
 
   // The named prefixes' events heard so far, drained from `m`'s log.
   const std::vector<Event>& Heard(KvCacheManager& m) {
-    for (const PrefixEvent& e : m.DrainPrefixEvents()) {
+    for (const PrefixEvent& e : m.prefix_store().events().Drain()) {
       if (!e.named || e.cause == RemovalCause::kReplaced) continue;
       Event event{.name = e.name, .had_snapshot = e.kind == PrefixEventKind::kStored};
       if (e.kind == PrefixEventKind::kStored) {
@@ -1019,7 +1019,7 @@ TEST_F(KvCacheManagerTest, OutOfMemoryWithFaultInjection) {
   EXPECT_EQ(*action.victim, 2);
   EXPECT_EQ(action.reason,
             "out of KV memory even with every cache offloaded: this request holds 24576 bytes of "
-            "KV and its step needed more (budget 1048576 bytes, in use 0)");
+            "KV and its step needed more (budget 1048576 bytes, --kv-device-bytes)");
   EXPECT_EQ(m->Stats().injected_faults, 4);
   EXPECT_EQ(m->Stats().num_offload_fallbacks, 2);
 }

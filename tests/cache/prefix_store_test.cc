@@ -22,6 +22,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using Tokens = std::vector<int32_t>;
 
 constexpr char kModel[] = "model-a";
@@ -106,6 +107,28 @@ TEST_F(PrefixStoreTest, CreateValidatesOptions) {
   absl::StatusOr<std::unique_ptr<PrefixStore>> real = PrefixStore::Create(StoreOptions(100));
   ASSERT_TRUE(real.ok());
   EXPECT_EQ((*real)->options().budget_bytes, 100);
+}
+
+TEST_F(PrefixStoreTest, ListEntriesShowsNamedAndAutomaticWithTheLogNumber) {
+  auto store = Make(1000);
+  ASSERT_TRUE(store->PutNamed("acme/sys", Snap({1, 2, 3})).ok());
+  ASSERT_TRUE(store->PutAutomatic("acme", Snap({7, 8, 9, 10})));
+  StoreListing listing = store->ListEntries();
+  // The log's "cleared", then the two puts.
+  EXPECT_EQ(listing.sequence, 3u);
+  ASSERT_EQ(listing.entries.size(), 2u);
+  EXPECT_TRUE(listing.entries[0].named);
+  EXPECT_EQ(listing.entries[0].name, "acme/sys");
+  EXPECT_EQ(listing.entries[0].space, "acme");
+  EXPECT_EQ(listing.entries[0].tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_FALSE(listing.entries[1].named);
+  EXPECT_EQ(listing.entries[1].space, "acme");
+  EXPECT_EQ(listing.entries[1].tokens, (std::vector<int32_t>{7, 8, 9, 10}));
+  EXPECT_LT(listing.entries[0].entry_id, listing.entries[1].entry_id);
+  ASSERT_TRUE(store->DeleteNamed("acme/sys"));
+  listing = store->ListEntries();
+  EXPECT_EQ(listing.sequence, 4u);
+  EXPECT_EQ(listing.entries.size(), 1u);
 }
 
 TEST_F(PrefixStoreTest, PutNamedThenGetAndInfo) {
@@ -271,7 +294,8 @@ TEST_F(PrefixStoreTest, PinnedAndReferencedEntriesAreNeverEvicted) {
   // 64 bytes needed; 4 free + 32 from [5 5]: refused, nothing changed.
   absl::StatusOr<PrefixInfo> big = store->PutNamed("big", Snap({7, 7, 7, 7}));
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(big.status().message(), HasSubstr("needs 64 bytes but at most 36"));
+  EXPECT_THAT(std::string(big.status().message()),
+              HasSubstr("needs 64 bytes but the prefix cache (budget 100 bytes, "));
   EXPECT_FALSE(store->PutAutomatic(kSharedSpace, Snap({8, 8, 8, 8})));
   EXPECT_EQ(store->stats().evictions, 2);
   EXPECT_EQ(store->stats().bytes_used, 96);
@@ -289,6 +313,22 @@ TEST_F(PrefixStoreTest, PinnedAndReferencedEntriesAreNeverEvicted) {
   // A snapshot larger than the budget never fits.
   EXPECT_EQ(store->PutNamed("huge", Snap(Tokens(7, 1))).status().code(),
             absl::StatusCode::kResourceExhausted);
+}
+
+// A refusal names the budget and the caller's own bytes, never what other tenants hold or the
+// whole cache's use (issue 27 item 16).
+TEST_F(PrefixStoreTest, ARefusalShowsOnlyTheCallersOwnBytes) {
+  auto store = Make(10 * kBytesPerToken);
+  ASSERT_TRUE(store->PutNamed("bob/x", Snap({1, 1, 1, 1, 1, 1, 1})).ok());  // 112 bytes, pinned
+  ASSERT_TRUE(store->PutNamed("alice/a", Snap({2, 2})).ok());               // 32 bytes, pinned
+  absl::StatusOr<PrefixInfo> refused = store->PutNamed("alice/b", Snap({3, 3, 3, 3}));
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string message(refused.status().message());
+  EXPECT_THAT(message, HasSubstr("needs 64 bytes"));
+  EXPECT_THAT(message, HasSubstr("budget 160 bytes, 32 held by this namespace"));
+  EXPECT_THAT(message, Not(HasSubstr("112")));  // bob's bytes
+  EXPECT_THAT(message, Not(HasSubstr("144")));  // the cache's use
+  EXPECT_THAT(message, Not(HasSubstr("at most 16")));
 }
 
 TEST_F(PrefixStoreTest, ReplacementFreesTheOldBytesFirst) {

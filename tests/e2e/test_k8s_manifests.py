@@ -232,25 +232,35 @@ class ManifestTest(unittest.TestCase):
                 self.assertEqual(conf, rendered, "run deploy/k8s/base/gateway/render.sh")
                 self.assertIn("entrypoint.sh", config["data"])
                 # Its upstream is the StatefulSet's pods, by their stable names, on the gRPC port.
-                servers = re.findall(r"^\s*server (\S+) max_fails=", conf, re.M)
+                grpc_conf, http_conf = conf.split("upstream kvserve_http")
+                servers = re.findall(r"^\s*server (\S+) max_fails=", grpc_conf, re.M)
                 spec = statefulset["spec"]
                 grpc_port = container_port(container, "grpc")
                 self.assertEqual(servers, [f"{statefulset['metadata']['name']}-{i}."
                                            f"{spec['serviceName']}:{grpc_port}"
                                            for i in range(spec["replicas"])])
+                # The OpenAI-compatible HTTP API: the same pods on their HTTP port.
+                http_servers = re.findall(r"^\s*server (\S+) max_fails=", http_conf, re.M)
+                http_port = container_port(container, "http")
+                self.assertIn(f"--http-listen=0.0.0.0:{http_port}", container["args"])
+                self.assertEqual(http_servers, [f"{statefulset['metadata']['name']}-{i}."
+                                                f"{spec['serviceName']}:{http_port}"
+                                                for i in range(spec["replicas"])])
                 self.assertIn("hash $http_x_kvserve_route consistent;", conf)
                 # It listens where its ports, probes and Service say.
                 listen = re.search(r"^\s*listen (\S+) http2;", conf, re.M).group(1)
                 self.assertEqual(container_port(nginx, "grpc"), int(listen.rsplit(":", 1)[-1]))
-                health = re.search(r"^\s*listen (\S+);", conf, re.M).group(1)
+                http_listen, health = re.findall(r"^\s*listen (\S+);", conf, re.M)
+                self.assertEqual(container_port(nginx, "http"),
+                                 int(http_listen.rsplit(":", 1)[-1]))
                 for probe in ("readinessProbe", "livenessProbe"):
                     self.assertEqual(nginx[probe]["httpGet"]["path"], "/healthz")
                     self.assertEqual(probe_port(nginx, probe), int(health.rsplit(":", 1)[-1]))
                 service = find(objects, "Service", "kvserve")
                 self.assertTrue(selects({"matchLabels": service["spec"]["selector"]},
                                         deployment["spec"]["template"]["metadata"]["labels"]))
-                (port,) = service["spec"]["ports"]
-                self.assertEqual(port["targetPort"], "grpc")
+                ports = {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}
+                self.assertEqual(ports, {"grpc": "grpc", "http": "http"})
                 # The entrypoint gets the mounted configuration and a writable runtime dir.
                 mount = {m["name"]: m["mountPath"] for m in nginx["volumeMounts"]}
                 self.assertEqual(nginx["command"][-2],

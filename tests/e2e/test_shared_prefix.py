@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """End-to-end test of shared prefix segments (CacheOptions.prefix_kv_mode, --prefix-kv-mode).
 
-One kvserve process per tiny model (llama, mistral with its sliding window, qwen3, phi3; made by
-kvserve-make-model) serves every request twice, with the prefix read in place ("shared") and
+One kvserve process per tiny model (llama, mistral with its sliding window, qwen3, phi3, gemma2
+with soft-capped scores and sliding layers, gemma3; made by kvserve-make-model) serves every request twice, with the prefix read in place ("shared") and
 deep-copied ("copy"): greedy tokens are identical and log-probabilities within float32
 summation error, with a named prefix, an automatic prefix, beams and a session's first turn on a
 named prefix; cache_report.prefix_kv_mode says which mode served (strategies that keep the copy
 say "copy"). On llama: a stream cancelled mid-way, and a named prefix deleted while a stream
-reads it, leave the K/V bytes in use where they were. Run:
+reads it, leave the K/V bytes in use where they were; N concurrent streams on one prefix add
+their tails to kvserve_kv_device_bytes_used in the shared mode, N copies in the copy mode. Run:
   test_shared_prefix.py --kvserve build/server/kvserve \
       --make-model build/model/kvserve-make-model
 with PYTHONPATH=<build>/proto/python.
@@ -43,7 +44,10 @@ LOGPROB_TOLERANCE = 1e-4
 PREFIX = [(i * 37 + 11) % 250 + 3 for i in range(48)]
 # What a dynamic cache's prefix becomes in the shared mode: read in place by every layer (the
 # tiny mistral's sliding layers read the part of it their window keeps).
-SHARED_REPORT = {"llama": "shared", "mistral": "shared", "qwen3": "shared", "phi3": "shared"}
+SHARED_REPORT = {"llama": "shared", "mistral": "shared", "qwen3": "shared", "phi3": "shared",
+                 "gemma2": "shared", "gemma3": "shared"}
+# Models with sliding layers keep no automatic prefix entries.
+SLIDING = {"mistral", "gemma2", "gemma3"}
 
 
 def own_tokens(salt, n=8):
@@ -120,9 +124,7 @@ class SharedPrefixTest(unittest.TestCase):
         self.assert_same(shared, copied, f"{arch} named prefix")
         # An automatic prefix: a prompt kept by an earlier request (models with sliding layers
         # keep no automatic entries).
-        head = own_tokens(2, 24)
-        if arch == "mistral":
-            head = []
+        head = [] if arch in SLIDING else own_tokens(2, 24)
         if head:
             server.generate(server.request("copy", head, max_new=1))
             tail = head + own_tokens(3, 6)
@@ -159,6 +161,37 @@ class SharedPrefixTest(unittest.TestCase):
 
     def test_phi3(self):
         self.check_arch("phi3")
+
+    def test_gemma2(self):
+        self.check_arch("gemma2")
+
+    def test_gemma3(self):
+        self.check_arch("gemma3")
+
+    def test_concurrent_requests_count_the_prefix_once(self):
+        server = self.server("llama")
+        n = 4
+        before = server.kv_bytes_used()
+        server.register("long", [(i * 29 + 5) % 250 + 3 for i in range(600)])
+        prefix_bytes = server.kv_bytes_used() - before
+        self.assertGreater(prefix_bytes, 0)
+        grown = {}
+        for mode in ("shared", "copy"):
+            base = server.kv_bytes_used()
+            calls = [server.gen.GenerateStream(
+                server.request(mode, own_tokens(20 + i), prefix="long", max_new=3000,
+                               logprobs=False), timeout=CALL_TIMEOUT_S) for i in range(n)]
+            for call in calls:  # every stream admitted and decoding
+                self.assertTrue(next(call).token_ids)
+            grown[mode] = server.kv_bytes_used() - base
+            for call in calls:
+                call.cancel()
+            server.generate(server.request("shared", own_tokens(30), prefix="sys", max_new=2))
+            self.wait_for_bytes(server, base)
+        # Shared: N tails of a few granules, less than one more prefix. Copy: N prefixes.
+        self.assertGreater(grown["shared"], 0)
+        self.assertLess(grown["shared"], prefix_bytes)
+        self.assertGreaterEqual(grown["copy"], n * prefix_bytes)
 
     def test_static_and_quantized_keep_the_copy(self):
         server = self.server("llama")

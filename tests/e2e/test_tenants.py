@@ -15,9 +15,15 @@ names the admins); a valid key decides over the certificate.
 - a session belongs to its tenant: another tenant's Get/Close/Rollback/turn is NOT_FOUND;
 - --tenant-max-prefix-bytes, --tenant-max-running-requests, --tenant-max-queued-requests
   limit one tenant without holding back another;
+- with a keys file and none of those flags, fair shares (issue 27 item 15): a tenant asking
+  for sessions with a 2^40 s TTL holds a quarter of --max-sessions, each capped to
+  --session-max-ttl-seconds, and another tenant still gets one; a tenant filling the prefix
+  cache is refused at its share, and another still registers as much;
+- a keys file naming the tenant "default" is refused at start-up (exit 2, naming it);
 - --state-dir keeps namespaces and shared prefixes across a restart;
 - without keys everyone is the admin tenant "default" (as before);
-- mutual TLS: certificate CNs are tenants, named in the access log (skipped without openssl).
+- mutual TLS: certificate CNs are tenants, named in the access log; a certificate with two CNs
+  is UNAUTHENTICATED (skipped without openssl).
 
 Needs PYTHONPATH=<build>/proto/python; run: test_tenants.py --kvserve build/server/kvserve
 """
@@ -25,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -376,6 +383,75 @@ class LimitsTest(KeysServerTest):
         self.assertGreater(replies[0].timings.queue_ms, 0.5 * messages[-1].timings.decode_ms)
 
 
+FAIR_PREFIX_CACHE = 8 << 20
+
+
+class FairShareTest(KeysServerTest):
+    """A keys file and no --tenant-max-* flag: each limit is a fair share, the global one / (3
+    tenants + 1), so that no tenant can deny the others service (issue 27 item 15)."""
+    flags = ("--max-sessions", "8", "--prefix-cache-bytes", str(FAIR_PREFIX_CACHE))
+
+    def create(self, client, ttl_seconds=0):
+        return client.sessions.CreateSession(
+            ses.CreateSessionRequest(options=ses.SessionOptions(ttl_seconds=ttl_seconds)),
+            metadata=client.md(), timeout=CALL_TIMEOUT_S).id
+
+    def close(self, client, sid):
+        client.sessions.CloseSession(ses.CloseSessionRequest(id=sid), metadata=client.md(),
+                                     timeout=CALL_TIMEOUT_S)
+
+    def test_one_tenant_cannot_hold_every_session(self):
+        alice, bob, ops = self.alice, self.bob, self.ops
+        held = []
+        refusal = None
+        for _ in range(8):  # --max-sessions: without a per-tenant limit alice takes all 8
+            try:
+                held.append(self.create(alice, ttl_seconds=1 << 40))
+            except grpc.RpcError as error:
+                refusal = error
+                break
+        self.assertEqual(len(held), 2, "a quarter of --max-sessions 8")
+        self.assertIsNotNone(refusal)
+        self.assertEqual(refusal.code(), EXHAUSTED, refusal.details())
+        self.assertIn("--tenant-max-sessions 2", refusal.details())
+        self.assertIn("this tenant has 2 sessions open", refusal.details())
+        # The TTL asked for (2^40 s) is capped by --session-max-ttl-seconds (24 h).
+        state = alice.sessions.GetSession(ses.GetSessionRequest(id=held[0]), metadata=alice.md(),
+                                          timeout=CALL_TIMEOUT_S)
+        self.assertEqual(state.options.ttl_seconds, 86400)
+        # The others still get theirs.
+        for client in (bob, ops):
+            sid = self.create(client)
+            self.close(client, sid)
+        for sid in held:
+            self.close(alice, sid)
+        self.close(alice, self.create(alice))
+
+    def test_one_tenant_cannot_fill_the_prefix_cache(self):
+        alice, bob = self.alice, self.bob
+        first = alice.register("fill-0", ids(40, 64))
+        share = FAIR_PREFIX_CACHE // 4
+        self.assertLess(first.bytes, share // 4)
+        names = ["fill-0"]
+        refusal = None
+        for i in range(1, FAIR_PREFIX_CACHE // first.bytes + 2):
+            try:
+                names.append(alice.register(f"fill-{i}", ids(40 + i, 64)).name)
+            except grpc.RpcError as error:
+                refusal = error
+                break
+        self.assertIsNotNone(refusal, "alice filled the whole prefix cache")
+        self.assertEqual(refusal.code(), EXHAUSTED, refusal.details())
+        self.assertIn("--tenant-max-prefix-bytes", refusal.details())
+        self.assertLessEqual(len(names) * first.bytes, share)
+        # bob registers as much as alice could.
+        for i in range(len(names)):
+            bob.register(f"fill-{i}", ids(140 + i, 64))
+        for i in range(len(names)):
+            alice.delete(f"fill-{i}")
+            bob.delete(f"fill-{i}")
+
+
 class StateDirTest(unittest.TestCase):
 
     def test_a_restart_keeps_namespaces_and_shared_prefixes(self):
@@ -423,6 +499,16 @@ class DefaultTenantTest(unittest.TestCase):
             self.assertEqual(rpc_error(lambda: client.get("everyone")).code(), NOT_FOUND)
         finally:
             stop(server)
+
+    def test_a_keys_file_cannot_name_the_default_tenant(self):
+        # What was registered without keys lives in the tenant "default": no key may own it.
+        with tempfile.TemporaryDirectory(prefix="kvserve-default-tenant-") as folder:
+            keys = write_api_keys_file(os.path.join(folder, "keys.yaml"),
+                                       [("usurper-secret", "default", "user")])
+            done = refused_start(PATHS["kvserve"], ["--threads", "1", "--listen", "127.0.0.1:0",
+                                                    "--api-keys-file", keys])
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn("keys[0].tenant: 'default' is reserved", done.stderr)
 
 
 @unittest.skipIf(shutil.which("openssl") is None, "no openssl command to make certificates")
@@ -490,6 +576,27 @@ class CertificateTenantsTest(unittest.TestCase):
                          NOT_FOUND)
         self.assertEqual(self.client("bob", "dave-secret").get("dave-notes").num_tokens, 10)
         dave_over_alice.delete("dave-notes")
+
+    def test_a_certificate_with_two_cns_is_refused(self):
+        # gRPC reports the first CN only ("alice"): which one names the tenant would be a guess.
+        def openssl(*args):
+            subprocess.run(["openssl", *args], cwd=self.certs.folder, check=True,
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+
+        openssl("req", "-config", "openssl.cnf", "-new", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "two-cns.key", "-out",
+                "two-cns.csr", "-subj", "/CN=alice/CN=mallory")
+        openssl("x509", "-req", "-in", "two-cns.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", "two-cns.crt", "-days", "2", "-extfile",
+                "openssl.cnf", "-extensions", "client")
+        channel = open_channel(self.server.target, self.certs.path("ca.crt"),
+                               self.certs.path("two-cns.crt"), self.certs.path("two-cns.key"))
+        try:
+            error = rpc_error(lambda: Client(channel).get("cert-notes"))
+            self.assertEqual(error.code(), grpc.StatusCode.UNAUTHENTICATED, error.details())
+            self.assertIn("more than one CN", error.details())
+        finally:
+            channel.close()
 
     def test_cert_tenants_need_a_client_ca(self):
         done = refused_start(PATHS["kvserve"], ["--threads", "1", "--listen", "127.0.0.1:0",

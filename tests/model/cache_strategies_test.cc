@@ -1,6 +1,6 @@
 // Every cache strategy generates what the dynamic cache generates: static, offloaded and
-// offloaded_static exactly (tokens, logits within 1e-4 in float32), quantized (hqq int8, fp8)
-// the same first 8 greedy tokens.
+// offloaded_static exactly (tokens, logits within 1e-4 in float32; Gemma 2 and 3 too), quantized
+// (hqq int8, fp8) the same first 8 greedy tokens; no cache (cold) what each cache does.
 #include <gtest/gtest.h>
 
 #include "cache/cache_factory.h"
@@ -64,18 +64,19 @@ TEST_P(ExactStrategyTest, MatchesDynamicCache) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, ExactStrategyTest, ::testing::ValuesIn([] {
-                           std::vector<StrategyCase> cases;
-                           for (const char* arch : {"llama", "mistral", "qwen3"}) {
-                             for (const char* impl : {"static", "offloaded", "offloaded_static"}) {
-                               // A short prompt, and one longer than the mistral preset's sliding
-                               // window.
-                               for (int length : {5, 40}) cases.push_back({arch, impl, length});
-                             }
-                           }
-                           return cases;
-                         }()),
-                         CaseName);
+INSTANTIATE_TEST_SUITE_P(
+    TinyModels, ExactStrategyTest, ::testing::ValuesIn([] {
+      std::vector<StrategyCase> cases;
+      for (const char* arch : {"llama", "mistral", "qwen3", "gemma2", "gemma3"}) {
+        for (const char* impl : {"static", "offloaded", "offloaded_static"}) {
+          // A short prompt, and one longer than the mistral preset's sliding
+          // window.
+          for (int length : {5, 40}) cases.push_back({arch, impl, length});
+        }
+      }
+      return cases;
+    }()),
+    CaseName);
 
 class QuantizedStrategyTest : public ::testing::TestWithParam<std::string> {};
 
@@ -108,6 +109,38 @@ TEST(QuantizedStrategyRefusalTest, SlidingModelsAreRefused) {
   GenerateOptions options;
   auto result = GenerateWith(*model, Prompt(4), "quantized", {}, options);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(QuantizedStrategyRefusalTest, GemmaIsRefusedNamingTheStrategyAndLayerType) {
+  for (const char* arch : {"gemma2", "gemma3"}) {
+    auto model = LoadTinyModel(arch, "tiny");
+    ASSERT_NE(model, nullptr);
+    auto result = GenerateWith(*model, Prompt(4), "quantized", {}, GenerateOptions());
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << arch;
+    EXPECT_EQ(result.status().message(),
+              "cache_implementation 'quantized' supports only full_attention layers; layer 0 is "
+              "sliding_attention")
+        << arch;
+  }
+}
+
+// Cold (no cache: every step recomputes the whole sequence) and cached decoding agree for the
+// Gemma presets, past their sliding window of 16.
+TEST(NoCacheStrategyTest, GemmaColdMatchesEveryCache) {
+  for (const char* arch : {"gemma2", "gemma3"}) {
+    auto model = LoadTinyModel(arch, "tiny");
+    ASSERT_NE(model, nullptr);
+    GenerateOptions options;
+    options.max_new_tokens = 10;
+    options.ignore_eos = true;
+    auto cold = Generate(*model, Prompt(20), nullptr, options);
+    ASSERT_TRUE(cold.ok()) << cold.status();
+    for (const char* impl : {"dynamic", "static", "offloaded", "offloaded_static"}) {
+      auto cached = GenerateWith(*model, Prompt(20), impl, {}, options);
+      ASSERT_TRUE(cached.ok()) << arch << " " << impl << ": " << cached.status();
+      EXPECT_EQ(cached->tokens, cold->tokens) << arch << " " << impl;
+    }
+  }
 }
 
 TEST(NoCacheStrategyTest, UseCacheFalseMatchesDynamic) {

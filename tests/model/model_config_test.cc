@@ -351,16 +351,17 @@ TEST(ModelConfigTest, MissingRequiredFieldsAreNamed) {
   Json json = BaseConfig("llama");
   json.erase("model_type");
   ExpectError(json,
-              "required field 'model_type' is missing; supported: llama, mistral, phi3, "
-              "qwen2, qwen3");
+              "required field 'model_type' is missing; supported: gemma2, gemma3_text, llama, "
+              "mistral, phi3, qwen2, qwen3");
 }
 
 TEST(ModelConfigTest, UnknownModelTypeListsSupported) {
   ExpectError(BaseConfig("gpt2"),
-              "model_type 'gpt2' is not supported; supported: llama, "
+              "model_type 'gpt2' is not supported; supported: gemma2, gemma3_text, llama, "
               "mistral, phi3, qwen2, qwen3");
   EXPECT_EQ(ModelConfig::SupportedModelTypes(),
-            (std::vector<std::string>{"llama", "mistral", "phi3", "qwen2", "qwen3"}));
+            (std::vector<std::string>{"gemma2", "gemma3_text", "llama", "mistral", "phi3", "qwen2",
+                                      "qwen3"}));
 }
 
 TEST(ModelConfigTest, InconsistentSizesAreNamed) {
@@ -500,6 +501,93 @@ TEST(ModelConfigTest, HostileJsonDoesNotEndTheProcess) {
   json["hidden_size"] = std::string(1000, 'x');
   ExpectError(json, "field 'hidden_size' must be an integer, got a string \"" +
                         std::string(63, 'x') + "...");
+}
+
+TEST(ModelConfigTest, Gemma2Defaults) {
+  ModelConfig c = ParseOk(BaseConfig("gemma2"));
+  EXPECT_TRUE(c.gemma);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.max_position_embeddings, 8192);
+  EXPECT_EQ(c.query_pre_attn_scalar, 256);
+  EXPECT_EQ(c.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(c.final_logit_softcapping, 30.0);
+  EXPECT_EQ(c.rope_local_base_freq, std::nullopt);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.sliding_window, 4096);
+  // Sliding first, then alternating.
+  EXPECT_EQ(c.layer_types, (std::vector<LayerType>{kSliding, kFull, kSliding, kFull}));
+  EXPECT_EQ(c.LayerSpecs()[0], (LayerSpec{kSliding, 4096}));
+  EXPECT_EQ(c.LayerSpecs()[1], (LayerSpec{kFull, 0}));
+  ExpectRoundTrip(c);
+
+  // An explicit null turns a cap off (absent means Gemma 2's default).
+  Json json = BaseConfig("gemma2");
+  json["attn_logit_softcapping"] = nullptr;
+  json["final_logit_softcapping"] = 20.5;
+  json["query_pre_attn_scalar"] = 144;
+  json["sliding_window"] = 8;
+  c = ParseOk(json);
+  EXPECT_EQ(c.attn_logit_softcapping, std::nullopt);
+  EXPECT_EQ(c.final_logit_softcapping, 20.5);
+  EXPECT_EQ(c.query_pre_attn_scalar, 144);
+  EXPECT_EQ(c.LayerSpecs()[0], (LayerSpec{kSliding, 8}));
+  ExpectRoundTrip(c);
+
+  json["final_logit_softcapping"] = 0;
+  ExpectError(json, "field 'final_logit_softcapping' must be positive, got 0");
+  json["final_logit_softcapping"] = nullptr;
+  json["hidden_activation"] = "silu";
+  ExpectError(json,
+              "field 'hidden_activation' value 'silu' is not supported for gemma2; supported: "
+              "gelu_pytorch_tanh");
+}
+
+TEST(ModelConfigTest, Gemma3TextDefaultsAndPattern) {
+  Json json = BaseConfig("gemma3_text");
+  json["num_hidden_layers"] = 12;
+  ModelConfig c = ParseOk(json);
+  EXPECT_TRUE(c.gemma);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.attn_logit_softcapping, std::nullopt);
+  EXPECT_EQ(c.final_logit_softcapping, std::nullopt);
+  EXPECT_EQ(c.rope_theta, 1000000.0);
+  EXPECT_EQ(c.rope_local_base_freq, 10000.0);
+  // Every sixth layer is full.
+  std::vector<LayerType> expected(12, kSliding);
+  expected[5] = expected[11] = kFull;
+  EXPECT_EQ(c.layer_types, expected);
+  ExpectRoundTrip(c);
+
+  json["sliding_window_pattern"] = 3;
+  json["rope_local_base_freq"] = 5000.0;
+  c = ParseOk(json);
+  EXPECT_EQ(c.layer_types[2], kFull);
+  EXPECT_EQ(c.layer_types[3], kSliding);
+  EXPECT_EQ(c.rope_local_base_freq, 5000.0);
+  ExpectRoundTrip(c);
+
+  // Transformers v5: RoPE parameters per layer type.
+  Json v5 = BaseConfig("gemma3_text");
+  v5["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 20000.0}}}};
+  c = ParseOk(v5);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_local_base_freq, 20000.0);
+  ExpectRoundTrip(c);
+  v5["rope_parameters"]["sliding_attention"]["rope_type"] = "linear";
+  v5["rope_parameters"]["sliding_attention"]["factor"] = 2.0;
+  ExpectError(v5, "field 'rope_parameters.sliding_attention.rope_type' must be default");
+
+  json["sliding_window_pattern"] = 0;
+  ExpectError(json, "field 'sliding_window_pattern' must be positive, got 0");
+  json["sliding_window_pattern"] = nullptr;
+  json["rope_local_base_freq"] = -1.0;
+  ExpectError(json, "field 'rope_local_base_freq' must be positive, got -1");
 }
 
 TEST(ModelConfigTest, EveryModelTypeRoundTrips) {

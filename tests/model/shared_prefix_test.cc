@@ -1,7 +1,8 @@
 // A prefix read in place (shared segment) generates what a copied prefix generates: greedy
 // tokens identical and logits within float32 summation error, on llama, mistral (sliding
-// window), qwen3 and phi3 tiny models, alone, batched, with beams and after a crop into the
-// prefix; and the attention kernels over a segmented view equal those over the joined view.
+// window), qwen3, phi3, gemma2 (soft-capped scores, sliding and global layers) and gemma3 tiny
+// models, alone, batched, with beams and after a crop into the prefix; and the attention
+// kernels over a segmented view (soft-capped or not) equal those over the joined view.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -163,7 +164,8 @@ TEST_P(SharedPrefixModelTest, BeamRowsShareThePrefixAndMatchTheCopy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, SharedPrefixModelTest,
-                         ::testing::Values("llama", "mistral", "qwen3", "phi3"));
+                         ::testing::Values("llama", "mistral", "qwen3", "phi3", "gemma2",
+                                           "gemma3"));
 
 // The kernels over a view split into a shared prefix segment and own columns equal those over
 // the same columns joined into one tensor.
@@ -181,22 +183,27 @@ TEST(SegmentedAttentionTest, KernelsEqualTheJoinedView) {
                                                {cache::LayerType::kSlidingAttention, 20},
                                                {cache::LayerType::kChunkedAttention, 16}};
   for (const cache::LayerSpec& spec : specs) {
-    SCOPED_TRACE(static_cast<int>(spec.type));
-    for (int64_t n : {1, 3, 29}) {
-      const int64_t q_start = prefix + own - n;
-      const at::Tensor q = at::randn({n, heads, d});
-      const at::Tensor expected = Attend(q, joined, q_start, spec, 0.25);
-      EXPECT_LT(MaxAbsDiff(Attend(q, segmented, q_start, spec, 0.25), expected), kTolerance);
-      MaskCache masks;
-      EXPECT_LT(MaxAbsDiff(Attend(q, segmented, q_start, spec, 0.25, &masks), expected),
-                kTolerance);
-      at::Tensor fused;
-      ASSERT_TRUE(FusedAttend(q, segmented, q_start, spec, 0.25, &fused));
-      EXPECT_LT(MaxAbsDiff(fused, expected), kTolerance);
-      for (SimdLevel level : {SimdLevel::kPortable, TiledAttentionLevel()}) {
-        at::Tensor tiled;
-        ASSERT_TRUE(TiledAttend(q, segmented, q_start, spec, 0.25, &tiled, level));
-        EXPECT_LT(MaxAbsDiff(tiled, expected), kTolerance);
+    // softcap 0.5: Gemma 2's capped scores (the random scores here exceed the cap often).
+    for (double softcap : {0.0, 0.5}) {
+      SCOPED_TRACE(::testing::Message() << static_cast<int>(spec.type) << " softcap " << softcap);
+      for (int64_t n : {1, 3, 29}) {
+        const int64_t q_start = prefix + own - n;
+        const at::Tensor q = at::randn({n, heads, d});
+        const at::Tensor expected = Attend(q, joined, q_start, spec, 0.25, nullptr, softcap);
+        EXPECT_LT(MaxAbsDiff(Attend(q, segmented, q_start, spec, 0.25, nullptr, softcap), expected),
+                  kTolerance);
+        MaskCache masks;
+        EXPECT_LT(MaxAbsDiff(Attend(q, segmented, q_start, spec, 0.25, &masks, softcap), expected),
+                  kTolerance);
+        at::Tensor fused;
+        ASSERT_TRUE(FusedAttend(q, segmented, q_start, spec, 0.25, &fused, softcap));
+        EXPECT_LT(MaxAbsDiff(fused, expected), kTolerance);
+        if (softcap > 0) continue;  // the tiled kernel does not cap (the forward skips it)
+        for (SimdLevel level : {SimdLevel::kPortable, TiledAttentionLevel()}) {
+          at::Tensor tiled;
+          ASSERT_TRUE(TiledAttend(q, segmented, q_start, spec, 0.25, &tiled, level));
+          EXPECT_LT(MaxAbsDiff(tiled, expected), kTolerance);
+        }
       }
     }
   }
@@ -237,6 +244,15 @@ TEST(SegmentedAttentionTest, CascadeEqualsEachMemberAlone) {
   other[2].q_start = prefix - 1;
   EXPECT_FALSE(CanCascade(other, full));
   EXPECT_FALSE(CascadeAttend({members[0]}, full, 0.3));
+  // Soft-capped scores (Gemma 2): the cap applies to the segment's and the tails' scores.
+  for (CascadeMember& m : members) m.out = at::empty_like(m.out);
+  ASSERT_TRUE(CascadeAttend(members, full, 0.3, /*softcap=*/0.5));
+  for (size_t i = 0; i < members.size(); ++i) {
+    const at::Tensor capped =
+        Attend(members[i].queries, members[i].view, members[i].q_start, full, 0.3, nullptr, 0.5);
+    EXPECT_GT(MaxAbsDiff(capped, expected[i]), kTolerance) << "the cap changes member " << i;
+    EXPECT_LT(MaxAbsDiff(members[i].out, capped), kTolerance) << "member " << i;
+  }
 }
 
 }  // namespace

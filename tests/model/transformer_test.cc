@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "cache/dynamic_sliding_window_layer.h"
 #include "cache/kv_cache.h"
 #include "model/generator.h"
 #include "tests/model/tiny_models.h"
@@ -56,15 +57,66 @@ TEST_P(CachedEqualsRecomputedTest, LogitsMatchFullRecomputation) {
   EXPECT_EQ((*cache)->SeqLength(), c.prompt_length + 32);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllArchitectures, CachedEqualsRecomputedTest, ::testing::ValuesIn([] {
-                           std::vector<EquivalenceCase> cases;
-                           for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3"}) {
-                             for (int n : {1, 7, 64}) cases.push_back({arch, false, n});
-                           }
-                           for (int n : {1, 7, 64}) cases.push_back({"llama", true, n});
-                           return cases;
-                         }()),
-                         CaseName);
+INSTANTIATE_TEST_SUITE_P(
+    AllArchitectures, CachedEqualsRecomputedTest, ::testing::ValuesIn([] {
+      std::vector<EquivalenceCase> cases;
+      for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}) {
+        for (int n : {1, 7, 64}) cases.push_back({arch, false, n});
+      }
+      for (int n : {1, 7, 64}) cases.push_back({"llama", true, n});
+      return cases;
+    }()),
+    CaseName);
+
+// Gemma's sliding layers stop growing at the window (the dynamic sliding layer keeps its last
+// window - 1 tokens, as the cache guide says), its full layers keep every token.
+TEST(TransformerTest, GemmaSlidingLayersStopGrowingAtTheWindow) {
+  for (const char* arch : {"gemma2", "gemma3"}) {
+    auto model = LoadTinyModel(arch, "tiny");
+    ASSERT_NE(model, nullptr);
+    const std::vector<cache::LayerSpec>& specs = model->info().layer_specs;
+    ASSERT_EQ(specs.size(), 2u);
+    EXPECT_EQ(specs[0], (cache::LayerSpec{cache::LayerType::kSlidingAttention, 16})) << arch;
+    EXPECT_EQ(specs[1], (cache::LayerSpec{cache::LayerType::kFullAttention, 0})) << arch;
+    auto cache = cache::KvCache::CreateDynamic(specs);
+    ASSERT_TRUE(cache.ok());
+    GenerateOptions options;
+    options.max_new_tokens = 5;
+    options.ignore_eos = true;
+    ASSERT_TRUE(Generate(*model, Prompt(40), cache->get(), options).ok());
+    // 44 tokens seen (the last choice is not run): the sliding layer holds 15 of them.
+    EXPECT_EQ((*cache)->SeqLength(), 44);
+    const auto* sliding =
+        dynamic_cast<const cache::DynamicSlidingWindowLayer*>(&(*cache)->layer(0));
+    ASSERT_NE(sliding, nullptr) << arch;
+    EXPECT_EQ(sliding->SeqLength(), 44) << arch;
+    EXPECT_EQ(sliding->num_stored_tokens(), 15) << arch;
+    EXPECT_EQ((*cache)->layer(1).SeqLength(), 44) << arch;
+  }
+}
+
+// The attention and final soft-caps of Gemma 2 change what the model computes: without them
+// the logits differ (the tiny preset's caps are low enough to bite).
+TEST(TransformerTest, Gemma2SoftCapsApply) {
+  auto capped = LoadTinyModel("gemma2", "tiny");
+  auto uncapped_attention =
+      LoadTinyModel("gemma2", "tiny", [](ModelConfig& c) { c.attn_logit_softcapping.reset(); });
+  auto uncapped_final =
+      LoadTinyModel("gemma2", "tiny", [](ModelConfig& c) { c.final_logit_softcapping.reset(); });
+  ASSERT_TRUE(capped && uncapped_attention && uncapped_final);
+  const std::vector<int32_t> prompt = Prompt(12);
+  Batch batch;
+  batch.sequences.push_back({prompt});
+  auto a = capped->Forward(batch);
+  auto b = uncapped_attention->Forward(batch);
+  auto c = uncapped_final->Forward(batch);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_GT(MaxAbsDiff(a->logits[0], b->logits[0]), 1e-3);
+  EXPECT_GT(MaxAbsDiff(a->logits[0], c->logits[0]), 1e-2);
+  // The final cap bounds every logit.
+  EXPECT_LT(a->logits[0].abs().max().item<float>(), 5.0f);
+  EXPECT_GT(c->logits[0].abs().max().item<float>(), 5.0f);
+}
 
 // The logits of every position of one forward equal the per-position recomputation.
 TEST(TransformerTest, AllLogitsMatchPerPositionRuns) {

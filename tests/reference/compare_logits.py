@@ -2,9 +2,11 @@
 """Compares kvserve's logits with the numpy reference for every supported architecture.
 
 For each architecture: kvserve-make-model writes a seeded tiny model, kvserve-generate
-computes the prompt's last-position logits (--logits-out), reference_forward.py computes them
-from the same files, and the two must agree to --atol (max abs difference) with the same
-argmax. Prints a table; exits 1 if any architecture disagrees or fails to run.
+computes the prompt's last-position logits (--logits-out), reference_forward.py (gemma2 and
+gemma3: gemma_reference.py) computes them from the same files, and the two must agree to
+--atol (max abs difference) with the same argmax. Gemma runs several prompt lengths, shorter
+than, equal to and beyond its tiny sliding window (16). Prints a table; exits 1 if any
+architecture disagrees or fails to run.
 
 Usage: compare_logits.py --make-model BIN --generate BIN [--work-dir DIR] [--archs a,b]
 """
@@ -20,9 +22,11 @@ import numpy as np
 sys.dont_write_bytecode = True  # keep the source tree clean when ctest runs this
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import gemma_reference  # noqa: E402
 import reference_forward  # noqa: E402
 
-ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+GEMMA_LENGTHS = (5, 16, 40)
 # 24 ids below 256 (the tiny vocabulary is byte-level), longer than Mistral's tiny window,
 # with a repeat so that identical tokens at different positions are exercised.
 PROMPT_IDS = [5, 17, 42, 99, 3, 250, 128, 7, 64, 17, 200, 31, 8, 8, 77, 1, 145, 222, 13, 90,
@@ -44,26 +48,35 @@ def _read_logits(path):
 
 
 def compare_arch(arch, make_model, generate, work_dir, atol):
-    """Returns a dict of table fields; raises RuntimeError when a step fails."""
+    """Returns a list of dicts of table fields; raises RuntimeError when a step fails."""
     model_dir = os.path.join(work_dir, arch)
     _run([make_model, "--arch", arch, "--preset", "tiny", "--seed", "7", "--out", model_dir])
-    ids = ",".join(map(str, PROMPT_IDS))
-    kv_path = os.path.join(work_dir, arch + ".kv")
+    if arch.startswith("gemma"):
+        model = gemma_reference.GemmaModel(model_dir)
+        kinds = ",".join(sorted({"sliding" if s else "full" for s in model.cfg.sliding}))
+        return [compare_prompt(arch, model, kinds, (PROMPT_IDS * 2)[:n], model_dir, generate, work_dir,
+                               atol) for n in GEMMA_LENGTHS]
+    model = reference_forward.Model(model_dir)
+    kinds = ",".join(sorted({kind for kind, _ in model.cfg.layer_windows}))
+    return [compare_prompt(arch, model, kinds, PROMPT_IDS, model_dir, generate, work_dir, atol)]
+
+
+def compare_prompt(arch, model, kinds, prompt, model_dir, generate, work_dir, atol):
+    ids = ",".join(map(str, prompt))
+    kv_path = os.path.join(work_dir, f"{arch}.{len(prompt)}.kv")
     _run([generate, "--model", model_dir, "--prompt-ids", ids, "--max-new-tokens", "1",
           "--threads", "1", "--logits-out", kv_path])
     kvserve = _read_logits(kv_path)
-    model = reference_forward.Model(model_dir)
-    reference = model.forward(PROMPT_IDS)[-1]
+    reference = model.forward(prompt)[-1]
     if kvserve.shape != reference.shape:
         raise RuntimeError(
             f"kvserve wrote {kvserve.size} logits, the reference has {reference.size}"
         )
     diff = np.abs(kvserve - reference)
-    kinds = sorted({kind for kind, _ in model.cfg.layer_windows})
     return {
-        "arch": arch,
+        "arch": f"{arch}/{len(prompt)}",
         "vocab": reference.size,
-        "layers": ",".join(kinds),
+        "layers": kinds,
         "max_abs_diff": float(diff.max()),
         "worst_id": int(diff.argmax()),
         "logit_std": float(reference.std()),
@@ -88,15 +101,15 @@ def main(argv=None):
         rows, failures = [], []
         for arch in args.archs.split(","):
             try:
-                rows.append(compare_arch(arch, args.make_model, args.generate, work_dir,
+                rows.extend(compare_arch(arch, args.make_model, args.generate, work_dir,
                                          args.atol))
             except (RuntimeError, reference_forward.ReferenceError, OSError) as e:
                 failures.append(f"{arch}: {e}")
         print(f"prompt ids ({len(PROMPT_IDS)}): {','.join(map(str, PROMPT_IDS))}")
-        print(f"{'arch':8} {'vocab':>6} {'layers':14} {'max|diff|':>10} {'at id':>6} "
+        print(f"{'arch':11} {'vocab':>6} {'layers':14} {'max|diff|':>10} {'at id':>6} "
               f"{'logit sd':>9} {'argmax kv/ref':>14}  result")
         for r in rows:
-            print(f"{r['arch']:8} {r['vocab']:6d} {r['layers']:14} {r['max_abs_diff']:10.3g} "
+            print(f"{r['arch']:11} {r['vocab']:6d} {r['layers']:14} {r['max_abs_diff']:10.3g} "
                   f"{r['worst_id']:6d} {r['logit_std']:9.3f} "
                   f"{str(r['argmax_kv']) + '/' + str(r['argmax_ref']):>14}  "
                   f"{'ok' if r['ok'] else 'MISMATCH'}")
@@ -106,7 +119,7 @@ def main(argv=None):
         if bad:
             print(f"reference comparison failed (tolerance {args.atol:g})")
             return 1
-        print(f"all {len(rows)} architectures agree within {args.atol:g}")
+        print(f"all {len(rows)} architecture/prompt cases agree within {args.atol:g}")
         return 0
 
 

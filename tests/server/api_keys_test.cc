@@ -97,6 +97,9 @@ TEST(ApiKeysTest, MalformedFilesNameTheEntryAndField) {
       {absl::StrCat("- key_sha256: [", good, "]\n  tenant: a"),
        "keys.yaml: keys[0].key_sha256: must be a string"},
       {"- {", "keys.yaml: not YAML or JSON"},
+      // The tenant of calls without keys owns what they registered: no key may be it.
+      {absl::StrCat("- key_sha256: ", good, "\n  tenant: default"),
+       "keys.yaml: keys[0].tenant: 'default' is reserved"},
   };
   for (const auto& c : cases) {
     auto keys = ApiKeys::Parse(c.text, "keys.yaml");

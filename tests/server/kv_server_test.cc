@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -45,6 +46,7 @@
 #include "kvserve/v1/prefix.grpc.pb.h"
 #include "model/generator.h"
 #include "model/model.h"
+#include "server/api_keys.h"
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
@@ -406,6 +408,39 @@ TEST_F(KvServerTest, ShortDeadlineOnALongGenerationIsDeadlineExceeded) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(server_->engine()->WaitIdle(absl::Seconds(30)));
   EXPECT_EQ(server_->engine()->Stats().kv_device_bytes, 0);
+  // gRPC cancels the call at its deadline: counted as deadline_exceeded, not cancelled.
+  const std::string text = server_->metrics().TextFormat();
+  EXPECT_THAT(text, HasSubstr("\nkvserve_requests_total{outcome=\"deadline_exceeded\"} 1\n"));
+  EXPECT_THAT(text, Not(HasSubstr("outcome=\"cancelled\"")));
+}
+
+// More than one `authorization` value: none decides, the call is refused naming the header.
+TEST_F(KvServerTest, TwoAuthorizationValuesAreUnauthenticated) {
+  const std::string keys_path = ::testing::TempDir() + "kvserve-two-authorization-keys.yaml";
+  {
+    std::ofstream keys(keys_path);
+    keys << "- key_sha256: " << HexDigest(Sha256("first")) << "\n  tenant: a\n"
+         << "- key_sha256: " << HexDigest(Sha256("second")) << "\n  tenant: b\n";
+  }
+  ServerOptions options;
+  options.api_keys_file = keys_path;
+  StartServer(options);
+  ServeEmbeddedModel();
+  const auto call = [&](std::vector<std::string> keys) {
+    grpc::ClientContext context;
+    for (const std::string& key : keys) context.AddMetadata("authorization", "Bearer " + key);
+    v1::GenerateResponse response;
+    return stub_->Generate(
+        &context, Request("token_ids { ids: [1, 2] } sampling { max_new_tokens: 1 }"), &response);
+  };
+  EXPECT_TRUE(call({"first"}).ok());
+  for (const auto& keys :
+       {std::vector<std::string>{"first", "second"}, std::vector<std::string>{"first", "first"}}) {
+    const grpc::Status status = call(keys);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_THAT(status.error_message(), HasSubstr("more than one 'authorization'"));
+  }
+  std::filesystem::remove(keys_path);
 }
 
 TEST_F(KvServerTest, FullQueueIsResourceExhausted) {
@@ -436,7 +471,9 @@ TEST_F(KvServerTest, FullQueueIsResourceExhausted) {
   grpc::Status status =
       Generate(Request("token_ids { ids: [3] } sampling { max_new_tokens: 2 }"), &refused);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(status.error_message(), HasSubstr("--max-queue"));
+  EXPECT_THAT(status.error_message(), HasSubstr("--max-queue 1"));
+  // How many requests wait (other tenants' among them) is not the caller's business.
+  EXPECT_THAT(status.error_message(), Not(HasSubstr("requests wait")));
   long_context.TryCancel();
   while (reader->Read(&message)) {
   }

@@ -408,3 +408,34 @@ TEST(MetricsTest, SessionGaugesTakeTheLatestValuesAndTotalsAddOnlyTheIncrease) {
 
 }  // namespace
 }  // namespace kvserve::server
+
+namespace kvserve::server {
+namespace {
+
+TEST(MetricsTest, VllmNamesFollowKvserveOnesOnceTheModelIsNamed) {
+  ServerMetrics metrics;
+  metrics.SetQueue(2, 1);
+  metrics.AddPromptTokens(100, 64);
+  metrics.SetKvDeviceBudget(250, 1000);
+  EXPECT_THAT(metrics.TextFormat(), Not(HasSubstr("vllm:")));
+  metrics.SetServedModelName("m");
+  // The values so far, then every update.
+  std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr("\nvllm:num_requests_waiting{model_name=\"m\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("\nvllm:num_requests_running{model_name=\"m\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n"));
+  EXPECT_THAT(text, HasSubstr("\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.25\n"));
+  EXPECT_THAT(text, HasSubstr("\nvllm:prefix_cache_queries_total{model_name=\"m\"} 100\n"));
+  EXPECT_THAT(text, HasSubstr("\nvllm:prefix_cache_hits_total{model_name=\"m\"} 64\n"));
+  metrics.SetQueue(0, 3);
+  metrics.AddPromptTokens(10, 0);
+  metrics.SetKvDeviceBudget(10, -1);  // unlimited: no fraction
+  text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr("\nvllm:num_requests_running{model_name=\"m\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("\nvllm:prefix_cache_queries_total{model_name=\"m\"} 110\n"));
+  EXPECT_THAT(text, HasSubstr("\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0\n"));
+  EXPECT_EQ(metrics.kv_cache_usage(), 0.0);
+}
+
+}  // namespace
+}  // namespace kvserve::server

@@ -183,9 +183,32 @@ TEST_F(PrefixRegistrarTest, ADeleteThatCannotBeSavedIsUndoneBeforeItsReply) {
 
 TEST_F(PrefixRegistrarTest, DeletingAnAbsentNameIsNotFoundNamingIt) {
   Delete("tenant/missing");
+  EXPECT_THAT(persistence_.Whats(), ElementsAre("delete tenant/missing"));
+  persistence_.Finish(0);
   EXPECT_THAT(replies_, ElementsAre("delete tenant/missing: NOT_FOUND: name: no prefix named "
                                     "'missing' is registered"));
-  EXPECT_THAT(persistence_.Whats(), IsEmpty());
+}
+
+// Two clients delete one name: the second finds it gone while the first's delete is not yet
+// durable. Its NOT_FOUND waits behind that delete, so that a crash before the first record is
+// saved cannot bring back a name a client was told is absent.
+TEST_F(PrefixRegistrarTest, ANotFoundIsAnsweredOnlyOnceTheDeleteBeforeItIsDurable) {
+  Register("a", {1, 2, 3, 4});
+  persistence_.Finish(0);
+  Delete("a");
+  Delete("a");
+  EXPECT_THAT(persistence_.Whats(), ElementsAre("put a x4", "delete a", "delete a"));
+  EXPECT_THAT(replies_, ElementsAre("register a: OK"));
+  persistence_.Finish(1);
+  persistence_.Finish(2);
+  EXPECT_THAT(replies_,
+              ElementsAre("register a: OK", "delete a: OK", HasSubstr("delete a: NOT_FOUND")));
+}
+
+TEST_F(PrefixRegistrarTest, ANotFoundWhoseRecordFailsAnswersTheFailure) {
+  Delete("gone");
+  persistence_.Finish(0, absl::InternalError("could not save the prefix state: disk full"));
+  EXPECT_THAT(replies_, ElementsAre(HasSubstr("delete gone: INTERNAL: could not save")));
 }
 
 }  // namespace

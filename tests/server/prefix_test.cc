@@ -42,7 +42,7 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// The tiny preset of `arch` (mistral: sliding window 16), served from memory.
+// The tiny preset of `arch` (mistral and gemma: sliding window 16), served from memory.
 LoadedModel TinyModel(const std::string& arch) {
   absl::StatusOr<std::map<std::string, std::string>> files =
       model::MakeTinyModel({.arch = arch, .preset = "tiny", .seed = 2});
@@ -151,7 +151,7 @@ TEST_P(PrefixEquivalenceTest, RegisteredPrefixGivesTheTokensOfNoReuse) {
   ServerOptions options;
   options.auto_prefix_cache = false;  // only the named prefix may supply cached tokens
   Start(arch, options);
-  // mistral's window is 16: one prefix shorter than it, one longer.
+  // mistral's and gemma's window is 16: one prefix shorter than it, one longer.
   for (int prefix_length : {10, 40}) {
     const std::vector<int32_t> prefix = Ids(prefix_length, prefix_length);
     const std::vector<int32_t> suffix = Ids(7, 99);
@@ -160,7 +160,8 @@ TEST_P(PrefixEquivalenceTest, RegisteredPrefixGivesTheTokensOfNoReuse) {
     ASSERT_TRUE(Register(name, prefix, &registered).ok());
     EXPECT_EQ(registered.num_tokens(), prefix_length);
     std::vector<std::string> strategies = Strategies();
-    if (arch != "mistral") {  // the reference refuses quantized caches with sliding layers
+    // The reference refuses quantized caches with sliding layers (mistral, gemma).
+    if (arch == "llama" || arch == "qwen3") {
       strategies.insert(strategies.end(), QuantizedStrategies().begin(),
                         QuantizedStrategies().end());
     }
@@ -179,7 +180,7 @@ TEST_P(PrefixEquivalenceTest, RegisteredPrefixGivesTheTokensOfNoReuse) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, PrefixEquivalenceTest,
-                         ::testing::Values("llama", "mistral", "qwen3"));
+                         ::testing::Values("llama", "mistral", "qwen3", "gemma2", "gemma3"));
 
 TEST_F(PrefixServerTest, AutomaticReuseOfASharedPromptPrefix) {
   Start("llama");
@@ -488,7 +489,7 @@ TEST_F(PrefixServerTest, PrefixesFileInJsonOrYamlIsRegisteredAtStartup) {
 // copied prefix at full precision until the suffix arrives and quantizes both in that one
 // update, as a cold prefill of the whole prompt does.
 TEST(SnapshotLogitsTest, CopiedPrefixThenSuffixMatchesRecomputation) {
-  for (const std::string arch : {"llama", "mistral"}) {
+  for (const std::string arch : {"llama", "mistral", "gemma2", "gemma3"}) {
     LoadedModel loaded = TinyModel(arch);
     model::Model& m = *loaded.model;
     const std::vector<int32_t> prefix = Ids(40, 3), suffix = Ids(7, 4);

@@ -363,6 +363,52 @@ TEST(ServerOptionsTest, SessionFlagsOutOfRangeAreRefusedNamingTheFlag) {
   EXPECT_EQ(o.Validate().message(), "--max-sessions must be >= 1");
 }
 
+// Issue 27 items 15 and 16: per-tenant limits (unset: fair shares with keys), the sessions' TTL
+// cap, and bounds on one request's rows x tokens and answer bytes.
+TEST(ServerOptionsTest, TenantAndRequestBoundFlagsHaveTheirDefaultsAndAreParsed) {
+  const Parsed defaults = Parse({});
+  ASSERT_TRUE(defaults.options.ok()) << defaults.options.status();
+  const ServerOptions& d = *defaults.options;
+  EXPECT_EQ(d.tenant_max_sessions, -1);
+  EXPECT_EQ(d.tenant_queued_requests, -1);
+  EXPECT_EQ(d.tenant_prefix_bytes, -1);
+  EXPECT_EQ(d.session_max_ttl, absl::Hours(24));
+  EXPECT_EQ(d.limits.max_request_token_rows, 131072);
+  EXPECT_EQ(d.limits.max_response_bytes, 16 << 20);
+  for (const char* flag : {"--tenant-max-sessions", "--session-max-ttl-seconds",
+                           "--max-request-token-rows", "--max-response-bytes"}) {
+    EXPECT_THAT(defaults.usage, HasSubstr(flag));
+  }
+
+  const Parsed parsed =
+      Parse({"--tenant-max-sessions", "3", "--tenant-max-queued-requests", "0",
+             "--tenant-max-prefix-bytes=4096", "--session-max-ttl-seconds", "3600",
+             "--max-request-token-rows", "1000", "--max-response-bytes", "0"});
+  ASSERT_TRUE(parsed.options.ok()) << parsed.options.status();
+  const ServerOptions& o = *parsed.options;
+  EXPECT_EQ(o.tenant_max_sessions, 3);
+  EXPECT_EQ(o.tenant_queued_requests, 0);
+  EXPECT_EQ(o.tenant_prefix_bytes, 4096);
+  EXPECT_EQ(o.session_max_ttl, absl::Hours(1));
+  EXPECT_EQ(o.limits.max_request_token_rows, 1000);
+  EXPECT_EQ(o.limits.max_response_bytes, 0);
+}
+
+TEST(ServerOptionsTest, TenantAndRequestBoundFlagsOutOfRangeAreRefusedNamingTheFlag) {
+  EXPECT_EQ(Error({"--tenant-max-sessions", "-1"}), "--tenant-max-sessions must be >= 0");
+  EXPECT_EQ(Error({"--tenant-max-prefix-bytes", "-1"}), "--tenant-max-prefix-bytes must be >= 0");
+  EXPECT_EQ(Error({"--tenant-max-queued-requests", "-1"}),
+            "--tenant-max-queued-requests must be in [0, 2^31)");
+  EXPECT_EQ(Error({"--session-max-ttl-seconds", "0"}), "--session-max-ttl-seconds must be > 0");
+  EXPECT_THAT(Error({"--session-ttl-seconds", "7200", "--session-max-ttl-seconds", "3600"}),
+              HasSubstr("--session-ttl-seconds must be <= --session-max-ttl-seconds"));
+  EXPECT_EQ(Error({"--max-request-token-rows", "-5"}),
+            "--max-request-token-rows must be >= 0 (0: no limit)");
+  EXPECT_EQ(Error({"--max-response-bytes", "-1"}),
+            "--max-response-bytes must be >= 0 (0: no limit)");
+  EXPECT_THAT(Error({"--max-response-bytes", "lots"}), HasSubstr("--max-response-bytes"));
+}
+
 TEST(ServerOptionsTest, TlsFlagsAreParsed) {
   const Parsed parsed =
       Parse({"--tls-cert-file", "/etc/kvserve/tls.crt", "--tls-key-file=/etc/kvserve/tls.key",

