@@ -5,10 +5,15 @@
 #include <cmath>
 #include <limits>
 
+#include "model/cpu_kernels.h"
 #include "model/worker_pool.h"
 
 namespace kvserve::model {
 namespace {
+
+// Segment columns per task of the segment's part: 256 keys and values of head_dim 64 in
+// float32 are 128 KiB, which stay in L2 while every query of the group reads them.
+constexpr int64_t kSegmentBlock = 256;
 
 bool IsCpuFloat(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat;
@@ -56,31 +61,99 @@ bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::Layer
   const float fscale = static_cast<float>(scale);
   const float cap = static_cast<float>(softcap);
 
-  // The segment's part for every query of the group: [kv_heads, M * group, d] queries against
-  // [kv_heads, P, d] keys in one batched GEMM, so that the segment is read once.
-  std::vector<at::Tensor> all;
+  // The segment's part for every query of the group, on the worker pool (a GEMM would wake
+  // OpenBLAS's busy-waiting threads, which then compete with the pool's for the same cores):
+  // one task per kv head and block of segment columns reads the block's keys and values once
+  // for all the group's queries (the block stays in cache across them) and keeps, per query,
+  // the block's softmax statistics (max, sum, weighted values); the blocks merge exactly.
   std::vector<int64_t> first_row;  // per member: its first query in the stacked [M] order
   int64_t total = 0;
   for (const CascadeMember& m : members) {
-    all.push_back(m.queries);
     first_row.push_back(total);
     total += m.queries.size(0);
   }
-  const at::Tensor q_all = at::cat(all, 0);  // [M, heads, d]
-  const at::Tensor q = q_all.view({total, kv_heads, group, d})
-                           .permute({1, 0, 2, 3})
-                           .reshape({kv_heads, total * group, d});
-  at::Tensor scores = at::bmm(q, shared.prefix_keys.select(0, 0).transpose(1, 2));  // [kh, Mg, P]
-  scores.mul_(scale);
-  if (softcap > 0) scores.div_(softcap).tanh_().mul_(softcap);
-  const at::Tensor max1 = std::get<0>(scores.max(2, /*keepdim=*/true));  // [kh, Mg, 1]
-  scores.sub_(max1).exp_();
-  const at::Tensor sum1 = scores.sum(2);  // [kh, Mg]
-  const at::Tensor acc1 = at::bmm(scores, shared.prefix_values.select(0, 0)).contiguous();
-  const at::Tensor max1c = max1.squeeze(2).contiguous();
-  const float* pm = max1c.data_ptr<float>();
-  const float* ps = sum1.data_ptr<float>();
-  const float* pa = acc1.data_ptr<float>();
+  const int64_t rows = total * group;  // queries per kv head: (stacked query, group member)
+  std::vector<const float*> query(static_cast<size_t>(kv_heads * rows));
+  for (size_t i = 0; i < members.size(); ++i) {
+    const at::Tensor& q = members[i].queries;
+    for (int64_t t = 0; t < q.size(0); ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t kh = h / group, g = h % group;
+        query[kh * rows + (first_row[i] + t) * group + g] =
+            q.data_ptr<float>() + t * q.stride(0) + h * q.stride(1);
+      }
+    }
+  }
+  const int64_t prefix_len = shared.prefix_length();
+  const int64_t blocks = (prefix_len + kSegmentBlock - 1) / kSegmentBlock;
+  std::vector<float> block_max(static_cast<size_t>(kv_heads * blocks * rows));
+  std::vector<float> block_sum(block_max.size());
+  std::vector<float> block_acc(block_max.size() * d);
+  const DotFn dot = FloatDot();
+  const AxpyFn axpy = FloatAxpy();
+  const float* seg_k = shared.prefix_keys.data_ptr<float>();
+  const float* seg_v = shared.prefix_values.data_ptr<float>();
+  const int64_t sk1 = shared.prefix_keys.stride(1), sk2 = shared.prefix_keys.stride(2);
+  const int64_t sv1 = shared.prefix_values.stride(1), sv2 = shared.prefix_values.stride(2);
+  auto segment_block = [&](int64_t index) {
+    const int64_t kh = index / blocks, b = index % blocks;
+    const int64_t j0 = b * kSegmentBlock, j1 = std::min(prefix_len, j0 + kSegmentBlock);
+    const float* kp = seg_k + kh * sk1;
+    const float* vp = seg_v + kh * sv1;
+    thread_local std::vector<float> s;
+    s.resize(static_cast<size_t>(kSegmentBlock));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qv = query[kh * rows + r];
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = j0; j < j1; ++j) {
+        float score = dot(qv, kp + j * sk2, d) * fscale;
+        if (cap > 0) score = cap * std::tanh(score / cap);
+        s[j - j0] = score;
+        mx = std::max(mx, score);
+      }
+      const int64_t slot = (kh * blocks + b) * rows + r;
+      float* acc = block_acc.data() + slot * d;
+      std::fill(acc, acc + d, 0.0f);
+      float sum = 0.0f;
+      for (int64_t j = j0; j < j1; ++j) {
+        const float p = std::exp(s[j - j0] - mx);
+        sum += p;
+        axpy(acc, p, vp + j * sv2, d);
+      }
+      block_max[slot] = mx;
+      block_sum[slot] = sum;
+    }
+  };
+  if (kv_heads * blocks > 1) {
+    ParallelFor(kv_heads * blocks, segment_block);
+  } else {
+    segment_block(0);
+  }
+  // The blocks' statistics merged per query: [kh][row] max and sum, [kh][row][d] values.
+  std::vector<float> seg_max(static_cast<size_t>(kv_heads * rows));
+  std::vector<float> seg_sum(seg_max.size());
+  std::vector<float> seg_acc(seg_max.size() * d, 0.0f);
+  for (int64_t kh = 0; kh < kv_heads; ++kh) {
+    for (int64_t r = 0; r < rows; ++r) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t b = 0; b < blocks; ++b) {
+        mx = std::max(mx, block_max[(kh * blocks + b) * rows + r]);
+      }
+      float sum = 0.0f;
+      float* acc = seg_acc.data() + (kh * rows + r) * d;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t slot = (kh * blocks + b) * rows + r;
+        const float w = std::exp(block_max[slot] - mx);
+        sum += block_sum[slot] * w;
+        axpy(acc, w, block_acc.data() + slot * d, d);
+      }
+      seg_max[kh * rows + r] = mx;
+      seg_sum[kh * rows + r] = sum;
+    }
+  }
+  const float* pm = seg_max.data();
+  const float* ps = seg_sum.data();
+  const float* pa = seg_acc.data();
 
   // Each member's own columns, merged with the segment's statistics. One task: one member's
   // query position and kv head, for the query heads of its group.
@@ -100,7 +173,6 @@ bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::Layer
     const at::Tensor& values = m.view.values;
     const int64_t q_pos = m.q_start + task.t;
     // Own column j sits at position prefix_len + j: visible up to the query's own position.
-    const int64_t prefix_len = m.view.prefix_length();
     const int64_t visible =
         std::max<int64_t>(0, std::min(m.view.num_valid, q_pos - m.view.kv_offset - prefix_len + 1));
     const float* kp = keys.data_ptr<float>() + task.kh * keys.stride(1);
@@ -116,10 +188,7 @@ bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::Layer
       const int64_t row = task.kh * total * group + (first_row[task.member] + task.t) * group + g;
       float max2 = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < visible; ++j) {
-        const float* k = kp + j * ks2;
-        float dot = 0.0f;
-        for (int64_t c = 0; c < d; ++c) dot += qv[c] * k[c];
-        s[j] = dot * fscale;
+        s[j] = dot(qv, kp + j * ks2, d) * fscale;
         if (cap > 0) s[j] = cap * std::tanh(s[j] / cap);
         max2 = std::max(max2, s[j]);
       }
@@ -133,8 +202,7 @@ bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::Layer
       for (int64_t j = 0; j < visible; ++j) {
         const float p = std::exp(s[j] - m_all);
         sum += p;
-        const float* v = vp + j * vs2;
-        for (int64_t c = 0; c < d; ++c) o[c] += p * v[c];
+        axpy(o, p, vp + j * vs2, d);
       }
       const float inv = 1.0f / sum;
       for (int64_t c = 0; c < d; ++c) o[c] *= inv;

@@ -58,9 +58,6 @@ void AxpyAvx2(float* y, float alpha, const float* x, int64_t n) {
 #pragma GCC pop_options
 #endif  // KVSERVE_SIMD_AVX2
 
-using DotFn = float (*)(const float*, const float*, int64_t);
-using AxpyFn = void (*)(float*, float, const float*, int64_t);
-
 DotFn Dot() {
 #if defined(KVSERVE_SIMD_AVX2)
   if (CpuHasAvx2()) return &DotAvx2;
@@ -101,6 +98,10 @@ constexpr int64_t kFusedLoopRows = 16;
 constexpr int64_t kParallelAttendWork = int64_t{1} << 15;
 
 }  // namespace
+
+DotFn FloatDot() { return Dot(); }
+
+AxpyFn FloatAxpy() { return Axpy(); }
 
 bool FusedRotateHalf(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, int64_t rot_dim) {
   if (!IsCpuFloat(x) || !IsCpuFloat(cos) || !IsCpuFloat(sin) || x.dim() != 3 || x.stride(2) != 1 ||

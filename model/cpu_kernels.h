@@ -15,6 +15,13 @@
 
 namespace kvserve::model {
 
+// The dot product of n floats, and y += alpha * x over n floats, that the fused kernels use
+// (AVX2 where the CPU has it): for other kernels' inner loops.
+using DotFn = float (*)(const float*, const float*, int64_t);
+using AxpyFn = void (*)(float*, float, const float*, int64_t);
+DotFn FloatDot();
+AxpyFn FloatAxpy();
+
 // x: [tokens, heads, head_dim] (any strides, last dimension contiguous); cos, sin:
 // [tokens, rot_dim] contiguous. Rotates the first rot_dim features of every head in place:
 // x = x * cos + rotate_half(x) * sin, rotate_half(a, b) = (-b, a).

@@ -191,7 +191,16 @@ class SharedPrefixTest(unittest.TestCase):
                                logprobs=False), timeout=CALL_TIMEOUT_S) for i in range(n)]
             for call in calls:  # every stream admitted and decoding
                 self.assertTrue(next(call).token_ids)
-            grown[mode] = server.other_bytes() - base
+            # The metrics are published after each step: a few scrapes while the streams run
+            # (their tails grow by a granule per 64 tokens), until the copies show.
+            deadline = time.monotonic() + 10 * TIME_SCALE
+            grown[mode] = 0
+            for scrape in range(1000):
+                grown[mode] = max(grown[mode], server.other_bytes() - base)
+                if scrape >= 4 and (mode == "shared" or grown[mode] >= n * prefix_bytes or
+                                    time.monotonic() > deadline):
+                    break
+                time.sleep(0.02)
             for call in calls:
                 call.cancel()
             self.wait_for_other_bytes(server, base)
