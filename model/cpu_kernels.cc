@@ -88,6 +88,8 @@ inline bool Visible(int64_t j, int64_t q_pos, const cache::LayerView& kv,
       return k_pos > q_pos - layer.window;
     case cache::LayerType::kChunkedAttention:
       return k_pos / layer.window == q_pos / layer.window;
+    case cache::LayerType::kMambaState:  // no attention (the Mamba forward never calls this)
+      return false;
   }
   return false;
 }
