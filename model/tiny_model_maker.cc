@@ -320,8 +320,8 @@ absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelCon
 
 absl::StatusOr<MambaConfig> MambaPresetConfig(const std::string& preset) {
   // Layers chosen so that each bench preset has about the parameters of the Llama preset of
-  // the same name (bench-small: 14 layers, 56 M against 56 M; bench-medium: 28, 251 M
-  // against 254 M); vocabularies as the Llama presets'.
+  // the same name (bench-small: 14 layers, 56 M against 56 M; bench-medium: 28, 252 M
+  // against 252 M); vocabularies as the Llama presets'.
   struct Sizes {
     const char* name;
     int64_t vocab, hidden, layers, state;

@@ -49,8 +49,8 @@ at::Tensor ColdLogits(MambaModel& model, const std::vector<int32_t>& ids) {
 }
 
 // Runs `ids` on `cache` (all logits).
-at::Tensor Run(MambaModel& model, cache::KvCache* cache, const std::vector<int32_t>& ids,
-               int64_t rows = 1) {
+at::Tensor RunOn(MambaModel& model, cache::KvCache* cache, const std::vector<int32_t>& ids,
+                 int64_t rows = 1) {
   Batch batch;
   batch.sequences.push_back({.token_ids = ids, .cache = cache, .all_logits = true, .rows = rows});
   auto out = model.Forward(batch);
@@ -104,7 +104,7 @@ TEST(MambaModelTest, CachedForwardMatchesColdForward) {
     auto kv = DynamicCache(*model);
     std::vector<at::Tensor> parts;
     for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      parts.push_back(Run(*model, kv.get(), Slice(ids, cuts[i], cuts[i + 1])));
+      parts.push_back(RunOn(*model, kv.get(), Slice(ids, cuts[i], cuts[i + 1])));
     }
     EXPECT_LE(MaxAbsDiff(at::cat(parts, 0), cold), 1e-4) << "chunks " << cuts.size() - 1;
     EXPECT_EQ(kv->SeqLength(), 23);
@@ -138,17 +138,17 @@ TEST(MambaModelTest, SnapshotResumesExactlyAndLoadsOnlyWhole) {
   const std::vector<int32_t> ids = Prompt(30, 5);
   const at::Tensor cold = ColdLogits(*model, ids);
   auto capture = DynamicCache(*model);
-  Run(*model, capture.get(), Slice(ids, 0, 20));
+  RunOn(*model, capture.get(), Slice(ids, 0, 20));
   auto snapshot = cache::Snapshot::Capture(*capture, Slice(ids, 0, 20), "fp");
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   EXPECT_TRUE((*snapshot)->holds_states());
   // The capture cache goes on; the snapshot is a copy.
-  Run(*model, capture.get(), Slice(ids, 20, 25));
+  RunOn(*model, capture.get(), Slice(ids, 20, 25));
 
   auto resumed = DynamicCache(*model);
   ASSERT_TRUE((*snapshot)->LoadInto(resumed.get(), 20).ok());
   EXPECT_EQ(resumed->SeqLength(), 20);
-  const at::Tensor tail = Run(*model, resumed.get(), Slice(ids, 20, 30));
+  const at::Tensor tail = RunOn(*model, resumed.get(), Slice(ids, 20, 30));
   EXPECT_LE(MaxAbsDiff(tail, cold.narrow(0, 20, 10)), 1e-4);
 
   auto partial = DynamicCache(*model);
@@ -162,7 +162,7 @@ TEST(MambaModelTest, StatesCannotBeCroppedButStepsRollBack) {
   auto model = LoadTinyMamba();
   ASSERT_NE(model, nullptr);
   auto kv = DynamicCache(*model);
-  Run(*model, kv.get(), Prompt(6));
+  RunOn(*model, kv.get(), Prompt(6));
   absl::Status crop = kv->Crop(-1);
   EXPECT_EQ(crop.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(crop.message(), HasSubstr("Mamba state cannot be cropped"));
@@ -172,7 +172,7 @@ TEST(MambaModelTest, StatesCannotBeCroppedButStepsRollBack) {
   auto& layer = static_cast<cache::MambaStateLayer&>(kv->layer(0));
   const at::Tensor before = layer.ssm_state().clone();
   auto point = layer.RollbackPoint();
-  Run(*model, kv.get(), {9});
+  RunOn(*model, kv.get(), {9});
   EXPECT_GT(MaxAbsDiff(layer.ssm_state(), before), 0.0f);
   layer.RestoreRollbackPoint(std::move(point));
   EXPECT_EQ(layer.SeqLength(), 6);
@@ -196,7 +196,7 @@ TEST(MambaModelTest, BeamsReorderStatesByRow) {
   // Cached.
   BeamSearch cached(options, prompt);
   auto kv = DynamicCache(*model);
-  at::Tensor logits = Run(*model, kv.get(), prompt)[-1].contiguous();
+  at::Tensor logits = RunOn(*model, kv.get(), prompt)[-1].contiguous();
   bool permuted = false;
   while (true) {
     BeamSearch::Step step;
@@ -212,7 +212,7 @@ TEST(MambaModelTest, BeamsReorderStatesByRow) {
       for (size_t i = 0; i < parents.size(); ++i) permuted |= parents[i] != int64_t(i);
       ASSERT_TRUE(kv->Reorder(at::tensor(parents, at::kLong)).ok());
     }
-    logits = Run(*model, kv.get(), step.tokens, options.num_beams).squeeze(1).contiguous();
+    logits = RunOn(*model, kv.get(), step.tokens, options.num_beams).squeeze(1).contiguous();
   }
   EXPECT_TRUE(permuted) << "the test needs a step whose parents are not the identity";
 
