@@ -1,8 +1,6 @@
 // The Mamba-1 forward and its loading (see mamba_model.h).
 #include "model/mamba_model.h"
 
-#include <ATen/Parallel.h>
-
 #include <cmath>
 #include <set>
 #include <string>
@@ -11,6 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "cache/mamba_state_layer.h"
 #include "model/checkpoint.h"
+#include "model/multi_row_gemv.h"
+#include "model/onednn_gemm.h"
+#include "model/worker_pool.h"
 
 namespace kvserve::model {
 namespace {
@@ -24,14 +25,29 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
 }
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+// x [..., in] times w^T [in, out] (+ b) -> [..., out], float32. Up to kMultiRowGemvMaxRows
+// rows (a decode step) run MultiRowGemv on the model's worker pool, which reads the weight
+// once; more rows oneDNN's GEMM where available, else OpenBLAS's. (OpenBLAS for a decode
+// step's small GEMVs synchronises its threads per call, which on an oversubscribed machine
+// made a step 10 times slower than the Llama family's.)
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+  const at::Tensor rows = x.reshape({-1, x.size(-1)}).contiguous();
+  at::Tensor y;
+  if (rows.size(0) <= kMultiRowGemvMaxRows) {
+    y = MultiRowGemv(rows, w);
+  } else if (!OnednnLinear(rows, w, &y)) {
+    y = at::mm(rows, w.t());
+  }
+  if (b.defined()) y.add_(b);
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = w.size(0);
+  return y.view(sizes);
 }
 
 // The selective scan of `rows` rows of n tokens, all float32 and contiguous: u and dt
 // [rows, n, d_inner], b and c [rows, n, state], a [d_inner, state], d [d_inner]; `state`
 // [rows, d_inner, state] is read and updated in place; returns y [rows, n, d_inner]. Channels
-// are independent, so they are split over threads.
+// are independent, so they are split over the model's worker pool.
 at::Tensor SelectiveScan(const at::Tensor& u, const at::Tensor& dt, const at::Tensor& b,
                          const at::Tensor& c, const at::Tensor& a, const at::Tensor& d,
                          at::Tensor& state) {
@@ -46,7 +62,7 @@ at::Tensor SelectiveScan(const at::Tensor& u, const at::Tensor& dt, const at::Te
   float* ps = state.data_ptr<float>();
   float* py = y.data_ptr<float>();
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n * width));
-  at::parallel_for(0, rows * channels, grain, [&](int64_t begin, int64_t end) {
+  ParallelForRange(rows * channels, grain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t row = i / channels, ch = i % channels;
       float* s = ps + i * width;
@@ -209,9 +225,9 @@ at::Tensor MambaModel::RunLayers(const at::Tensor& ids, std::vector<at::Tensor>*
                               .sum(-1);  // [rows, inner, n]
     if (l.conv_bias.defined()) conv_out = conv_out + l.conv_bias.view({1, inner, 1});
     const at::Tensor u = at::silu(conv_out).transpose(1, 2).contiguous();  // [rows, n, inner]
-    const at::Tensor params = at::linear(u, l.x_proj);  // [rows, n, rank + 2 * width]
+    const at::Tensor params = Linear(u, l.x_proj);  // [rows, n, rank + 2 * width]
     const at::Tensor dt =
-        at::softplus(at::linear(params.narrow(2, 0, rank), l.dt_proj, l.dt_bias)).contiguous();
+        at::softplus(Linear(params.narrow(2, 0, rank), l.dt_proj, l.dt_bias)).contiguous();
     const at::Tensor b = params.narrow(2, rank, width).contiguous();
     const at::Tensor cm = params.narrow(2, rank + width, width).contiguous();
     at::Tensor& state = (*ssm_states)[li];
@@ -284,7 +300,7 @@ absl::StatusOr<ForwardOutput> MambaModel::Forward(const Batch& batch) {
     }
     at::Tensor hidden = RunLayers(ids, &conv, &ssm);
     if (!seq.all_logits) hidden = hidden.narrow(1, n - 1, 1);
-    at::Tensor logits = at::linear(RmsNorm(hidden, norm_f_, c.layer_norm_epsilon), lm_head_);
+    at::Tensor logits = Linear(RmsNorm(hidden, norm_f_, c.layer_norm_epsilon), lm_head_);
     // [rows, m, vocab] -> [vocab] / [m, vocab] for one row, else [rows, vocab] / [rows, m, vocab]
     if (!seq.all_logits) logits = logits.squeeze(1);
     if (rows == 1) logits = logits.squeeze(0);
