@@ -22,6 +22,7 @@
 #include "kvserve/v1/session.grpc.pb.h"
 #include "model/mamba_model.h"
 #include "model/tiny_model_maker.h"
+#include "server/engine.h"
 #include "server/kv_server.h"
 #include "server/model_fingerprint.h"
 #include "tokenizer/tokenizer.h"
