@@ -31,6 +31,7 @@
 #include "cache/torch_compat.h"
 #include "model/cascade_attention.h"
 #include "model/cpu_kernels.h"
+#include "model/mamba_model.h"
 #include "model/tiny_model_maker.h"
 #include "model/transformer.h"
 
@@ -47,8 +48,8 @@ TransformerOptions& LoadOptions() {
 // "/bf16" makes the checkpoint in bfloat16, as real checkpoints are shipped; kvserve keeps
 // those weights in bfloat16 and computes in float32.
 // A name "dir:PATH" loads the model folder PATH.
-Transformer& BenchModel(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Transformer>> models;
+Model& BenchModel(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Model>> models;
   auto& slot = models[name];
   if (!slot && name.starts_with("dir:")) {
     absl::StatusOr<base::ModelSource> source = base::ModelSource::FromDirectory(name.substr(4));
@@ -56,7 +57,7 @@ Transformer& BenchModel(const std::string& name) {
       std::cerr << source.status() << "\n";
       std::abort();
     }
-    auto model = Transformer::Load(*source, LoadOptions());
+    auto model = LoadModel(*source, LoadOptions());  // any family (mamba too)
     if (!model.ok()) {
       std::cerr << model.status() << "\n";
       std::abort();
@@ -73,7 +74,7 @@ Transformer& BenchModel(const std::string& name) {
     if (!files.ok()) std::abort();
     auto model = Transformer::Load(base::ModelSource::FromMemory(*files), LoadOptions());
     if (!model.ok()) std::abort();
-    slot = *std::move(model);
+    slot = std::unique_ptr<Model>(*std::move(model));
   }
   return *slot;
 }
@@ -90,7 +91,7 @@ std::vector<int32_t> Tokens(int64_t n, int64_t vocab = 32000) {
 // for the presets).
 void BM_Decode(benchmark::State& state, const std::string& preset) {
   compat::SetNumThreads(static_cast<int>(state.range(0)));
-  Transformer& model = BenchModel(preset);
+  Model& model = BenchModel(preset);
   const std::vector<int32_t> prompt = Tokens(state.range(1), model.info().vocab_size);
   constexpr int kSteps = 64;
   for (auto _ : state) {
@@ -116,7 +117,7 @@ void BM_Decode(benchmark::State& state, const std::string& preset) {
 // Prefill: a prompt of range(1) tokens (512 unless given) into an empty cache.
 void BM_Prefill(benchmark::State& state, const std::string& preset) {
   compat::SetNumThreads(static_cast<int>(state.range(0)));
-  Transformer& model = BenchModel(preset);
+  Model& model = BenchModel(preset);
   const int64_t tokens = state.range(1);
   const std::vector<int32_t> prompt = Tokens(tokens, model.info().vocab_size);
   if (preset.starts_with("dir:")) {

@@ -8,6 +8,7 @@
 #include "cache/dynamic_sliding_window_layer.h"
 #include "cache/fp8_layer.h"
 #include "cache/hqq_quantizer.h"
+#include "cache/mamba_state_layer.h"
 #include "cache/offload_stream.h"
 #include "cache/offloaded_layer.h"
 #include "cache/quantized_layer.h"
@@ -21,6 +22,8 @@ namespace {
 
 absl::StatusOr<std::unique_ptr<CacheLayer>> MakeLayer(const CacheSpec& spec,
                                                       const LayerSpec& layer) {
+  // CheckLayerTypes admitted only 'dynamic' for state layers.
+  if (layer.is_state()) return std::make_unique<MambaStateLayer>();
   switch (spec.implementation) {
     case CacheImplementation::kDynamic:
     case CacheImplementation::kOffloaded:
@@ -59,8 +62,26 @@ absl::StatusOr<std::unique_ptr<CacheLayer>> MakeLayer(const CacheSpec& spec,
   return absl::InternalError("no layer class for this cache spec");
 }
 
-// A quantized cache refuses sliding and chunked layers, as the reference does.
+// A quantized cache refuses sliding and chunked layers, as the reference does; a Mamba
+// model's state layers take only 'dynamic' (the reference's MambaCache: every other strategy
+// stores per-token keys/values, which a Mamba layer does not have).
 absl::Status CheckLayerTypes(const CacheSpec& spec, const std::vector<LayerSpec>& layers) {
+  const bool has_state =
+      std::any_of(layers.begin(), layers.end(), [](const LayerSpec& l) { return l.is_state(); });
+  if (has_state && spec.implementation != CacheImplementation::kDynamic &&
+      spec.implementation != CacheImplementation::kNone) {
+    const char* reason = spec.implementation == CacheImplementation::kQuantized ? "quantizes"
+                         : spec.implementation == CacheImplementation::kOffloaded
+                             ? "moves to the host layer by layer"
+                         : spec.implementation == CacheImplementation::kOffloadedStatic
+                             ? "preallocates and moves to the host"
+                             : "preallocates up to max_cache_len";
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache_implementation '", std::string(CacheImplementationName(spec.implementation)),
+        "' is not supported for the mamba family: a Mamba layer caches a fixed-size "
+        "convolution and SSM state, not the per-token keys/values this strategy ",
+        reason, "; use 'dynamic' (the reference's MambaCache)"));
+  }
   if (spec.implementation != CacheImplementation::kQuantized) return absl::OkStatus();
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i].is_sliding()) {

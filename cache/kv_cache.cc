@@ -7,6 +7,7 @@
 #include "cache/dynamic_layer.h"
 #include "cache/dynamic_sliding_window_layer.h"
 #include "cache/kv_memory_budget.h"
+#include "cache/mamba_state_layer.h"
 #include "cache/offload_stream.h"
 #include "cache/offloaded_layer.h"
 
@@ -178,7 +179,9 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::CreateDynamic(
   for (size_t i = 0; i < layer_specs.size(); ++i) {
     const LayerSpec& spec = layer_specs[i];
     if (absl::Status s = ValidateLayerSpec(spec, static_cast<int>(i)); !s.ok()) return s;
-    if (spec.is_sliding()) {
+    if (spec.is_state()) {
+      layers.push_back(std::make_unique<MambaStateLayer>());
+    } else if (spec.is_sliding()) {
       layers.push_back(std::make_unique<DynamicSlidingWindowLayer>(spec.type, spec.window));
     } else {
       layers.push_back(std::make_unique<DynamicLayer>());

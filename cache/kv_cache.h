@@ -29,8 +29,8 @@ class KvCache {
   KvCache& operator=(const KvCache&) = delete;
 
   // A dynamic cache for a model with these layers: DynamicLayer for full attention,
-  // DynamicSlidingWindowLayer for sliding and chunked layers. InvalidArgument when a
-  // sliding/chunked spec has a window below 2.
+  // DynamicSlidingWindowLayer for sliding and chunked layers, MambaStateLayer for state layers.
+  // InvalidArgument when a sliding/chunked spec has a window below 2.
   static absl::StatusOr<std::unique_ptr<KvCache>> CreateDynamic(
       const std::vector<LayerSpec>& layer_specs);
 

@@ -13,6 +13,7 @@
 #include "cache/dynamic_layer.h"
 #include "cache/kv_buffer.h"
 #include "cache/kv_cache.h"
+#include "cache/mamba_state_layer.h"
 #include "cache/snapshot.h"
 #include "cache/torch_compat.h"
 
@@ -156,8 +157,12 @@ KvCacheManager::KvCacheManager(const KvCacheManagerOptions& options, KvModelShap
     : options_(options),
       shape_(std::move(shape)),
       clock_(clock),
-      allow_partial_prefix_(std::none_of(shape_.layers.begin(), shape_.layers.end(),
-                                         [](const LayerSpec& l) { return l.is_sliding(); })),
+      allow_partial_prefix_(
+          std::none_of(shape_.layers.begin(), shape_.layers.end(),
+                       [](const LayerSpec& l) { return l.is_sliding() || l.is_state(); })),
+      // A state model's prompt is kept whole: a later prompt that extends it resumes from it.
+      auto_entries_(allow_partial_prefix_ ||
+                    (!shape_.layers.empty() && shape_.layers.front().is_state())),
       budget_(std::make_unique<KvMemoryBudget>(options.budget)),
       shared_prefixes_(std::make_shared<SharedPrefixTracker>()),
       tiers_(std::move(tiers)),
@@ -184,8 +189,12 @@ KvCacheManager::Estimate KvCacheManager::EstimateBytes(int64_t tokens, int64_t r
   Estimate estimate;
   int64_t largest_layer = 0;
   for (const LayerSpec& layer : shape_.layers) {
-    const int64_t held =
-        rows * (layer.is_sliding() ? std::min(tokens, layer.window) : tokens) * per_token;
+    // A state layer's size is fixed: a state model's shape gives it as one token's K/V.
+    const int64_t held = rows *
+                         (layer.is_state()     ? 1
+                          : layer.is_sliding() ? std::min(tokens, layer.window)
+                                               : tokens) *
+                         per_token;
     estimate.total_bytes += held;
     largest_layer = std::max(largest_layer, held);
   }
@@ -243,6 +252,10 @@ PrefixMatch KvCacheManager::ChoosePrefix(const Sequence& seq) const {
             .num_tokens = std::min(r.named_prefix->num_tokens(), prompt - 1),
             .named = true,
             .name = r.named_prefix_name};
+    // A state snapshot serves only a prompt that goes on past its end.
+    if (r.named_prefix->holds_states() && best.num_tokens < r.named_prefix->num_tokens()) {
+      best = {};
+    }
   }
   if (options_.auto_prefix_cache) {
     PrefixMatch match = store_->Peek(r.prefix_space, r.prompt, options_.auto_prefix_min_tokens,
@@ -273,7 +286,7 @@ int64_t KvCacheManager::SharedWithPrefillInFlight(
     // Only a prefill that will be kept serves anyone: a registration, or a prompt that
     // OnPrefilled keeps as an automatic entry.
     const bool kept =
-        o.registration || (allow_partial_prefix_ && !o.skip_prefix_reuse && !other->is_turn() &&
+        o.registration || (auto_entries_ && !o.skip_prefix_reuse && !other->is_turn() &&
                            o.cache.implementation == CacheImplementation::kDynamic &&
                            other_prompt >= options_.auto_prefix_min_tokens);
     if (!kept) continue;
@@ -449,8 +462,12 @@ absl::StatusOr<Allocation> KvCacheManager::Allocate(SequenceId id) {
     // Every token of every layer, so that the snapshot loads into a cache of any strategy
     // (sliding layers' masks come from the model's layer specs, not from the cache).
     std::vector<std::unique_ptr<CacheLayer>> layers;
-    for (size_t i = 0; i < shape_.layers.size(); ++i) {
-      layers.push_back(std::make_unique<DynamicLayer>());
+    for (const LayerSpec& layer : shape_.layers) {
+      if (layer.is_state()) {
+        layers.push_back(std::make_unique<MambaStateLayer>());
+      } else {
+        layers.push_back(std::make_unique<DynamicLayer>());
+      }
     }
     seq->cache = std::make_unique<KvCache>(std::move(layers));
   } else {
@@ -564,7 +581,7 @@ void KvCacheManager::OnPrefilled(SequenceId id) {
   const SequenceRequest& r = seq->request;
   // A session turn's prompt stays in its session's cache instead.
   if (!options_.auto_prefix_cache || r.registration || r.skip_prefix_reuse || seq->is_turn() ||
-      seq->cache == nullptr || !allow_partial_prefix_ ||
+      seq->cache == nullptr || !auto_entries_ ||
       r.cache.implementation != CacheImplementation::kDynamic || seq->offload_fallback ||
       static_cast<int64_t>(r.prompt.size()) < options_.auto_prefix_min_tokens) {
     return;
@@ -575,9 +592,11 @@ void KvCacheManager::OnPrefilled(SequenceId id) {
   // The copy is device memory too: it is kept only when it fits beside the live caches. It
   // holds exactly the prompt's tokens in every layer (no spare capacity).
   if (budget_->limit() >= 0) {
-    const int64_t bytes = static_cast<int64_t>(r.prompt.size()) * 2 * shape_.num_kv_heads *
-                          shape_.head_dim * shape_.bytes_per_element *
-                          static_cast<int64_t>(shape_.layers.size());
+    const int64_t bytes = allow_partial_prefix_
+                              ? static_cast<int64_t>(r.prompt.size()) * 2 * shape_.num_kv_heads *
+                                    shape_.head_dim * shape_.bytes_per_element *
+                                    static_cast<int64_t>(shape_.layers.size())
+                              : seq->cache->Memory().device_bytes;
     if (budget_->available() < bytes) return;
   }
   absl::StatusOr<std::shared_ptr<const Snapshot>> snapshot =

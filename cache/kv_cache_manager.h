@@ -356,6 +356,9 @@ class KvCacheManager {
   const base::Clock* const clock_;
   // Whether an automatic match may end inside a stored prefix (no sliding/chunked layers).
   const bool allow_partial_prefix_;
+  // Whether prefilled prompts become automatic entries: partial matches allowed, or a state
+  // model (Mamba), whose entries are reused at their exact end.
+  const bool auto_entries_;
   std::unique_ptr<KvMemoryBudget> budget_;
   // The snapshots live caches read in place (a shared_ptr: their references hold a weak one).
   std::shared_ptr<SharedPrefixTracker> shared_prefixes_;

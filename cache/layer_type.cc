@@ -14,10 +14,14 @@ const char* LayerTypeName(LayerType type) {
       return "sliding_attention";
     case LayerType::kChunkedAttention:
       return "chunked_attention";
+    case LayerType::kMambaState:
+      return "mamba";
   }
   return "unknown";
 }
 
+// Attention types only: a decoder's layer_types never name a state layer (a Mamba model's
+// layers follow from its model_type).
 absl::StatusOr<LayerType> ParseLayerType(std::string_view name) {
   for (LayerType t :
        {LayerType::kFullAttention, LayerType::kSlidingAttention, LayerType::kChunkedAttention}) {

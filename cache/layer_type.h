@@ -12,6 +12,7 @@ enum class LayerType {
   kFullAttention,     // sees every earlier token
   kSlidingAttention,  // sees itself and window-1 earlier tokens
   kChunkedAttention,  // sees earlier tokens of its own chunk (window = chunk size)
+  kMambaState,        // no attention: a fixed-size convolution and SSM state (Mamba)
 };
 
 // What a cache needs to know about one layer of the model.
@@ -20,7 +21,11 @@ struct LayerSpec {
   // Sliding window or attention chunk size in tokens; 0 for full attention, >= 2 otherwise.
   int64_t window = 0;
 
-  bool is_sliding() const { return type != LayerType::kFullAttention; }
+  bool is_sliding() const {
+    return type == LayerType::kSlidingAttention || type == LayerType::kChunkedAttention;
+  }
+  // A state-space layer: it keeps a summary of every token, which cannot be cropped.
+  bool is_state() const { return type == LayerType::kMambaState; }
   bool operator==(const LayerSpec&) const = default;
 };
 

@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "cache/dynamic_layer.h"
 #include "cache/kv_cache.h"
+#include "cache/mamba_state_layer.h"
 
 namespace kvserve::cache {
 
@@ -30,6 +31,9 @@ absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::Capture(const KvCache&
   if (n == 0) return absl::InvalidArgumentError("a snapshot needs at least one token");
   if (capture.num_layers() == 0) {
     return absl::InvalidArgumentError("the capture cache has no layers");
+  }
+  if (capture.layer(0).type() == LayerType::kMambaState) {
+    return CaptureStates(capture, std::move(token_ids), std::move(fingerprint));
   }
   std::vector<const DynamicLayer*> layers;
   layers.reserve(capture.num_layers());
@@ -62,6 +66,47 @@ absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::Capture(const KvCache&
   }
   return std::shared_ptr<const Snapshot>(new Snapshot(std::move(token_ids), std::move(fingerprint),
                                                       std::move(keys), std::move(values)));
+}
+
+absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::CaptureStates(
+    const KvCache& capture, std::vector<int32_t> token_ids, std::string fingerprint) {
+  const int64_t n = static_cast<int64_t>(token_ids.size());
+  std::vector<at::Tensor> conv, ssm;
+  for (int i = 0; i < capture.num_layers(); ++i) {
+    const auto* layer = dynamic_cast<const MambaStateLayer*>(&capture.layer(i));
+    if (layer == nullptr || layer->SeqLength() != n || layer->BatchSize() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", i, " of the capture cache is not a Mamba state layer of batch 1 after ", n,
+          " tokens; a state snapshot is captured from a cache whose every layer is one"));
+    }
+    conv.push_back(layer->conv_state().clone(at::MemoryFormat::Contiguous));
+    ssm.push_back(layer->ssm_state().clone(at::MemoryFormat::Contiguous));
+  }
+  std::shared_ptr<Snapshot> snapshot(
+      new Snapshot(std::move(token_ids), std::move(fingerprint), std::move(conv), std::move(ssm)));
+  snapshot->states_ = true;
+  return std::shared_ptr<const Snapshot>(std::move(snapshot));
+}
+
+absl::Status Snapshot::LoadStatesInto(KvCache* cache, int64_t num_tokens) const {
+  if (num_tokens != this->num_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a state snapshot (Mamba) of ", this->num_tokens(),
+        " tokens loads only whole: its states cannot be cut back to ", num_tokens, " tokens"));
+  }
+  std::vector<MambaStateLayer*> layers;
+  for (int i = 0; i < cache->num_layers(); ++i) {
+    auto* layer = dynamic_cast<MambaStateLayer*>(&cache->layer(i));
+    if (layer == nullptr || layer->SeqLength() != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "a state snapshot loads only into empty Mamba state layers; layer ", i, " is not one"));
+    }
+    layers.push_back(layer);
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    layers[i]->SetStates(keys_[i].clone(), values_[i].clone(), num_tokens);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::FromTensors(
@@ -99,6 +144,8 @@ absl::Status Snapshot::LoadInto(KvCache* cache, int64_t num_tokens, int* shared_
         absl::StrCat("cannot load ", num_tokens, " tokens from a snapshot of ", this->num_tokens(),
                      " tokens (1 to ", this->num_tokens(), " allowed)"));
   }
+  if (shared_layers != nullptr) *shared_layers = 0;  // a state snapshot is always copied
+  if (states_) return LoadStatesInto(cache, num_tokens);
   for (int i = 0; i < cache->num_layers(); ++i) {
     const CacheLayer& layer = cache->layer(i);
     if (layer.SeqLength() != 0) {
@@ -118,7 +165,6 @@ absl::Status Snapshot::LoadInto(KvCache* cache, int64_t num_tokens, int* shared_
   // Checked above: the cache has this snapshot's layer count, so every index below is one of
   // its layers.
   KVSERVE_DCHECK(cache->num_layers() == num_layers());
-  if (shared_layers != nullptr) *shared_layers = 0;
   for (int i = 0; i < num_layers(); ++i) {
     // Views of the first num_tokens tokens: every layer copies its update into its own
     // storage (or reads them in place, never writing), so no copy is made here.

@@ -28,6 +28,9 @@ class Snapshot {
   // Copies `capture` (contiguous clones). Every layer of `capture` must be a DynamicLayer
   // (never offloaded or sliding, so that it holds every token) with batch 1 and exactly
   // token_ids.size() >= 1 tokens; InvalidArgument naming the first layer that is not.
+  // A cache of MambaStateLayers (every layer one, batch 1, token_ids.size() tokens seen) gives
+  // a state snapshot (holds_states()): per layer the convolution state as "keys" and the SSM
+  // state as "values", which load only whole (see LoadInto).
   static absl::StatusOr<std::shared_ptr<const Snapshot>> Capture(const KvCache& capture,
                                                                  std::vector<int32_t> token_ids,
                                                                  std::string fingerprint);
@@ -58,7 +61,13 @@ class Snapshot {
   // (CacheLayer::AttachSharedPrefix) reads the tokens in place instead of copying them, and
   // *shared_layers is set to how many did; the others copy as above. The caller then makes the
   // cache hold the snapshot (KvCache::HoldSharedOwner) so that the store sees it referenced.
+  //
+  // A state snapshot loads only with num_tokens == this->num_tokens() (a state cannot be cut
+  // back to an earlier token; InvalidArgument otherwise) into a cache of empty
+  // MambaStateLayers, each getting a copy of its states (never shared).
   absl::Status LoadInto(KvCache* cache, int64_t num_tokens, int* shared_layers = nullptr) const;
+  // True for a state snapshot (a Mamba model's): reusable only at its exact end.
+  bool holds_states() const { return states_; }
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids_.size()); }
   absl::Span<const int32_t> token_ids() const { return token_ids_; }
@@ -74,12 +83,19 @@ class Snapshot {
  private:
   Snapshot(std::vector<int32_t> token_ids, std::string fingerprint, std::vector<at::Tensor> keys,
            std::vector<at::Tensor> values);
+  // Capture and LoadInto for a cache of MambaStateLayers.
+  static absl::StatusOr<std::shared_ptr<const Snapshot>> CaptureStates(
+      const KvCache& capture, std::vector<int32_t> token_ids, std::string fingerprint);
+  absl::Status LoadStatesInto(KvCache* cache, int64_t num_tokens) const;
 
   std::vector<int32_t> token_ids_;
   std::string fingerprint_;
   std::vector<at::Tensor> keys_;    // per layer: [1, kv_heads, num_tokens, head_dim]
   std::vector<at::Tensor> values_;  // per layer: [1, kv_heads, num_tokens, head_dim]
   int64_t bytes_ = 0;
+  // A state snapshot: keys_ are conv states [1, d_inner, conv_kernel - 1] and values_ SSM
+  // states [1, d_inner, state_size].
+  bool states_ = false;
 };
 
 }  // namespace kvserve::cache

@@ -298,7 +298,8 @@ void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> sn
     host_used_ += bytes;
     MakeHostRoomLocked(0, id);
     ++counters_.demotions;
-  } else if (entry.host == nullptr && options_.disk_bytes > 0) {
+  } else if (entry.host == nullptr && options_.disk_bytes > 0 && !snapshot->holds_states()) {
+    // (State snapshots stay off the disk: the snapshot file holds per-token K/V only.)
     if (!entry.on_disk) QueueWriteLocked(id, std::move(snapshot));
     if (entry.on_disk) ++counters_.demotions;
   } else if (entry.host == nullptr) {
@@ -309,7 +310,7 @@ void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> sn
 
 void SnapshotTiers::Persist(std::string space, std::shared_ptr<const Snapshot> snapshot,
                             int64_t hits) {
-  if (snapshot == nullptr || options_.disk_bytes <= 0) return;
+  if (snapshot == nullptr || options_.disk_bytes <= 0 || snapshot->holds_states()) return;
   absl::MutexLock lock(&mu_);
   EntryId id = FindExactLocked(space, snapshot->token_ids());
   if (id == 0) {

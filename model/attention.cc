@@ -96,6 +96,8 @@ bool AllVisible(int64_t n, int64_t q_start, const cache::LayerView& kv,
       return kv.kv_offset > q_start - layer.window;
     case cache::LayerType::kChunkedAttention:
       return kv.kv_offset / layer.window == q_start / layer.window;
+    case cache::LayerType::kMambaState:  // no attention (the Mamba forward never calls this)
+      return false;
   }
   return false;
 }

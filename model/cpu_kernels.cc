@@ -86,6 +86,8 @@ inline bool Visible(int64_t j, int64_t q_pos, int64_t kv_offset, int64_t num_val
       return k_pos > q_pos - layer.window;
     case cache::LayerType::kChunkedAttention:
       return k_pos / layer.window == q_pos / layer.window;
+    case cache::LayerType::kMambaState:  // no attention (the Mamba forward never calls this)
+      return false;
   }
   return false;
 }

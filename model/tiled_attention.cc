@@ -44,6 +44,8 @@ KeyRange VisibleKeys(int64_t q_pos, const cache::LayerView& kv, const cache::Lay
     case cache::LayerType::kChunkedAttention:
       range.lo = std::max<int64_t>(0, (q_pos / layer.window) * layer.window - kv.kv_offset);
       break;
+    case cache::LayerType::kMambaState:  // no attention (the Mamba forward never calls this)
+      break;
   }
   return range;
 }

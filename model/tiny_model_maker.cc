@@ -94,6 +94,11 @@ class WeightWriter {
   void Ones(const std::string& name, std::vector<int64_t> shape) {
     Add(name, std::move(shape), [] { return 1.0f; });
   }
+  // Values from `value(rng)`, in order.
+  template <typename Value>
+  void Draw(const std::string& name, std::vector<int64_t> shape, Value value) {
+    Add(name, std::move(shape), [&] { return static_cast<float>(value(rng_)); });
+  }
 
   std::string Serialize() const {
     std::vector<TensorToWrite> tensors;
@@ -205,7 +210,7 @@ absl::StatusOr<ModelConfig> PresetConfig(const std::string& arch, const std::str
   if (std::find(std::begin(kArchs), std::end(kArchs), arch) == std::end(kArchs)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "arch '", arch,
-        "' is unknown; supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3"));
+        "' is unknown; supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3, mamba"));
   }
   // Assemble a config.json and parse it, so presets get exactly the defaults real
   // checkpoints of the architecture get.
@@ -313,7 +318,85 @@ absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelCon
   return files;
 }
 
+absl::StatusOr<MambaConfig> MambaPresetConfig(const std::string& preset) {
+  // Layers chosen so that each bench preset has about the parameters of the Llama preset of
+  // the same name (bench-small: 14 layers, 56 M against 56 M; bench-medium: 28, 252 M
+  // against 252 M); vocabularies as the Llama presets'.
+  struct Sizes {
+    const char* name;
+    int64_t vocab, hidden, layers, state;
+  };
+  constexpr Sizes kMambaPresets[] = {{"tiny", 320, 64, 2, 8},
+                                     {"small", 512, 256, 4, 16},
+                                     {"bench-small", 32000, 512, 14, 16},
+                                     {"bench-medium", 32000, 1024, 28, 16}};
+  for (const Sizes& p : kMambaPresets) {
+    if (preset != p.name) continue;
+    return MambaConfig::Parse(absl::StrCat(
+        "{\"model_type\": \"mamba\", \"vocab_size\": ", p.vocab, ", \"hidden_size\": ", p.hidden,
+        ", \"num_hidden_layers\": ", p.layers, ", \"state_size\": ", p.state,
+        ", \"expand\": 2, \"conv_kernel\": 4, \"time_step_rank\": \"auto\"",
+        ", \"layer_norm_epsilon\": 1e-5, \"use_bias\": false, \"use_conv_bias\": true",
+        ", \"tie_word_embeddings\": false, \"bos_token_id\": ", tokenizer::kTinyBosId,
+        ", \"eos_token_id\": ", tokenizer::kTinyEosId, ", \"torch_dtype\": \"float32\"}"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "preset '", preset, "' is unknown; supported: tiny, small, bench-small, bench-medium"));
+}
+
+absl::StatusOr<std::map<std::string, std::string>> MakeMambaModelFiles(const MambaConfig& c,
+                                                                       uint64_t seed,
+                                                                       WeightsDtype weights_dtype) {
+  if (c.vocab_size < tokenizer::kTinyEosId + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_size must be at least ", tokenizer::kTinyEosId + 1, " for the tiny tokenizer"));
+  }
+  const int64_t h = c.hidden_size, inner = c.intermediate_size(), rank = c.time_step_rank;
+  const int64_t width = c.state_size, kernel = c.conv_kernel;
+  // Unit-scale projections, so that every mixer's output moves the residual stream and the
+  // tests see each part of the layer; the SSM parameters as Transformers initialises them.
+  auto normal = [](double stddev) { return [stddev](Rng& r) { return r.Normal() * stddev; }; };
+  auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
+  WeightWriter w(seed, weights_dtype);
+  w.Draw("backbone.embeddings.weight", {c.vocab_size, h},
+         normal(c.tie_word_embeddings ? 4 * inv_sqrt(h) : 1.0));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = absl::StrCat("backbone.layers.", i, ".");
+    w.Draw(p + "norm.weight", {h}, [](Rng& r) { return 1.0 + 0.1 * r.Normal(); });
+    w.Draw(p + "mixer.in_proj.weight", {2 * inner, h}, normal(inv_sqrt(h)));
+    if (c.use_bias) w.Draw(p + "mixer.in_proj.bias", {2 * inner}, normal(0.1));
+    w.Draw(p + "mixer.conv1d.weight", {inner, 1, kernel}, normal(inv_sqrt(kernel)));
+    if (c.use_conv_bias) w.Draw(p + "mixer.conv1d.bias", {inner}, normal(0.1));
+    w.Draw(p + "mixer.x_proj.weight", {rank + 2 * width, inner}, normal(inv_sqrt(inner)));
+    w.Draw(p + "mixer.dt_proj.weight", {inner, rank}, normal(inv_sqrt(rank)));
+    // dt = softplus(bias) log-uniform in [0.001, 0.1]: the bias is softplus's inverse.
+    w.Draw(p + "mixer.dt_proj.bias", {inner}, [](Rng& r) {
+      const double dt = std::exp(std::log(0.001) + r.Uniform() * (std::log(0.1) - std::log(0.001)));
+      return dt + std::log(-std::expm1(-dt));
+    });
+    int64_t k = 0;
+    w.Draw(p + "mixer.A_log", {inner, width},
+           [&](Rng&) { return std::log(static_cast<double>(k++ % width + 1)); });
+    w.Draw(p + "mixer.D", {inner}, [](Rng& r) { return 1.0 + 0.1 * r.Normal(); });
+    w.Draw(p + "mixer.out_proj.weight", {h, inner}, normal(inv_sqrt(inner)));
+    if (c.use_bias) w.Draw(p + "mixer.out_proj.bias", {h}, normal(0.1));
+  }
+  w.Draw("backbone.norm_f.weight", {h}, [](Rng& r) { return 1.0 + 0.1 * r.Normal(); });
+  if (!c.tie_word_embeddings) w.Draw("lm_head.weight", {c.vocab_size, h}, normal(4 * inv_sqrt(h)));
+  std::map<std::string, std::string> files;
+  files["config.json"] = c.ToJson();
+  files["model.safetensors"] = w.Serialize();
+  files["tokenizer.json"] = tokenizer::MakeTinyTokenizerJson(static_cast<int32_t>(c.vocab_size));
+  files["tokenizer_config.json"] = tokenizer::MakeTinyTokenizerConfigJson();
+  return files;
+}
+
 absl::StatusOr<std::map<std::string, std::string>> MakeTinyModel(const TinyModelOptions& options) {
+  if (options.arch == "mamba") {
+    absl::StatusOr<MambaConfig> mamba = MambaPresetConfig(options.preset);
+    if (!mamba.ok()) return mamba.status();
+    return MakeMambaModelFiles(*mamba, options.seed, options.weights_dtype);
+  }
   absl::StatusOr<ModelConfig> config = PresetConfig(options.arch, options.preset);
   if (!config.ok()) return config.status();
   return MakeModelFiles(*config, options.seed, options.weights_dtype);

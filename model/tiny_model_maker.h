@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "model/mamba_config.h"
 #include "model/model_config.h"
 
 namespace kvserve::model {
@@ -15,7 +16,8 @@ namespace kvserve::model {
 enum class WeightsDtype { kF32, kBF16, kF16 };
 
 struct TinyModelOptions {
-  std::string arch = "llama";   // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3
+  // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3 | mamba
+  std::string arch = "llama";
   std::string preset = "tiny";  // tiny | small | bench-small | bench-medium
   uint64_t seed = 0;            // same seed, same bytes
   WeightsDtype weights_dtype = WeightsDtype::kF32;
@@ -38,7 +40,21 @@ absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelCon
                                                                   uint64_t seed,
                                                                   WeightsDtype weights_dtype);
 
-// PresetConfig + MakeModelFiles.
+// The config of a Mamba preset (MambaForCausalLM, untied LM head, state_size 16, expand 2,
+// conv_kernel 4, time_step_rank auto): tiny (vocab 320, hidden 64, 2 layers, state_size 8),
+// small (512, 256, 4), bench-small (32000, 512, 14) and bench-medium (32000, 1024, 28), the
+// bench ones sized to the Llama presets' parameter counts. InvalidArgument naming an unknown
+// preset.
+absl::StatusOr<MambaConfig> MambaPresetConfig(const std::string& preset);
+
+// The files of a Mamba model with `config`, seeded as MakeModelFiles: unit-scale projections,
+// norms and D near 1, A_log = log(1..state_size), dt_proj's bias the inverse softplus of a
+// log-uniform dt in [0.001, 0.1]; the tiny tokenizer.
+absl::StatusOr<std::map<std::string, std::string>> MakeMambaModelFiles(const MambaConfig& config,
+                                                                       uint64_t seed,
+                                                                       WeightsDtype weights_dtype);
+
+// PresetConfig + MakeModelFiles (MambaPresetConfig + MakeMambaModelFiles for arch mamba).
 absl::StatusOr<std::map<std::string, std::string>> MakeTinyModel(const TinyModelOptions& options);
 
 // Writes `files` into `dir` (created if needed).

@@ -33,6 +33,7 @@
 #include "kvserve/v1/session.grpc.pb.h"
 #include "model/embedded_model.h"
 #include "model/generator.h"
+#include "model/mamba_model.h"
 #include "model/transformer.h"
 #include "server/api_keys.h"
 #include "server/engine.h"
@@ -325,8 +326,8 @@ absl::StatusOr<LoadedModel> LoadModel(const ServerOptions& options) {
                                 : base::ModelSource::FromDirectory(options.model_dir);
   if (!source.ok()) return source.status();
   LoadedModel loaded;
-  absl::StatusOr<std::unique_ptr<model::Transformer>> transformer_model =
-      model::Transformer::Load(*source, transformer);
+  absl::StatusOr<std::unique_ptr<model::Model>> transformer_model =
+      model::LoadModel(*source, transformer);
   if (!transformer_model.ok()) return transformer_model.status();
   loaded.model = *std::move(transformer_model);
   if (source->Has("tokenizer.json")) {

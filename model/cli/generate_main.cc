@@ -20,6 +20,7 @@
 #include "model/device_check.h"
 #include "model/embedded_model.h"
 #include "model/generator.h"
+#include "model/mamba_model.h"
 #include "model/transformer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -98,7 +99,7 @@ absl::Status Run(const CommandLine& cl) {
       cl.Has("model") ? kvserve::base::ModelSource::FromDirectory(cl.GetString("model"))
                       : m::EmbeddedDefaultModel();
   if (!source.ok()) return source.status();
-  absl::StatusOr<std::unique_ptr<m::Transformer>> model = m::Transformer::Load(*source, options);
+  absl::StatusOr<std::unique_ptr<m::Model>> model = m::LoadModel(*source, options);
   if (!model.ok()) return model.status();
 
   std::unique_ptr<kvserve::tokenizer::Tokenizer> tokenizer;

@@ -3,9 +3,10 @@
 
 For each architecture: kvserve-make-model writes a seeded tiny model, kvserve-generate
 computes the prompt's last-position logits (--logits-out), reference_forward.py (gemma2 and
-gemma3: gemma_reference.py) computes them from the same files, and the two must agree to
+gemma3: gemma_reference.py; mamba: mamba_reference.py) computes them from the same files, and the two must agree to
 --atol (max abs difference) with the same argmax. Gemma runs several prompt lengths, shorter
-than, equal to and beyond its tiny sliding window (16). Prints a table; exits 1 if any
+than, equal to and beyond its tiny sliding window (16); Mamba
+runs several lengths around its convolution kernel. Prints a table; exits 1 if any
 architecture disagrees or fails to run.
 
 Usage: compare_logits.py --make-model BIN --generate BIN [--work-dir DIR] [--archs a,b]
@@ -23,10 +24,14 @@ sys.dont_write_bytecode = True  # keep the source tree clean when ctest runs thi
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gemma_reference  # noqa: E402
+import mamba_reference  # noqa: E402
 import reference_forward  # noqa: E402
 
-ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mamba")
 GEMMA_LENGTHS = (5, 16, 40)
+# Mamba: one token (the states start from zeros), a prompt within, and one far past, the
+# convolution's kernel (4).
+MAMBA_LENGTHS = (1, 3, 40)
 # 24 ids below 256 (the tiny vocabulary is byte-level), longer than Mistral's tiny window,
 # with a repeat so that identical tokens at different positions are exercised.
 PROMPT_IDS = [5, 17, 42, 99, 3, 250, 128, 7, 64, 17, 200, 31, 8, 8, 77, 1, 145, 222, 13, 90,
@@ -56,6 +61,10 @@ def compare_arch(arch, make_model, generate, work_dir, atol):
         kinds = ",".join(sorted({"sliding" if s else "full" for s in model.cfg.sliding}))
         return [compare_prompt(arch, model, kinds, (PROMPT_IDS * 2)[:n], model_dir, generate, work_dir,
                                atol) for n in GEMMA_LENGTHS]
+    if arch == "mamba":
+        model = mamba_reference.MambaModel(model_dir)
+        return [compare_prompt(arch, model, "mamba", (PROMPT_IDS * 2)[:n], model_dir, generate,
+                               work_dir, atol) for n in MAMBA_LENGTHS]
     model = reference_forward.Model(model_dir)
     kinds = ",".join(sorted({kind for kind, _ in model.cfg.layer_windows}))
     return [compare_prompt(arch, model, kinds, PROMPT_IDS, model_dir, generate, work_dir, atol)]
