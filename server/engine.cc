@@ -20,6 +20,7 @@
 #include "cache/torch_compat.h"
 #include "model/model.h"
 #include "server/metrics.h"
+#include "server/prefix_metrics.h"
 
 namespace kvserve::server {
 namespace {
@@ -763,16 +764,7 @@ void Engine::PublishStats() {
                               .expirations = sessions.expirations,
                               .hits = sessions.hits,
                               .misses = sessions.misses});
-  const cache::PrefixStoreStats& p = kv.prefixes;
-  metrics_->SetPrefixCounts({.named_hits = p.named_hits,
-                             .named_misses = p.named_misses,
-                             .automatic_hits = p.automatic_hits,
-                             .automatic_misses = p.automatic_misses,
-                             .evictions = p.evictions,
-                             .expirations = p.expirations,
-                             .bytes = p.bytes_used,
-                             .named_entries = p.named_entries,
-                             .automatic_entries = p.automatic_entries});
+  PublishPrefixMetrics(kv.prefixes, kv.tiers, *metrics_);
   metrics_->SetQueue(scheduler_->num_waiting(), scheduler_->num_running());
   std::map<std::string, ServerMetrics::TenantQueue> by_tenant;
   for (const auto& [id, live] : live_) {
