@@ -198,8 +198,9 @@ ServerMetrics::ServerMetrics(int64_t max_new_tokens_limit)
   tier_hits_ = &prometheus::BuildCounter()
                     .Name("kvserve_prefix_tier_hits_total")
                     .Help(
-                        "Prefix snapshots used, by the tier that held them (device: a lookup "
-                        "used a stored snapshot; host, disk: a promotion from that tier)")
+                        "Prefix snapshots used, by tier (device: a lookup used a snapshot of "
+                        "the device store, promoted ones included; host, disk: a snapshot "
+                        "promoted from that tier first)")
                     .Register(*registry_);
   tier_demotions_ = &prometheus::BuildCounter()
                          .Name("kvserve_prefix_tier_demotions_total")

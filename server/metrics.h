@@ -120,13 +120,13 @@ class ServerMetrics {
   // The tiers of prefix snapshots (device: the prefix store; host and disk: where it demotes
   // to, cache/snapshot_tiers.h): kvserve_prefix_tier_bytes{tier} and
   // kvserve_prefix_tier_entries{tier} (tier: device, host, disk),
-  // kvserve_prefix_tier_hits_total{tier} (device: lookups that used a stored snapshot; host,
-  // disk: promotions served from that tier), kvserve_prefix_tier_demotions_total{from} (device:
-  // evicted snapshots a lower tier kept; host: host entries moved to disk),
-  // kvserve_prefix_tier_drops_total (entries that left the last tier, or fit in none),
-  // kvserve_prefix_tier_disk_failures_total{op} (load: files refused as corrupt, truncated or
-  // foreign, at start or on a promotion; write: files that could not be written). Cumulative
-  // totals, as SetPrefixCounts.
+  // kvserve_prefix_tier_hits_total{tier} (device: lookups that used a snapshot of the device
+  // store, promoted ones included; host, disk: promotions served from that tier),
+  // kvserve_prefix_tier_demotions_total{from} (device: evicted snapshots a lower tier kept; host:
+  // host entries moved to disk), kvserve_prefix_tier_drops_total (entries that left the last tier,
+  // or fit in none), kvserve_prefix_tier_disk_failures_total{op} (load: files refused as corrupt,
+  // truncated or foreign, at start or on a promotion; write: files that could not be written).
+  // Cumulative totals, as SetPrefixCounts.
   struct PrefixTierCounts {
     int64_t device_bytes = 0, device_entries = 0, host_bytes = 0, host_entries = 0;
     int64_t disk_bytes = 0, disk_entries = 0;
