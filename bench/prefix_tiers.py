@@ -6,7 +6,9 @@ off (interleaved, two servers).
 usage: PYTHONPATH=build/proto/python /usr/bin/python3 bench/prefix_tiers.py \\
          --kvserve build/server/kvserve --model DIR [--tokens 2000] [--rounds 3] \\
          [--zipf-prefixes 200 --zipf-device 20 --zipf-tokens 2000 --zipf-requests 400]
-Prints one line per measurement; figures are server-side timings.ttft_ms.
+Prints one line per measurement; figures are server-side timings.ttft_ms. The Zipf workload
+also prints each server's hits per tier (kvserve_prefix_tier_hits_total) and the load average
+before and after.
 """
 import argparse
 import os
@@ -29,7 +31,8 @@ from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-i
 class Server(KvserveProcess):
     def __init__(self, args, flags, workdir):
         super().__init__(args.kvserve, ["--model", args.model, "--threads", str(args.threads),
-                                        "--max-batch-tokens", "8192"] + flags,
+                                        "--max-batch-tokens", "8192",
+                                        "--metrics-listen", "127.0.0.1:0"] + flags,
                          start_timeout_s=600, stop_grace_s=120,
                          log_path=os.path.join(workdir, "kvserve-%d.log" % time.monotonic_ns()))
 
@@ -118,6 +121,8 @@ def zipf(args, workdir):
     weights = [1.0 / (k + 1) ** args.zipf_s for k in range(args.zipf_prefixes)]
     picks = rng.choices(range(args.zipf_prefixes), weights=weights, k=args.zipf_requests)
     stats = {name: {"hits": 0, "ttft": []} for name in servers}
+    print("zipf: load average before %.2f %.2f %.2f" % os.getloadavg(), flush=True)
+    started = time.monotonic()
     for i, k in enumerate(picks):
         # The prefix itself: a hit reuses all but its last token.
         prompt = prefixes[k]
@@ -127,6 +132,16 @@ def zipf(args, workdir):
             t, c = servers[name].ttft(prompt)
             stats[name]["ttft"].append(t)
             stats[name]["hits"] += 1 if c >= args.zipf_tokens - 1 else 0
+    print("zipf: %.0f s; load average after %.2f %.2f %.2f" %
+          ((time.monotonic() - started,) + os.getloadavg()), flush=True)
+    for name in ("off", "on"):
+        values = servers[name].metrics()
+        print("zipf tiers %s: hits by tier %s; demotions %s; drops %d" % (
+            name, {t: int(values.get('kvserve_prefix_tier_hits_total{tier="%s"}' % t, 0))
+                   for t in ("device", "host", "disk")},
+            {f: int(values.get('kvserve_prefix_tier_demotions_total{from="%s"}' % f, 0))
+             for f in ("device", "host")},
+            int(values.get("kvserve_prefix_tier_drops_total", 0))), flush=True)
     for name in ("off", "on"):
         s = stats[name]
         print("zipf tiers %s: %d prefixes x %d tokens, device budget %d, %d requests: hit rate "

@@ -115,6 +115,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
                                    .model_fingerprint = shape.fingerprint,
                                    .space_budget_bytes = options.tenant_prefix_bytes,
                                    .space_budget_name = "--tenant-max-prefix-bytes"};
+  store_options.retention_half_life = options.tiers.half_life;
   if (options.tiers.host_bytes != 0 || options.tiers.disk_bytes != 0) {
     SnapshotTiersOptions tier_options = options.tiers;
     tier_options.identity.model_fingerprint = shape.fingerprint;
@@ -125,9 +126,11 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
         SnapshotTiers::Create(std::move(tier_options), clock);
     if (!made.ok()) return made.status();
     tiers = *std::move(made);
-    store_options.on_evicted =
-        [t = tiers.get()](std::string space, std::shared_ptr<const Snapshot> snapshot,
-                          int64_t hits) { t->Demote(std::move(space), std::move(snapshot), hits); };
+    store_options.on_evicted = [t = tiers.get()](std::string space,
+                                                 std::shared_ptr<const Snapshot> snapshot,
+                                                 int64_t hits, RetentionClass retention) {
+      t->Demote(std::move(space), std::move(snapshot), hits, retention);
+    };
   }
   absl::StatusOr<std::unique_ptr<PrefixStore>> store =
       PrefixStore::Create(std::move(store_options), clock);
@@ -136,6 +139,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
       new KvCacheManager(options, std::move(shape), std::move(tiers), *std::move(store), clock));
   SessionTableOptions sessions = options.sessions;
   sessions.max_positions = manager->shape_.max_positions;
+  sessions.retention_half_life = options.tiers.half_life;
   KvCacheManager* self = manager.get();
   absl::StatusOr<std::unique_ptr<SessionTable>> table =
       SessionTable::Create(sessions, clock, [self](uint64_t turn) {
@@ -176,7 +180,8 @@ KvCacheManager::~KvCacheManager() {
   // destructor finishes the writes).
   if (tiers_ != nullptr) {
     for (AutomaticEntry& entry : store_->AutomaticEntries()) {
-      tiers_->Persist(std::move(entry.space), std::move(entry.snapshot), entry.hits);
+      tiers_->Persist(std::move(entry.space), std::move(entry.snapshot), entry.hits,
+                      entry.retention);
     }
   }
 }
@@ -709,8 +714,10 @@ void KvCacheManager::CollectPromoted() {
   for (PromotedSnapshot& promoted : tiers_->TakePromoted()) {
     // Device memory like any snapshot: unused ones are demoted to make room for it.
     if (!pressure_->MakeRoom(promoted.snapshot->bytes()) ||
-        !store_->PutAutomatic(promoted.space, promoted.snapshot)) {
-      tiers_->Demote(std::move(promoted.space), std::move(promoted.snapshot), promoted.hits);
+        !store_->PutAutomatic(promoted.space, promoted.snapshot, promoted.retention,
+                              promoted.hits)) {
+      tiers_->Demote(std::move(promoted.space), std::move(promoted.snapshot), promoted.hits,
+                     promoted.retention);
     }
   }
   pressure_->SyncSnapshotBytes();

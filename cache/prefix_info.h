@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
+#include "cache/retention.h"
 
 namespace kvserve::cache {
 
@@ -27,6 +28,9 @@ std::pair<std::string_view, std::string_view> SplitQualifiedPrefixName(std::stri
 struct NamedPrefixOptions {
   // A pinned entry is never evicted for space (its TTL still applies).
   bool pinned = true;
+  // An unpinned entry's class in the retention order (see retention.h): when the device store
+  // needs room it is demoted to the host and disk tiers (when there are any) in that order.
+  RetentionClass retention = RetentionClass::kNormal;
   // > 0. The entry is dropped once created_at + ttl has been reached.
   absl::Duration ttl = absl::InfiniteDuration();
   // The cache strategy the prefix was registered for ("static", ...), as it was given.

@@ -22,6 +22,9 @@ absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Create(PrefixStoreOpti
     return absl::InvalidArgumentError("prefix store model_fingerprint must not be empty");
   }
   if (clock == nullptr) return absl::InvalidArgumentError("prefix store needs a clock");
+  if (options.retention_half_life <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("prefix store retention_half_life must be > 0");
+  }
   return std::unique_ptr<PrefixStore>(new PrefixStore(std::move(options), clock));
 }
 
@@ -70,10 +73,12 @@ void PrefixStore::RemoveLocked(EntryId id, RemovalCause cause, Released* release
     }
     if (space->second.holders.empty()) spaces_.erase(space);
   }
-  if (cause == RemovalCause::kEvicted && !entry.named && options_.on_evicted) {
+  if (cause == RemovalCause::kEvicted && options_.on_evicted) {
     released->on_evicted = &options_.on_evicted;
-    released->evicted.push_back(
-        {.space = entry.space, .snapshot = entry.snapshot, .hits = entry.hits});
+    released->evicted.push_back({.space = entry.space,
+                                 .snapshot = entry.snapshot,
+                                 .hits = entry.hits,
+                                 .retention = entry.options.retention});
   }
   released->snapshots.push_back(std::move(entry.snapshot));
   entries_.erase(it);
@@ -112,6 +117,24 @@ void PrefixStore::TouchLocked(Entry& entry, absl::Time now) {
   entry.last_used_at = now;
   if (entry.named) ++named_generation_;
   lru_.splice(lru_.end(), lru_, entry.lru_position);
+}
+
+std::vector<PrefixStore::EntryId> PrefixStore::EvictionOrderLocked() const {
+  const absl::Time now = clock_->Now();
+  std::vector<std::pair<double, EntryId>> ranked;
+  ranked.reserve(lru_.size());
+  for (EntryId id : lru_) {
+    const Entry& entry = entries_.at(id);
+    ranked.emplace_back(RetentionPriority(entry.options.retention, entry.hits, entry.last_used_at,
+                                          now, options_.retention_half_life),
+                        id);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<EntryId> order;
+  order.reserve(ranked.size());
+  for (const auto& [priority, id] : ranked) order.push_back(id);
+  return order;
 }
 
 bool PrefixStore::ReferencedLocked(const Entry& entry) const {
@@ -158,9 +181,10 @@ absl::StatusOr<std::vector<PrefixStore::EntryId>> PrefixStore::PlanRoomLocked(
   };
   std::vector<EntryId> victims;
   absl::flat_hash_set<EntryId> chosen;
+  const std::vector<EntryId> order = EvictionOrderLocked();
   if (limited) {
     // The namespace's limit first, with its own entries.
-    for (EntryId id : lru_) {
+    for (EntryId id : order) {
       if (space_needed <= space_available) break;
       const Entry& entry = entries_.at(id);
       if (entry.space != space || !evictable(id, entry)) continue;
@@ -176,7 +200,7 @@ absl::StatusOr<std::vector<PrefixStore::EntryId>> PrefixStore::PlanRoomLocked(
           " in use by this tenant; pinned and referenced entries are never evicted)"));
     }
   }
-  for (EntryId id : lru_) {
+  for (EntryId id : order) {
     if (needed <= available) return victims;
     const Entry& entry = entries_.at(id);
     if (chosen.contains(id) || !evictable(id, entry)) continue;
@@ -355,7 +379,8 @@ bool PrefixStore::RestoreNamed(const PrefixInfo& info, std::shared_ptr<const Sna
   return true;
 }
 
-bool PrefixStore::PutAutomatic(std::string_view space, std::shared_ptr<const Snapshot> snapshot) {
+bool PrefixStore::PutAutomatic(std::string_view space, std::shared_ptr<const Snapshot> snapshot,
+                               RetentionClass retention, int64_t hits) {
   if (snapshot == nullptr || snapshot->fingerprint() != options_.model_fingerprint) return false;
   Released released;
   absl::MutexLock lock(&mu_);
@@ -386,6 +411,8 @@ bool PrefixStore::PutAutomatic(std::string_view space, std::shared_ptr<const Sna
   entry.snapshot = std::move(snapshot);
   entry.space = std::string(space);
   entry.options.pinned = false;
+  entry.options.retention = retention;
+  entry.hits = hits;
   entry.created_at = entry.last_used_at = now;
   InsertLocked(std::move(entry));
   return true;
@@ -489,7 +516,7 @@ int64_t PrefixStore::Reclaim(int64_t bytes) {
   std::vector<EntryId> victims;
   std::unordered_map<const Snapshot*, int> remaining;  // entries left holding each snapshot
   int64_t planned = 0;
-  for (EntryId id : lru_) {
+  for (EntryId id : EvictionOrderLocked()) {
     if (planned >= bytes) break;
     const Entry& entry = entries_.at(id);
     if (entry.options.pinned || ReferencedLocked(entry)) continue;
@@ -558,7 +585,9 @@ std::vector<AutomaticEntry> PrefixStore::AutomaticEntries() {
   std::vector<AutomaticEntry> automatic;
   for (EntryId id : lru_) {
     const Entry& entry = entries_.at(id);
-    if (!entry.named) automatic.push_back({entry.space, entry.snapshot, entry.hits});
+    if (!entry.named) {
+      automatic.push_back({entry.space, entry.snapshot, entry.hits, entry.options.retention});
+    }
   }
   return automatic;
 }

@@ -42,10 +42,15 @@ struct PrefixStoreOptions {
   // `space_budget_name` (the server's flag).
   int64_t space_budget_bytes = 0;
   std::string space_budget_name = "space_budget_bytes";
-  // Called with each automatic entry evicted to make room (RemovalCause::kEvicted), after the
-  // store's lock is released, on the thread that caused the eviction: where a snapshot tier
-  // takes it (see SnapshotTiers::Demote). Null: evicted entries are dropped.
-  std::function<void(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits)>
+  // Eviction order: the lowest retention priority (retention.h) leaves first, ties least
+  // recently used first. > 0.
+  absl::Duration retention_half_life = absl::Minutes(10);
+  // Called with each entry evicted to make room (RemovalCause::kEvicted: automatic entries and
+  // unpinned named ones, with their retention class), after the store's lock is released, on
+  // the thread that caused the eviction: where a snapshot tier takes it (see
+  // SnapshotTiers::Demote). Null: evicted entries are dropped.
+  std::function<void(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits,
+                     RetentionClass retention)>
       on_evicted;
 };
 
@@ -54,6 +59,7 @@ struct AutomaticEntry {
   std::string space;
   std::shared_ptr<const Snapshot> snapshot;
   int64_t hits = 0;
+  RetentionClass retention = RetentionClass::kNormal;
 };
 
 // One entry of the store as ListEntries tells it.
@@ -102,7 +108,8 @@ struct PrefixStoreStats {
 // (prompts kept after prefill: unpinned, keyed by their tokens) in one store under one byte
 // budget, all reachable by longest-prefix lookup through a token radix tree. Entries that
 // are unpinned and unreferenced (nobody outside the store holds the snapshot) are evicted
-// in least-recently-used order when a put needs room; pinned or referenced ones never are.
+// in retention order (lowest priority first, see retention.h; least recently used among
+// equals) when a put needs room; pinned or referenced ones never are.
 // Entries past their TTL are dropped at the start of the next call of any method. Every entry
 // stored or removed, named or automatic, for whatever cause, is appended to events() in the
 // order it happened.
@@ -148,12 +155,15 @@ class PrefixStore {
   // name is absent and it fits. False, changing nothing, otherwise.
   bool RestoreNamed(const PrefixInfo& info, std::shared_ptr<const Snapshot> snapshot);
 
-  // Keeps `snapshot` as an unpinned automatic entry of namespace `space`, evicting LRU
-  // evictable entries to fit. Returns false, changing nothing, when the snapshot is null, has
-  // another fingerprint, is covered by an entry of either kind (of `space` or the shared
+  // Keeps `snapshot` as an unpinned automatic entry of namespace `space` (of class
+  // `retention`, counted `hits` times before: an entry promoted back from a tier keeps its
+  // class and hits), evicting evictable
+  // entries in retention order to fit. Returns false, changing nothing, when the snapshot is null,
+  // has another fingerprint, is covered by an entry of either kind (of `space` or the shared
   // namespace) with equal or longer tokens starting with its tokens, or cannot fit. The new
   // entry becomes the most recently used.
-  bool PutAutomatic(std::string_view space, std::shared_ptr<const Snapshot> snapshot);
+  bool PutAutomatic(std::string_view space, std::shared_ptr<const Snapshot> snapshot,
+                    RetentionClass retention = RetentionClass::kNormal, int64_t hits = 0);
 
   // The longest usable stored prefix of `tokens` over the entries, named and automatic, of
   // namespace `space` and the shared namespace (never another tenant's). It
@@ -176,7 +186,7 @@ class PrefixStore {
   // Counts a named query that reused nothing of its named entry (a named miss).
   void RecordNamedMiss();
 
-  // Evicts unpinned, unreferenced entries, least recently used first, until at least `bytes`
+  // Evicts unpinned, unreferenced entries in retention order until at least `bytes`
   // of snapshots are freed or none is left to evict (to make room for live caches under a
   // shared device budget). Returns the bytes freed.
   int64_t Reclaim(int64_t bytes);
@@ -204,7 +214,7 @@ class PrefixStore {
   struct Released {
     ~Released() {
       for (AutomaticEntry& e : evicted)
-        (*on_evicted)(std::move(e.space), std::move(e.snapshot), e.hits);
+        (*on_evicted)(std::move(e.space), std::move(e.snapshot), e.hits, e.retention);
     }
     std::vector<std::shared_ptr<const Snapshot>> snapshots;
     // Automatic entries evicted, for options_.on_evicted (set when there is one).
@@ -241,6 +251,8 @@ class PrefixStore {
   // Adds an entry, logs it and returns its id.
   EntryId InsertLocked(Entry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TouchLocked(Entry& entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every entry, lowest retention priority first (least recently used first among equals).
+  std::vector<EntryId> EvictionOrderLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when someone outside the store holds the entry's snapshot.
   bool ReferencedLocked(const Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans room for `snapshot` in namespace `space` without changing anything: the LRU

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "cache/kv_cache.h"
+#include "cache/retention.h"
 
 namespace kvserve::cache {
 namespace {
@@ -84,6 +85,9 @@ absl::StatusOr<std::unique_ptr<SessionTable>> SessionTable::Create(
     return absl::InvalidArgumentError("--session-max-ttl-seconds must be > 0");
   }
   if (options.max_sessions < 1) return absl::InvalidArgumentError("--max-sessions must be >= 1");
+  if (options.retention_half_life <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--prefix-retention-half-life-seconds must be > 0");
+  }
   if (options.max_sessions_per_tenant < 0) {
     return absl::InvalidArgumentError("--tenant-max-sessions must be >= 0");
   }
@@ -269,6 +273,25 @@ int64_t SessionTable::IdleDeviceBytes() const {
   return bytes;
 }
 
+void SessionTable::SortByRetention(std::vector<Session*>& sessions) const {
+  const absl::Time now = clock_->Now();
+  std::vector<std::pair<double, Session*>> ranked;
+  ranked.reserve(sessions.size());
+  for (Session* s : sessions) {
+    ranked.emplace_back(RetentionPriority(RetentionClass::kNormal, s->turns, s->last_used, now,
+                                          options_.retention_half_life),
+                        s);
+  }
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    if (a.second->last_used != b.second->last_used) {
+      return a.second->last_used < b.second->last_used;
+    }
+    return a.second->serial < b.second->serial;
+  });
+  for (size_t i = 0; i < ranked.size(); ++i) sessions[i] = ranked[i].second;
+}
+
 int64_t SessionTable::OffloadIdle(int64_t bytes) {
   std::vector<Session*> idle;
   for (auto& [id, s] : sessions_) {
@@ -276,9 +299,7 @@ int64_t SessionTable::OffloadIdle(int64_t bytes) {
       idle.push_back(s.get());
     }
   }
-  std::sort(idle.begin(), idle.end(), [](const Session* a, const Session* b) {
-    return a->last_used != b->last_used ? a->last_used < b->last_used : a->serial < b->serial;
-  });
+  SortByRetention(idle);
   int64_t freed = 0;
   for (Session* s : idle) {
     if (freed >= bytes) break;
@@ -315,10 +336,8 @@ void SessionTable::Maintain() {
   int64_t total = 0;
   for (const Session* s : idle) total += s->cache->Memory().total();
   if (total <= options_.cache_bytes) return;
-  // Least recently used first.
-  std::sort(idle.begin(), idle.end(), [](const Session* a, const Session* b) {
-    return a->last_used != b->last_used ? a->last_used < b->last_used : a->serial < b->serial;
-  });
+  // Lowest retention priority first.
+  SortByRetention(idle);
   for (Session* s : idle) {
     if (total <= options_.cache_bytes) break;
     total -= s->cache->Memory().total();

@@ -73,8 +73,13 @@ struct SessionTableOptions {
   // long unused (InfiniteDuration: never), >= 0.
   absl::Duration idle_offload = absl::Seconds(60);
   // --session-cache-bytes: the most bytes (device and host) idle sessions' caches may hold;
-  // the least recently used are evicted beyond it, > 0.
+  // beyond it they are evicted in retention order, > 0.
   int64_t cache_bytes = int64_t{1} << 30;
+  // Retention order of idle sessions' caches, for eviction (cache_bytes) and for offloading
+  // under memory pressure (OffloadIdle): the prefix snapshots' priority (retention.h), class
+  // normal, with the session's turns as its hits; the lowest goes first, least recently used
+  // among equals. > 0.
+  absl::Duration retention_half_life = absl::Minutes(10);
   // --session-ttl-seconds: how long a session lives unused when it does not say, > 0.
   absl::Duration default_ttl = absl::Minutes(30);
   // --session-max-ttl-seconds: the longest TTL a session may ask for (longer ones, and
@@ -186,6 +191,8 @@ class SessionTable {
 
   SessionTable(const SessionTableOptions& options, const base::Clock* clock,
                RunningMemory running_memory);
+  // Lowest retention priority first (see SessionTableOptions::retention_half_life).
+  void SortByRetention(std::vector<Session*>& sessions) const;
   // The open session `id` of `tenant` (empty: any tenant); null otherwise.
   Session* Find(const std::string& id, std::string_view tenant = {}) const;
   SessionInfo InfoOf(const Session& session) const;

@@ -109,9 +109,7 @@ std::string SnapshotTiers::PathOf(const Entry& entry) const {
 }
 
 double SnapshotTiers::PriorityLocked(const Entry& entry, absl::Time now) const {
-  const double age = absl::ToDoubleSeconds(std::max(absl::ZeroDuration(), now - entry.last_used));
-  return static_cast<double>(1 + entry.hits) *
-         std::exp2(-age / absl::ToDoubleSeconds(options_.half_life));
+  return RetentionPriority(entry.retention, entry.hits, entry.last_used, now, options_.half_life);
 }
 
 void SnapshotTiers::Scan() {
@@ -272,7 +270,7 @@ void SnapshotTiers::MakeHostRoomLocked(int64_t bytes, EntryId keep) {
 }
 
 void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> snapshot,
-                           int64_t hits) {
+                           int64_t hits, RetentionClass retention) {
   if (snapshot == nullptr) return;
   if (options_.host_bytes <= 0 && options_.disk_bytes <= 0) return;
   // With CUDA the host tier's copy leaves the device; on a CPU build this is the same snapshot.
@@ -289,6 +287,7 @@ void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> sn
   }
   Entry& entry = entries_.at(id);
   entry.hits = std::max(entry.hits, hits);
+  entry.retention = retention;
   entry.last_used = clock_->Now();
   const int64_t bytes = snapshot->bytes();
   if (entry.host == nullptr && bytes <= options_.host_bytes) {
@@ -309,7 +308,7 @@ void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> sn
 }
 
 void SnapshotTiers::Persist(std::string space, std::shared_ptr<const Snapshot> snapshot,
-                            int64_t hits) {
+                            int64_t hits, RetentionClass retention) {
   if (snapshot == nullptr || options_.disk_bytes <= 0 || snapshot->holds_states()) return;
   absl::MutexLock lock(&mu_);
   EntryId id = FindExactLocked(space, snapshot->token_ids());
@@ -319,6 +318,7 @@ void SnapshotTiers::Persist(std::string space, std::shared_ptr<const Snapshot> s
                    hits);
   }
   entries_.at(id).hits = std::max(entries_.at(id).hits, hits);
+  entries_.at(id).retention = retention;
   QueueWriteLocked(id, std::move(snapshot));
   MaybeEraseLocked(id);
 }
@@ -352,6 +352,7 @@ void SnapshotTiers::Promote(uint64_t id) {
   std::shared_ptr<const Snapshot> host;
   std::string space;
   int64_t hits = 0;
+  RetentionClass retention = RetentionClass::kNormal;
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(id);
@@ -371,6 +372,7 @@ void SnapshotTiers::Promote(uint64_t id) {
     }
     space = entry.space;
     hits = entry.hits;
+    retention = entry.retention;
   }
   // A device copy (with CUDA) runs outside the lock.
   std::shared_ptr<const Snapshot> promoted = OnDevice(host, at::Device(options_.device));
@@ -380,6 +382,7 @@ void SnapshotTiers::Promote(uint64_t id) {
                     .space = std::move(space),
                     .snapshot = std::move(promoted),
                     .hits = hits,
+                    .retention = retention,
                     .from = SnapshotTier::kHost});
 }
 
@@ -413,6 +416,7 @@ void SnapshotTiers::Run() {
     std::string path, space;
     std::vector<int32_t> tokens;
     int64_t hits = 0;
+    RetentionClass retention = RetentionClass::kNormal;
     {
       absl::MutexLock lock(&mu_);
       busy_ = false;
@@ -437,6 +441,7 @@ void SnapshotTiers::Run() {
       space = entry.space;
       tokens = entry.tokens;
       hits = entry.hits;
+      retention = entry.retention;
     }
     if (job.write) {
       absl::Status written = WriteSnapshotFile(path, *to_write, space, hits, options_.identity);
@@ -482,6 +487,7 @@ void SnapshotTiers::Run() {
                       .space = std::move(space),
                       .snapshot = std::move(promoted),
                       .hits = hits,
+                      .retention = retention,
                       .from = SnapshotTier::kDisk});
   }
 }

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/clock.h"
+#include "cache/retention.h"
 #include "cache/snapshot_file.h"
 #include "cache/token_radix_tree.h"
 
@@ -45,8 +46,9 @@ struct SnapshotTiersOptions {
   std::string disk_dir;
   // What a file must have been written for (the serving model and the strategy fingerprint).
   SnapshotFileIdentity identity;
-  // Retention: an entry's priority is (1 + hits) * 2^(-age / half_life), age since its last
-  // use; the lowest priority leaves a full tier first. > 0.
+  // Retention: an entry's priority is weight(class) * (1 + hits) * 2^(-age / half_life), age
+  // since its last use (retention.h, the device store's order too); the lowest priority
+  // leaves a full tier first. > 0.
   absl::Duration half_life = absl::Minutes(10);
   // The device snapshots are promoted to ("cpu" on a CPU-only build).
   std::string device = "cpu";
@@ -69,6 +71,7 @@ struct PromotedSnapshot {
   std::string space;
   std::shared_ptr<const Snapshot> snapshot;
   int64_t hits = 0;
+  RetentionClass retention = RetentionClass::kNormal;
   SnapshotTier from = SnapshotTier::kHost;
 };
 
@@ -106,14 +109,17 @@ class SnapshotTiers {
   SnapshotTiers(const SnapshotTiers&) = delete;
   SnapshotTiers& operator=(const SnapshotTiers&) = delete;
 
-  // An automatic entry of namespace `space` the device store evicted (used `hits` times): kept
+  // An entry of namespace `space` the device store evicted (used `hits` times; automatic, or a
+  // named prefix's tokens with its class, kept for prompts that start with them): kept
   // on the host tier, or written to disk when there is no host tier or it does not fit there.
   // Host entries of lower priority leave for disk (or are dropped) to make room. A snapshot
   // larger than every tier is dropped (counted in too_large).
-  void Demote(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits);
+  void Demote(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits,
+              RetentionClass retention = RetentionClass::kNormal);
   // Writes `snapshot` to disk unless its entry already has a file (a graceful stop keeping what
   // the device store holds). Queued; the destructor waits for it.
-  void Persist(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits);
+  void Persist(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits,
+               RetentionClass retention = RetentionClass::kNormal);
 
   // The demoted entry of namespace `space` or the shared one covering the most of `tokens`
   // (at most tokens.size() - 1 of them), when that is more than `longer_than` and at least
@@ -140,6 +146,8 @@ class SnapshotTiers {
     std::string space;
     std::vector<int32_t> tokens;
     int64_t hits = 0;
+    // Not in the file: an entry found at start is kNormal.
+    RetentionClass retention = RetentionClass::kNormal;
     absl::Time last_used;
     std::shared_ptr<const Snapshot> host;  // on the host tier (null: not)
     int64_t host_bytes = 0;

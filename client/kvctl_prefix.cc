@@ -46,6 +46,9 @@ absl::Status SetOptions(const ParsedFlags& parsed, v1::RegisterPrefixRequest& re
     request.mutable_options()->set_pinned(*pinned);
   }
   if (ttl_seconds->has_value()) request.mutable_options()->set_ttl_seconds(**ttl_seconds);
+  if (parsed.flags.Has("retention")) {
+    request.mutable_options()->set_retention(parsed.flags.GetString("retention"));
+  }
   if (parsed.flags.Has("cache-implementation")) {
     request.mutable_options()->set_cache_implementation(
         parsed.flags.GetString("cache-implementation"));
@@ -68,6 +71,7 @@ std::vector<base::FlagSpec> PrefixRegisterFlagSpecs() {
       {"pinned", "never evicted to make room (--pinned=false: evicted when room is needed)",
        "server: true", true},
       {"ttl-seconds", "removed this many seconds after registration (0: never)", "server: never"},
+      {"retention", "retention class: pinned, or (unpinned) high, normal, low", "server: pinned"},
       {"cache-implementation", "strategy the snapshot is prefilled in (dynamic, static, ...)",
        "server: dynamic"},
       {"shared", "register it in the shared namespace every tenant can use (admins only)", "",

@@ -5,6 +5,8 @@
 #include <map>
 #include <utility>
 
+#include "server/prefix_metrics.h"
+
 namespace kvserve::server {
 
 void PublishKvMetrics(const cache::KvCacheManagerStats& kv, const std::string& device,
@@ -25,16 +27,7 @@ void PublishKvMetrics(const cache::KvCacheManagerStats& kv, const std::string& d
                              .expirations = sessions.expirations,
                              .hits = sessions.hits,
                              .misses = sessions.misses});
-  const cache::PrefixStoreStats& p = kv.prefixes;
-  metrics->SetPrefixCounts({.named_hits = p.named_hits,
-                            .named_misses = p.named_misses,
-                            .automatic_hits = p.automatic_hits,
-                            .automatic_misses = p.automatic_misses,
-                            .evictions = p.evictions,
-                            .expirations = p.expirations,
-                            .bytes = p.bytes_used,
-                            .named_entries = p.named_entries,
-                            .automatic_entries = p.automatic_entries});
+  PublishPrefixMetrics(kv.prefixes, kv.tiers, *metrics);
 }
 
 }  // namespace kvserve::server

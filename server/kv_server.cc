@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "cache/cache_factory.h"
 #include "cache/kv_cache_manager.h"
+#include "cache/retention.h"
 #include "cache/torch_compat.h"
 #include "grpc_health/v1/health.pb.h"
 #include "kvserve/v1/generation.grpc.pb.h"
@@ -125,6 +126,9 @@ class JournalPersistence final : public PrefixPersistence {
                  Done done) override {
     v1::PrefixOptions wire;
     wire.set_pinned(options.pinned);
+    if (!options.pinned) {
+      wire.set_retention(std::string(cache::RetentionClassName(options.retention)));
+    }
     if (options.ttl != absl::InfiniteDuration()) {
       wire.set_ttl_seconds(absl::ToInt64Seconds(absl::Ceil(options.ttl, absl::Seconds(1))));
     }

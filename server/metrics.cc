@@ -187,6 +187,46 @@ ServerMetrics::ServerMetrics(int64_t max_new_tokens_limit)
                          .Name("kvserve_prefix_cache_entries")
                          .Help("Prefix snapshots held, by kind")
                          .Register(*registry_);
+  tier_bytes_ = &prometheus::BuildGauge()
+                     .Name("kvserve_prefix_tier_bytes")
+                     .Help("Bytes of prefix snapshots held, by tier (device, host, disk)")
+                     .Register(*registry_);
+  tier_entries_ = &prometheus::BuildGauge()
+                       .Name("kvserve_prefix_tier_entries")
+                       .Help("Prefix snapshots held, by tier (device, host, disk)")
+                       .Register(*registry_);
+  tier_hits_ = &prometheus::BuildCounter()
+                    .Name("kvserve_prefix_tier_hits_total")
+                    .Help(
+                        "Prefix snapshots used, by tier (device: a lookup used a snapshot of "
+                        "the device store, promoted ones included; host, disk: a snapshot "
+                        "promoted from that tier first)")
+                    .Register(*registry_);
+  tier_demotions_ = &prometheus::BuildCounter()
+                         .Name("kvserve_prefix_tier_demotions_total")
+                         .Help(
+                             "Prefix snapshots moved to a lower tier, by the tier they left "
+                             "(device: to host or disk; host: to disk)")
+                         .Register(*registry_);
+  tier_drops_ =
+      &prometheus::BuildCounter()
+           .Name("kvserve_prefix_tier_drops_total")
+           .Help("Demoted prefix snapshots dropped (they left the last tier or fit in none)")
+           .Register(*registry_)
+           .Add({});
+  tier_disk_failures_ = &prometheus::BuildCounter()
+                             .Name("kvserve_prefix_tier_disk_failures_total")
+                             .Help(
+                                 "Prefix snapshot files that failed, by op (load: refused as "
+                                 "corrupt, truncated or foreign and removed; write)")
+                             .Register(*registry_);
+  for (const char* tier : {"device", "host", "disk"}) {
+    tier_bytes_->Add({{"tier", tier}});
+    tier_entries_->Add({{"tier", tier}});
+    tier_hits_->Add({{"tier", tier}});
+  }
+  for (const char* from : {"device", "host"}) tier_demotions_->Add({{"from", from}});
+  for (const char* op : {"load", "write"}) tier_disk_failures_->Add({{"op", op}});
   sessions_ = &prometheus::BuildGauge()
                    .Name("kvserve_sessions")
                    .Help(
@@ -258,6 +298,31 @@ void ServerMetrics::SetPrefixCounts(const PrefixCounts& c) {
   prefix_entries_->Add({{"kind", "named"}}).Set(static_cast<double>(c.named_entries));
   prefix_entries_->Add({{"kind", "automatic"}}).Set(static_cast<double>(c.automatic_entries));
   last_prefix_counts_ = c;
+}
+
+void ServerMetrics::SetPrefixTierCounts(const PrefixTierCounts& c) {
+  absl::MutexLock lock(&mu_);
+  const PrefixTierCounts& last = last_tier_counts_;
+  auto add = [](prometheus::Counter& counter, int64_t now, int64_t before) {
+    if (now > before) counter.Increment(static_cast<double>(now - before));
+  };
+  const struct {
+    const char* tier;
+    int64_t bytes, entries, hits, last_hits;
+  } tiers[] = {{"device", c.device_bytes, c.device_entries, c.device_hits, last.device_hits},
+               {"host", c.host_bytes, c.host_entries, c.host_hits, last.host_hits},
+               {"disk", c.disk_bytes, c.disk_entries, c.disk_hits, last.disk_hits}};
+  for (const auto& t : tiers) {
+    tier_bytes_->Add({{"tier", t.tier}}).Set(static_cast<double>(t.bytes));
+    tier_entries_->Add({{"tier", t.tier}}).Set(static_cast<double>(t.entries));
+    add(tier_hits_->Add({{"tier", t.tier}}), t.hits, t.last_hits);
+  }
+  add(tier_demotions_->Add({{"from", "device"}}), c.device_demotions, last.device_demotions);
+  add(tier_demotions_->Add({{"from", "host"}}), c.host_demotions, last.host_demotions);
+  add(*tier_drops_, c.drops, last.drops);
+  add(tier_disk_failures_->Add({{"op", "load"}}), c.disk_load_failures, last.disk_load_failures);
+  add(tier_disk_failures_->Add({{"op", "write"}}), c.disk_write_failures, last.disk_write_failures);
+  last_tier_counts_ = c;
 }
 
 void ServerMetrics::CountRequest(const std::string& outcome) {

@@ -117,6 +117,25 @@ class ServerMetrics {
   };
   void SetPrefixCounts(const PrefixCounts& counts);
 
+  // The tiers of prefix snapshots (device: the prefix store; host and disk: where it demotes
+  // to, cache/snapshot_tiers.h): kvserve_prefix_tier_bytes{tier} and
+  // kvserve_prefix_tier_entries{tier} (tier: device, host, disk),
+  // kvserve_prefix_tier_hits_total{tier} (device: lookups that used a snapshot of the device
+  // store, promoted ones included; host, disk: promotions served from that tier),
+  // kvserve_prefix_tier_demotions_total{from} (device: evicted snapshots a lower tier kept; host:
+  // host entries moved to disk), kvserve_prefix_tier_drops_total (entries that left the last tier,
+  // or fit in none), kvserve_prefix_tier_disk_failures_total{op} (load: files refused as corrupt,
+  // truncated or foreign, at start or on a promotion; write: files that could not be written).
+  // Cumulative totals, as SetPrefixCounts.
+  struct PrefixTierCounts {
+    int64_t device_bytes = 0, device_entries = 0, host_bytes = 0, host_entries = 0;
+    int64_t disk_bytes = 0, disk_entries = 0;
+    int64_t device_hits = 0, host_hits = 0, disk_hits = 0;
+    int64_t device_demotions = 0, host_demotions = 0, drops = 0;
+    int64_t disk_load_failures = 0, disk_write_failures = 0;
+  };
+  void SetPrefixTierCounts(const PrefixTierCounts& counts);
+
   // Sessions: kvserve_sessions{state} (live: every open session, offloaded ones included;
   // offloaded: those of them whose idle cache is in host memory),
   // kvserve_session_kv_bytes{location} (idle sessions' caches: device, host),
@@ -183,6 +202,13 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* session_turns_;
   struct VllmSeries;  // the vllm:* series, once SetServedModelName made them
   PrefixCounts last_prefix_counts_ ABSL_GUARDED_BY(mu_);
+  prometheus::Family<prometheus::Gauge>* tier_bytes_;
+  prometheus::Family<prometheus::Gauge>* tier_entries_;
+  prometheus::Family<prometheus::Counter>* tier_hits_;
+  prometheus::Family<prometheus::Counter>* tier_demotions_;
+  prometheus::Counter* tier_drops_;
+  prometheus::Family<prometheus::Counter>* tier_disk_failures_;
+  PrefixTierCounts last_tier_counts_ ABSL_GUARDED_BY(mu_);
   SessionCounts last_session_counts_ ABSL_GUARDED_BY(mu_);
   mutable absl::Mutex mu_;
   std::unique_ptr<VllmSeries> vllm_ ABSL_GUARDED_BY(mu_);

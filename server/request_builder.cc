@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "base/string_cat.h"
 #include "cache/cache_factory.h"
+#include "cache/retention.h"
 #include "cache/snapshot.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -805,6 +806,22 @@ absl::StatusOr<PrefixRegistration> RequestBuilder::Registration(const Registrati
                           model_info_.max_position_embeddings));
   }
   out.options.pinned = input.pinned.value_or(true);
+  if (!input.retention.empty()) {
+    const std::optional<cache::RetentionClass> retention =
+        cache::ParseRetentionClass(input.retention);
+    if (input.retention != "pinned" && !retention) {
+      return FieldError("options.retention",
+                        Cat("must be \"pinned\", \"high\", \"normal\" or \"low\" (got \"",
+                            input.retention, "\")"));
+    }
+    if (input.pinned.has_value() && *input.pinned != !retention) {
+      return FieldError(
+          "options.retention",
+          Cat("\"", input.retention, "\" contradicts pinned = ", *input.pinned ? "true" : "false"));
+    }
+    out.options.pinned = !retention;
+    if (retention) out.options.retention = *retention;
+  }
   if (input.ttl_seconds < 0) {
     return FieldError("options.ttl_seconds", Cat("must be >= 0 (got ", input.ttl_seconds, ")"));
   }

@@ -102,6 +102,7 @@ struct RegistrationInput {
   PromptInput content;
   bool shared = false;  // in the shared namespace (admins only) instead of the caller's
   std::optional<bool> pinned;
+  std::string retention;    // "pinned", "high", "normal", "low"; empty: from `pinned`
   int64_t ttl_seconds = 0;  // 0: none
   std::string cache_implementation;
 };

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/prefix_catalog.h"
+#include "cache/retention.h"
 #include "server/engine.h"
 #include "server/grpc_api/call_context.h"
 #include "server/grpc_api/proto_inputs.h"
@@ -50,6 +51,9 @@ v1::Prefix ToProto(const cache::PrefixInfo& info) {
   out.set_hits(info.hits);
   v1::PrefixOptions* options = out.mutable_options();
   options->set_pinned(info.options.pinned);
+  options->set_retention(info.options.pinned
+                             ? "pinned"
+                             : std::string(cache::RetentionClassName(info.options.retention)));
   options->set_ttl_seconds(
       info.options.ttl == absl::InfiniteDuration() ? 0 : absl::ToInt64Seconds(info.options.ttl));
   options->set_cache_implementation(info.options.cache_implementation);

@@ -124,6 +124,7 @@ RegistrationInput ToInput(const v1::RegisterPrefixRequest& request) {
   out.shared = request.shared();
   const v1::PrefixOptions& o = request.options();
   if (o.has_pinned()) out.pinned = o.pinned();
+  out.retention = o.retention();
   out.ttl_seconds = o.ttl_seconds();
   out.cache_implementation = o.cache_implementation();
   return out;

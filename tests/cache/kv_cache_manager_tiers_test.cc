@@ -206,6 +206,43 @@ TEST_F(KvCacheManagerTiersTest, APromotedPrefixIsSharedAndNotDemotedWhileRead) {
   ExpectCold(*m, 6, kPrefix);
 }
 
+// An unpinned named prefix the device store needs room from goes to the host tier (its tokens,
+// with its class) rather than away, and a prompt that starts with it promotes it back.
+TEST_F(KvCacheManagerTiersTest, AnEvictedNamedPrefixIsDemotedAndPromotedBackWithItsClass) {
+  auto m = Make(kSnapshotBytes, 0);
+  std::vector<at::Tensor> keys, values;
+  for (int i = 0; i < kLayers; ++i) {
+    keys.push_back(Kv(i, 0, kPrefix, false));
+    values.push_back(Kv(i, 0, kPrefix, true));
+  }
+  NamedPrefixOptions options;
+  options.pinned = false;
+  options.retention = RetentionClass::kHigh;
+  ASSERT_TRUE(
+      m->prefix_store()
+          .PutNamed("t/sys",
+                    *Snapshot::FromTensors(Prefix(0), "m", std::move(keys), std::move(values)),
+                    options)
+          .ok());
+  m->Maintain();
+  Prefill(*m, 1, Prefix(1000));  // takes the store's room
+  EXPECT_FALSE(m->prefix_store().Info("t/sys").has_value());
+  EXPECT_EQ(m->Stats().tiers.host_entries, 1);
+  EXPECT_EQ(m->Stats().tiers.demotions, 1);
+  SequenceRequest request = Request(With(Prefix(0), 7));
+  request.prefix_space = "t";
+  ASSERT_TRUE(m->Add(2, std::move(request)).ok());
+  EXPECT_EQ(AdmitEventually(*m, 2).num_cached_tokens, kPrefix);
+  ExpectCold(*m, 2, kPrefix);
+  EXPECT_EQ(m->Stats().tiers.host_promotions, 1);
+  // Back on the device as an entry of its namespace, of class high.
+  std::vector<AutomaticEntry> on_device = m->prefix_store().AutomaticEntries();
+  ASSERT_EQ(on_device.size(), 1u);
+  EXPECT_EQ(on_device[0].space, "t");
+  EXPECT_EQ(on_device[0].retention, RetentionClass::kHigh);
+  m->Release(2);
+}
+
 TEST_F(KvCacheManagerTiersTest, DiskHitLoadsWhatAColdRunComputes) {
   auto m = Make(0, 10 * kSnapshotBytes);
   Prefill(*m, 1, Prefix(0));

@@ -1,6 +1,6 @@
 // Tests for PrefixStore: named entries (idempotence, replacement, deletion, TTL, pinning),
-// automatic entries, LRU eviction under a byte budget, radix lookup and stats, Peek/RecordUse,
-// Reclaim, and the event log of what was stored and removed.
+// automatic entries, eviction in retention order under a byte budget, radix lookup and stats,
+// Peek/RecordUse, Reclaim, and the event log of what was stored and removed.
 #include "cache/prefix_store.h"
 
 #include <gmock/gmock.h>
@@ -250,13 +250,13 @@ TEST_F(PrefixStoreTest, AnotherModelsSnapshotIsRefused) {
   EXPECT_EQ(store->stats().automatic_entries, 0);
 }
 
-TEST_F(PrefixStoreTest, LruEvictionOrder) {
+TEST_F(PrefixStoreTest, EvictionOrderIsLeastRecentlyUsedAmongEqualPriorities) {
   auto store = Make(100);  // three 2-token entries (32 bytes each) fit
   ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 1})));
   ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({2, 2})));
   ASSERT_TRUE(store->PutNamed("c", Snap({3, 3}), Named(false)).ok());
   EXPECT_EQ(store->stats().bytes_used, 96);
-  // Use [1 1]: the order becomes [2 2], c, [1 1].
+  // Use [1 1]: the order becomes [2 2], c, [1 1] (which also has a hit now).
   EXPECT_EQ(store->Lookup(kSharedSpace, Tokens{1, 1, 9}, 1, false).num_tokens, 2);
 
   ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({4, 4})));  // evicts [2 2]
@@ -265,17 +265,98 @@ TEST_F(PrefixStoreTest, LruEvictionOrder) {
   ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({5, 5})));  // evicts the unpinned named c
   EXPECT_FALSE(store->Info("c").has_value());
   EXPECT_EQ(store->stats().evictions, 2);
-  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({6, 6})));  // evicts [1 1]
-  EXPECT_FALSE(Holds(*store, {1, 1}));
+  // [1 1] is the least recently used but its hit ranks it above [4 4], which goes.
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({6, 6})));
+  EXPECT_FALSE(Holds(*store, {4, 4}));
   EXPECT_EQ(store->stats().evictions, 3);
 
-  EXPECT_TRUE(Holds(*store, {4, 4}));
+  EXPECT_TRUE(Holds(*store, {1, 1}));
   EXPECT_TRUE(Holds(*store, {5, 5}));
   EXPECT_TRUE(Holds(*store, {6, 6}));
   const PrefixStoreStats stats = store->stats();
   EXPECT_EQ(stats.automatic_entries, 3);
   EXPECT_EQ(stats.named_entries, 0);
   EXPECT_EQ(stats.bytes_used, 96);
+}
+
+// The device store follows the tiers' retention order: hits outweigh recency until they
+// decay (half-life 10 minutes by default).
+TEST_F(PrefixStoreTest, RetentionOrderKeepsWhatIsUsedOverWhatIsRecent) {
+  auto store = Make(100);  // three 2-token entries fit
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({1, 1})));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(store->Lookup(kSharedSpace, Tokens{1, 1, 9}, 1, false).num_tokens, 2);
+  }
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({2, 2})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({3, 3})));
+  // LRU would evict [1 1]; its three hits keep it and [2 2] (older than [3 3]) goes.
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({4, 4})));
+  PrefixStoreStats stats = store->stats();
+  EXPECT_EQ(stats.evictions, 1);
+  EXPECT_FALSE(Holds(*store, {2, 2}));
+  // Four half-lives on, its priority (1 + 3) / 16 is below that of an entry used once now
+  // (by hits alone it would stay).
+  clock_.Advance(absl::Minutes(40));
+  EXPECT_EQ(store->Lookup(kSharedSpace, Tokens{3, 3, 9}, 1, false).num_tokens, 2);
+  EXPECT_EQ(store->Lookup(kSharedSpace, Tokens{4, 4, 9}, 1, false).num_tokens, 2);
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({5, 5})));
+  EXPECT_FALSE(Holds(*store, {1, 1}));
+  EXPECT_TRUE(Holds(*store, {3, 3}));
+  EXPECT_TRUE(Holds(*store, {4, 4}));
+  EXPECT_TRUE(Holds(*store, {5, 5}));
+}
+
+TEST_F(PrefixStoreTest, RetentionClassesOrderEvictionAndEvictedEntriesAreHandedOn) {
+  PrefixStoreOptions options = StoreOptions(100);
+  struct Handed {
+    std::string space;
+    Tokens tokens;
+    int64_t hits;
+    RetentionClass retention;
+  };
+  std::vector<Handed> handed;
+  options.on_evicted = [&handed](std::string space, std::shared_ptr<const Snapshot> snapshot,
+                                 int64_t hits, RetentionClass retention) {
+    handed.push_back({std::move(space),
+                      Tokens(snapshot->token_ids().begin(), snapshot->token_ids().end()), hits,
+                      retention});
+  };
+  auto store = *PrefixStore::Create(std::move(options), &clock_);
+  NamedPrefixOptions high = Named(false), low = Named(false);
+  high.retention = RetentionClass::kHigh;
+  low.retention = RetentionClass::kLow;
+  // Oldest first: high, low, an automatic entry (normal).
+  ASSERT_TRUE(store->PutNamed("t/high", Snap({1, 1}), high).ok());
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(store->PutNamed("t/low", Snap({2, 2}), low).ok());
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({3, 3})));
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({4, 4})));  // low goes first
+  EXPECT_FALSE(store->Info("t/low").has_value());
+  EXPECT_TRUE(store->Info("t/high").has_value());
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({5, 5})));  // then the older normal
+  EXPECT_FALSE(Holds(*store, {3, 3}));
+  EXPECT_TRUE(store->Info("t/high").has_value());
+  // Evicted named prefixes are handed on with their namespace and class (a tier keeps their
+  // tokens); an automatic entry put back with a class and hits keeps them.
+  ASSERT_EQ(handed.size(), 2u);
+  EXPECT_EQ(handed[0].space, "t");
+  EXPECT_EQ(handed[0].tokens, (Tokens{2, 2}));
+  EXPECT_EQ(handed[0].retention, RetentionClass::kLow);
+  EXPECT_EQ(handed[1].space, kSharedSpace);
+  EXPECT_EQ(handed[1].retention, RetentionClass::kNormal);
+  ASSERT_TRUE(store->DeleteNamed("t/high"));
+  ASSERT_TRUE(store->PutAutomatic("t", Snap({1, 1}), RetentionClass::kHigh, /*hits=*/2));
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({6, 6})));
+  ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({7, 7})));
+  ASSERT_EQ(handed.size(), 4u);
+  EXPECT_EQ(handed[2].tokens, (Tokens{4, 4}));
+  EXPECT_EQ(handed[3].tokens, (Tokens{5, 5}));
+  // The high-class entry with its hits stayed.
+  EXPECT_EQ(store->Lookup("t", Tokens{1, 1, 9}, 1, false).num_tokens, 2);
 }
 
 TEST_F(PrefixStoreTest, PinnedAndReferencedEntriesAreNeverEvicted) {

@@ -194,5 +194,36 @@ TEST_F(SessionTableTest, ATurnAppendsToTheHistoryAndGetsItBackWhenItFails) {
             absl::StatusCode::kNotFound);
 }
 
+// Idle caches leave (to the host under memory pressure) in the prefix snapshots' retention
+// order, the session's turns counting as its hits: a session used often outlives a more recent
+// one used once.
+TEST_F(SessionTableTest, IdleCachesAreOffloadedInRetentionOrder) {
+  auto table = Make({.max_positions = 64});
+  auto run_turns = [&](const std::string& id, int n, uint64_t first_turn) {
+    for (int i = 0; i < n; ++i) {
+      std::vector<int32_t> prompt = {5};
+      CacheSpec spec;
+      ASSERT_TRUE(table->BeginTurn(id, first_turn + i, true, {1, 5}, 4, &prompt, &spec).ok());
+      auto cache = *KvCache::CreateDynamic({LayerSpec{}});
+      const int64_t n_tokens = static_cast<int64_t>(prompt.size());
+      at::Tensor kv = at::ones({1, 1, n_tokens, 2});
+      ASSERT_TRUE(cache->Update(0, kv, kv).ok());
+      table->EndTurn(id, std::move(cache), prompt, /*keep=*/true, /*allocated=*/true);
+    }
+  };
+  absl::StatusOr<SessionInfo> often = Open(*table, "a");
+  absl::StatusOr<SessionInfo> once = Open(*table, "a");
+  ASSERT_TRUE(often.ok() && once.ok());
+  run_turns(often->id, 3, 10);
+  clock_.Advance(absl::Seconds(1));
+  run_turns(once->id, 1, 20);
+  ASSERT_GT(table->IdleDeviceBytes(), 0);
+  // One byte to free: one session goes, the one used once (least recently used would have
+  // been the other).
+  EXPECT_GT(table->OffloadIdle(1), 0);
+  EXPECT_EQ(table->Get(once->id)->state, SessionState::kOffloaded);
+  EXPECT_EQ(table->Get(often->id)->state, SessionState::kIdle);
+}
+
 }  // namespace
 }  // namespace kvserve::cache

@@ -167,6 +167,27 @@ TEST_F(SnapshotTiersTest, RetentionKeepsWhatIsUsedOverWhatIsRecent) {
   EXPECT_EQ(Where(*tiers, Eight(400)), "host");
 }
 
+TEST_F(SnapshotTiersTest, RetentionClassesWeighThePriority) {
+  auto tiers = Make(2 * kSnapshotBytes, 0);
+  // The oldest is of class high, the next of class low: the low one leaves first (by age alone,
+  // the high one would).
+  tiers->Demote("", MakeSnapshot(Eight(0), 0), 0, RetentionClass::kHigh);
+  clock_.Advance(absl::Seconds(10));
+  tiers->Demote("", MakeSnapshot(Eight(100), 1), 0, RetentionClass::kLow);
+  clock_.Advance(absl::Seconds(10));
+  tiers->Demote("", MakeSnapshot(Eight(200), 2), 0);
+  EXPECT_EQ(Where(*tiers, Eight(0)), "host");
+  EXPECT_EQ(Where(*tiers, Eight(100)), "none");
+  EXPECT_EQ(Where(*tiers, Eight(200)), "host");
+  // A promotion hands the class back with the snapshot.
+  std::optional<TierMatch> match = tiers->Find("", Prompt(Eight(0)), 1, 0, false);
+  ASSERT_TRUE(match.has_value());
+  tiers->Promote(match->id);
+  std::vector<PromotedSnapshot> promoted = tiers->TakePromoted();
+  ASSERT_EQ(promoted.size(), 1u);
+  EXPECT_EQ(promoted[0].retention, RetentionClass::kHigh);
+}
+
 TEST_F(SnapshotTiersTest, HostAndDiskHitsGiveTheSameTensors) {
   auto tiers = Make(kSnapshotBytes, 10 * kSnapshotBytes);
   auto a = MakeSnapshot(Eight(0), 1);

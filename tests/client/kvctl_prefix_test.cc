@@ -77,6 +77,12 @@ TEST(BuildRegisterPrefixRequestTest, EachOptionAloneSetsOnlyItself) {
   EXPECT_EQ(pinned->options().ttl_seconds(), 0);
   EXPECT_EQ(pinned->options().cache_implementation(), "");
 
+  absl::StatusOr<v1::RegisterPrefixRequest> retention =
+      Build({"--name", "a", "--text", "x", "--retention", "low"});
+  ASSERT_TRUE(retention.ok()) << retention.status();
+  EXPECT_EQ(retention->options().retention(), "low");
+  EXPECT_FALSE(retention->options().has_pinned());
+
   absl::StatusOr<v1::RegisterPrefixRequest> ttl =
       Build({"--name", "a", "--text", "x", "--ttl-seconds", "600"});
   ASSERT_TRUE(ttl.ok()) << ttl.status();

@@ -1,7 +1,8 @@
 """Prefix snapshot tiers end to end: a prompt evicted from the device store comes back from the
 host tier and from the disk tier with the tokens of a cold run, and after a restart the
 automatic prefixes kept on disk are found again (a corrupt file beside them is refused with a
-log line, not a crash).
+log line, not a crash); the tier metrics count each of these; a named prefix's retention class
+is kept and a bad one refused naming the field.
 
 usage: PYTHONPATH=build/proto/python /usr/bin/python3 tests/e2e/test_prefix_tiers.py \\
          --kvserve build/server/kvserve
@@ -11,13 +12,18 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import unittest
+
+import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
+    prefix_pb2,
+    prefix_pb2_grpc,
 )
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     TIME_SCALE,
@@ -54,6 +60,19 @@ class PrefixTiersTest(unittest.TestCase):
             timeout=CALL_TIMEOUT_S)
         return list(response.token_ids), response.usage.cached_tokens
 
+    def await_metrics(self, expected):
+        """The metrics page once every series in `expected` has at least its value (they are
+        published after each engine step); fails with the last values otherwise."""
+        deadline = time.monotonic() + 10 * TIME_SCALE
+        while True:
+            values = self.server.metrics()
+            if all(values.get(k, -1) >= v for k, v in expected.items()):
+                return values
+            if time.monotonic() > deadline:
+                self.fail("metrics %s; expected at least %s" %
+                          ({k: values.get(k) for k in expected}, expected))
+            time.sleep(0.05)
+
     def prompt(self, info, seed):
         special = set(info.eos_token_ids)
         if info.HasField("bos_token_id"):
@@ -76,7 +95,8 @@ class PrefixTiersTest(unittest.TestCase):
         flags = ["--prefix-cache-bytes", str(snapshot_bytes + snapshot_bytes // 2),
                  "--prefix-host-bytes", str(snapshot_bytes + snapshot_bytes // 2),
                  "--prefix-disk-bytes", str(20 * snapshot_bytes),
-                 "--prefix-disk-dir", disk_dir, "--auto-prefix-min-tokens", "8"]
+                 "--prefix-disk-dir", disk_dir, "--auto-prefix-min-tokens", "8",
+                 "--metrics-listen", "127.0.0.1:0"]
         info = self.start(flags)
         a, b, c = (self.prompt(info, seed) for seed in (1, 2, 3))
         cold = {}
@@ -91,6 +111,21 @@ class PrefixTiersTest(unittest.TestCase):
         self.assertEqual((tokens, cached), (cold["b"], PROMPT_TOKENS - 1), "host hit")
         tokens, cached = self.generate(a)
         self.assertEqual((tokens, cached), (cold["a"], PROMPT_TOKENS - 1), "disk hit")
+        # One hit per tier; a, b, c each left the device once or more, and one host entry moved
+        # on to disk.
+        values = self.await_metrics({
+            'kvserve_prefix_tier_hits_total{tier="device"}': 1,
+            'kvserve_prefix_tier_hits_total{tier="host"}': 1,
+            'kvserve_prefix_tier_hits_total{tier="disk"}': 1,
+            'kvserve_prefix_tier_demotions_total{from="device"}': 2,
+            'kvserve_prefix_tier_demotions_total{from="host"}': 1,
+            'kvserve_prefix_tier_entries{tier="device"}': 1,
+            'kvserve_prefix_tier_bytes{tier="host"}': snapshot_bytes,
+        })
+        self.assertEqual(values['kvserve_prefix_tier_hits_total{tier="host"}'], 1)
+        self.assertEqual(values['kvserve_prefix_tier_hits_total{tier="disk"}'], 1)
+        self.assertEqual(values['kvserve_prefix_tier_disk_failures_total{op="load"}'], 0)
+        self.assertEqual(values["kvserve_prefix_tier_drops_total"], 0)
         # A graceful stop keeps every automatic prefix on disk; a corrupt file joins them.
         self.server.stop()
         with open(os.path.join(disk_dir, "0123456789abcdef.kvsnap"), "wb") as f:
@@ -101,9 +136,31 @@ class PrefixTiersTest(unittest.TestCase):
             self.assertEqual((tokens, cached), (cold[name], PROMPT_TOKENS - 1),
                              "%s after the restart" % name)
         self.assertFalse(os.path.exists(os.path.join(disk_dir, "0123456789abcdef.kvsnap")))
+        self.await_metrics({'kvserve_prefix_tier_disk_failures_total{op="load"}': 1,
+                            'kvserve_prefix_tier_entries{tier="disk"}': 3})
         self.server.stop()
         with open(os.path.join(self.dir, "kvserve.log"), encoding="utf-8") as log:
             self.assertIn("refusing prefix snapshot file", log.read())
+
+    def test_a_named_prefixs_retention_class_is_kept_and_a_bad_one_refused(self):
+        info = self.start([])
+        prefixes = prefix_pb2_grpc.PrefixCacheStub(self.server.channel())
+        ids = self.prompt(info, 4)
+        registered = prefixes.RegisterPrefix(
+            prefix_pb2.RegisterPrefixRequest(name="low", token_ids=gen.TokenIds(ids=ids),
+                                             options=prefix_pb2.PrefixOptions(retention="low")),
+            timeout=CALL_TIMEOUT_S)
+        self.assertEqual(registered.options.retention, "low")
+        self.assertFalse(registered.options.pinned)
+        with self.assertRaises(grpc.RpcError) as refused:
+            prefixes.RegisterPrefix(
+                prefix_pb2.RegisterPrefixRequest(
+                    name="bad", token_ids=gen.TokenIds(ids=ids),
+                    options=prefix_pb2.PrefixOptions(retention="forever")),
+                timeout=CALL_TIMEOUT_S)
+        self.assertEqual(refused.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("options.retention", refused.exception.details())
+        self.server.stop()
 
 
 def main():

@@ -400,6 +400,7 @@ class ReadmeDefaultsTest(unittest.TestCase):
             self.assertEqual(prefix.options.cache_implementation,
                              api["PrefixOptions.cache_implementation"])
             self.assertEqual(str(prefix.options.pinned).lower(), api["PrefixOptions.pinned"])
+            self.assertEqual(prefix.options.retention, api["PrefixOptions.retention"])
             self.assertEqual(api["PrefixOptions.ttl_seconds"], "never")
             self.assertEqual(prefix.options.ttl_seconds, 0)
 

@@ -368,9 +368,10 @@ class SlidingWindowModel(unittest.TestCase):
 
 
 class IdleSessions(unittest.TestCase):
-    """Idle offload after --session-idle-offload-seconds, LRU eviction by bytes."""
+    """Idle offload after --session-idle-offload-seconds, eviction by bytes in retention order
+    (the prefixes' priority, turns counting as hits)."""
 
-    def test_idle_caches_go_to_the_host_then_are_evicted_least_recently_used_first(self):
+    def test_idle_caches_go_to_the_host_then_the_least_used_is_evicted_first(self):
         model = make_model(os.path.join(WORKDIR, "idle"), "llama")
         # One session's ~130-token cache fits in 96 KiB, two do not.
         server = Server(model, "--session-idle-offload-seconds", "1",
@@ -392,16 +393,19 @@ class IdleSessions(unittest.TestCase):
             # The next turn brings it back and reuses it.
             reply = server.turn(first.id, token_ids=gen.TokenIds(ids=[7, 8]))
             self.assertEqual(reply.usage.cached_tokens, len(ids) + MAX_NEW - 1)
+            # A newer session used once: of the two, its cache goes (two turns outrank one
+            # until the older has aged a half-life, --prefix-retention-half-life-seconds).
             second = server.create("dynamic")
             server.turn(second.id, token_ids=gen.TokenIds(ids=ids))
             deadline = time.time() + 20 * TIME_SCALE
-            while server.get(first.id).state != ses.SESSION_STATE_EMPTY:
+            while server.get(second.id).state != ses.SESSION_STATE_EMPTY:
                 self.assertLess(time.time(), deadline, "no session was evicted")
                 time.sleep(0.2)
-            self.assertEqual(server.get(first.id).evictions, 1)
-            self.assertNotEqual(server.get(second.id).state, ses.SESSION_STATE_EMPTY)
+            self.assertEqual(server.get(second.id).evictions, 1)
+            self.assertNotEqual(server.get(first.id).state, ses.SESSION_STATE_EMPTY)
+            self.assertEqual(server.get(first.id).evictions, 0)
             # A turn on the evicted session recomputes rather than failing.
-            reply = server.turn(first.id, token_ids=gen.TokenIds(ids=[9]))
+            reply = server.turn(second.id, token_ids=gen.TokenIds(ids=[9]))
             self.assertEqual(reply.usage.cached_tokens, 0)
             self.assertEqual(reply.cache_report.session_recompute_reason,
                              "the session's cache was evicted")

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/prefix_metrics.h"
+
 namespace kvserve::server {
 namespace {
 
@@ -333,6 +335,55 @@ TEST(MetricsTest, PrefixCountsAddOnlyTheIncreaseBetweenCalls) {
   EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_hits_total{kind=\"named\"} 3")));
   EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_evictions_total 3")));
   EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_bytes 0")));
+}
+
+TEST(MetricsTest, PrefixTiersFromTheStoresAndTheTiersStats) {
+  ServerMetrics metrics;
+  // Every label reads 0 from the start.
+  std::string text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_bytes{tier=\"disk\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_demotions_total{from=\"host\"} 0")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_disk_failures_total{op=\"load\"} 0")));
+  cache::PrefixStoreStats store{.named_entries = 1,
+                                .automatic_entries = 2,
+                                .bytes_used = 3000,
+                                .named_hits = 4,
+                                .automatic_hits = 5};
+  cache::SnapshotTiersStats tiers{.host_entries = 6,
+                                  .host_bytes = 6000,
+                                  .disk_entries = 7,
+                                  .disk_bytes = 7000,
+                                  .demotions = 8,
+                                  .host_to_disk = 9,
+                                  .disk_write_failures = 1,
+                                  .too_large = 2,
+                                  .host_promotions = 10,
+                                  .disk_loads = 11,
+                                  .dropped = 12,
+                                  .refused_files = 13};
+  PublishPrefixMetrics(store, tiers, metrics);
+  text = metrics.TextFormat();
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_bytes{tier=\"device\"} 3000")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_bytes{tier=\"host\"} 6000")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_bytes{tier=\"disk\"} 7000")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_entries{tier=\"device\"} 3")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_entries{tier=\"host\"} 6")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_entries{tier=\"disk\"} 7")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_hits_total{tier=\"device\"} 9")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_hits_total{tier=\"host\"} 10")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_hits_total{tier=\"disk\"} 11")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_demotions_total{from=\"device\"} 8")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_demotions_total{from=\"host\"} 9")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_drops_total 14")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_disk_failures_total{op=\"load\"} 13")));
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_tier_disk_failures_total{op=\"write\"} 1")));
+  // The store's own families come from the same call.
+  EXPECT_THAT(text, HasSubstr(Line("kvserve_prefix_cache_hits_total{kind=\"automatic\"} 5")));
+  // Cumulative: a second call adds the increase only.
+  tiers.host_promotions = 15;
+  PublishPrefixMetrics(store, tiers, metrics);
+  EXPECT_THAT(metrics.TextFormat(),
+              HasSubstr(Line("kvserve_prefix_tier_hits_total{tier=\"host\"} 15")));
 }
 
 TEST(MetricsTest, SessionsHelpSaysLiveIncludesOffloaded) {

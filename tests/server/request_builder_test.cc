@@ -259,6 +259,37 @@ TEST_F(RequestBuilderTest, RegistrationsAreQualifiedForTheCallerAndSharedOnesNee
   ExpectRefused(builder_->Registration(in).status(), absl::StatusCode::kInvalidArgument, "content");
 }
 
+TEST_F(RequestBuilderTest, ARegistrationsRetentionClassSetsPinningAndItsWeight) {
+  RegistrationInput in;
+  in.name = "p";
+  in.content = PromptInput::TokenIds({1, 2, 3});
+  for (const auto& [name, retention] : {std::pair{"high", cache::RetentionClass::kHigh},
+                                        std::pair{"normal", cache::RetentionClass::kNormal},
+                                        std::pair{"low", cache::RetentionClass::kLow}}) {
+    in.retention = name;
+    absl::StatusOr<PrefixRegistration> r = builder_->Registration(in);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->options.pinned) << name;
+    EXPECT_EQ(r->options.retention, retention) << name;
+  }
+  in.retention = "pinned";
+  absl::StatusOr<PrefixRegistration> r = builder_->Registration(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->options.pinned);
+  in.retention = "forever";
+  ExpectRefused(builder_->Registration(in).status(), absl::StatusCode::kInvalidArgument,
+                "options.retention");
+  // A class that contradicts pinned.
+  in.retention = "low";
+  in.pinned = true;
+  ExpectRefused(builder_->Registration(in).status(), absl::StatusCode::kInvalidArgument,
+                "options.retention");
+  in.retention = "pinned";
+  in.pinned = false;
+  ExpectRefused(builder_->Registration(in).status(), absl::StatusCode::kInvalidArgument,
+                "options.retention");
+}
+
 TEST_F(RequestBuilderTest, ADeletionTargetsTheCallersOwnPrefixElseTheSharedOne) {
   const BuildContext user{.caller = {.tenant = "acme", .role = Role::kUser}};
   EXPECT_EQ(*builder_->DeletionTarget("own", false, user), "acme/own");
