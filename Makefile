@@ -24,6 +24,7 @@ serve: build
 	./scripts/serve.sh $(BUILD_DIR) $(ARGS)
 
 bench: build
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target kvserve_benchmarks
 	./scripts/bench.sh $(BUILD_DIR)
 
 format:

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/regular_file.h"
 #include "base/string_cat.h"
 
 namespace kvserve::base {
@@ -39,16 +40,6 @@ absl::Status ErrnoError(int err, std::string_view what, const std::string& path)
   std::string message = Cat(path, ": ", what, ": ", std::strerror(err));
   if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
   return absl::InternalError(message);
-}
-
-// What a non-regular file is, for the error that refuses it.
-std::string_view FileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "a special file";
 }
 
 // Closes a file descriptor on scope exit.

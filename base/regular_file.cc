@@ -11,9 +11,7 @@
 #include "absl/strings/str_cat.h"
 
 namespace kvserve::base {
-namespace {
 
-// What a non-regular file is, for the error that refuses it.
 const char* FileKind(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISCHR(mode)) return "a character device";
@@ -22,6 +20,8 @@ const char* FileKind(mode_t mode) {
   if (S_ISSOCK(mode)) return "a socket";
   return "a special file";
 }
+
+namespace {
 
 // "256 MiB", or the bytes when not a whole number of MiB.
 std::string Mib(int64_t bytes) {

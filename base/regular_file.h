@@ -2,6 +2,8 @@
 // (prefixes, its state journal, API keys).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -14,5 +16,9 @@ namespace kvserve::base {
 // grows past them while being read); Internal for other errors. Messages start with the path.
 // Any thread.
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes);
+
+// What a file that is not a regular one is ("a directory", "a FIFO", ...), for the errors that
+// refuse it; `mode` is a stat st_mode.
+const char* FileKind(mode_t mode);
 
 }  // namespace kvserve::base

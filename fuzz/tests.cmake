@@ -1,11 +1,12 @@
-# Included by the top-level CMakeLists.txt: the ctest side of the libFuzzer targets (label fuzz).
+# Included by the top-level CMakeLists.txt when KVSERVE_FUZZ is ON: the ctest side of the
+# libFuzzer targets (label fuzz).
 #
 # fuzz_build configures and builds the clang tree <build>/fuzz (fuzz/CMakeLists.txt) through
 # scripts/fuzz.sh, after the main build has made the kvserve_cache and kvserve_proto libraries
 # it links; then fuzz_<target> runs each target for KVSERVE_FUZZ_SECONDS from its seed corpus
 # (fuzz/corpus/<target>) and fails on any crash, sanitizer report or broken check. Without
-# clang and libFuzzer (Debian: clang-14 libclang-rt-14-dev, which scripts/setup.sh installs)
-# one test, fuzz_unavailable, is registered and skips itself.
+# clang and libFuzzer (Debian: clang-14 libclang-rt-14-dev, which scripts/setup.sh --fuzz
+# installs) one test, fuzz_unavailable, is registered and skips itself.
 
 set(KVSERVE_FUZZ_TARGETS safetensors model_config tokenizer chat_template prefixes_file
                          request_builder)
@@ -24,7 +25,7 @@ if(NOT DEFINED KVSERVE_FUZZ_CLANGXX)
   find_program(_fuzz_clangxx NAMES clang++-14 clang++)
   set(_fuzz_reason "")
   if(NOT _fuzz_clangxx)
-    set(_fuzz_reason "no clang++ (install clang-14 and libclang-rt-14-dev: scripts/setup.sh)")
+    set(_fuzz_reason "no clang++ (scripts/setup.sh --fuzz installs clang-14 and libclang-rt-14-dev)")
   else()
     set(_probe_dir ${CMAKE_BINARY_DIR}/CMakeFiles/fuzz-probe)
     file(WRITE ${_probe_dir}/probe.cc
@@ -36,7 +37,7 @@ if(NOT DEFINED KVSERVE_FUZZ_CLANGXX)
       RESULT_VARIABLE _probe_rc OUTPUT_QUIET ERROR_VARIABLE _probe_err)
     if(NOT _probe_rc EQUAL 0)
       set(_fuzz_reason
-          "${_fuzz_clangxx} cannot link a libFuzzer target (install libclang-rt-14-dev: scripts/setup.sh)")
+          "${_fuzz_clangxx} cannot link a libFuzzer target (scripts/setup.sh --fuzz installs libclang-rt-14-dev)")
     endif()
   endif()
   if(_fuzz_reason)

@@ -12,7 +12,8 @@
 namespace kvserve::model {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// log(0): the log-probability of a token that cannot follow.
+constexpr float kLogZero = -std::numeric_limits<float>::infinity();
 
 // The higher score first; equal scores: the lower index first.
 struct ByScore {
@@ -46,7 +47,7 @@ void LogSoftmax(absl::Span<const float> logits, std::vector<float>* out) {
   const double log_sum = std::log(sum) + max;
   for (size_t i = 0; i < logits.size(); ++i) {
     const float x = logits[i];
-    (*out)[i] = std::isnan(x) ? kNegInf : static_cast<float>(static_cast<double>(x) - log_sum);
+    (*out)[i] = std::isnan(x) ? kLogZero : static_cast<float>(static_cast<double>(x) - log_sum);
   }
 }
 

@@ -3,6 +3,8 @@
 set -euo pipefail
 build_dir="${1:-build}"
 cd "$(dirname "$0")/.."
+# The benchmark programs are not in the default build (make bench builds them first).
+cmake --build "$build_dir" --target kvserve_benchmarks > /dev/null
 for b in "$build_dir"/bench/kvserve_*_bench; do
   [ -x "$b" ] || continue
   echo "== $b"

@@ -7,6 +7,8 @@ build_dir="${1:-build}"
 threads="${2:-2}"
 weights="${3:-f32}"
 cd "$(dirname "$0")/.."
+# The benchmark programs are not in the default build.
+cmake --build "$build_dir" --target kvserve_benchmarks > /dev/null
 model_dir="$(mktemp -d)"
 trap 'kill "$server_pid" 2>/dev/null || true; rm -rf "$model_dir"' EXIT
 "$build_dir/model/kvserve-make-model" --arch llama --preset bench-small --seed 1 \

@@ -68,7 +68,7 @@ if [[ -z "$clang" ]]; then
   clang="$(command -v clang++-14 || command -v clang++ || true)"
 fi
 if [[ -z "$clang" ]]; then
-  echo "fuzz.sh: skipped: no clang++ (scripts/setup.sh installs clang-14 libclang-rt-14-dev)"
+  echo "fuzz.sh: skipped: no clang++ (scripts/setup.sh --fuzz installs clang-14 libclang-rt-14-dev)"
   exit 77
 fi
 
@@ -82,7 +82,7 @@ if [[ $skip_build -eq 0 ]]; then
     'extern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }' > "$probe/p.cc"
   if ! "$clang" -fsanitize=fuzzer,address,undefined "$probe/p.cc" -o "$probe/p" 2> /dev/null; then
     rm -rf "$probe"
-    echo "fuzz.sh: skipped: $clang cannot link a libFuzzer target (install libclang-rt-14-dev)"
+    echo "fuzz.sh: skipped: $clang cannot link a libFuzzer target (scripts/setup.sh --fuzz installs libclang-rt-14-dev)"
     exit 77
   fi
   rm -rf "$probe"

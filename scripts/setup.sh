@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # Installs, idempotently, every Debian package that kvserve's build, tests and benchmarks need.
+# usage: scripts/setup.sh [--fuzz]
+#   --fuzz   also clang-14 and libclang-rt-14-dev, for the libFuzzer build (scripts/fuzz.sh)
 set -euo pipefail
+
+fuzz=0
+for arg in "$@"; do
+  case "$arg" in
+    --fuzz) fuzz=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (usage: scripts/setup.sh [--fuzz])" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git clang-format
-  clang-14 libclang-rt-14-dev
   libtorch-dev libopenblas0-pthread libdnnl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
@@ -13,6 +22,7 @@ packages=(
   python3-grpcio python3-protobuf python3-numpy python3-yaml
   nginx
 )
+((fuzz)) && packages+=(clang-14 libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

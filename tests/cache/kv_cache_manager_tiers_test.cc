@@ -15,7 +15,7 @@
 #include "cache/snapshot.h"
 
 namespace kvserve::cache {
-namespace {
+namespace kv_cache_manager_tiers_test {
 
 using Decision = Admission::Decision;
 using Tokens = std::vector<int32_t>;
@@ -302,5 +302,5 @@ TEST_F(KvCacheManagerTiersTest, WithoutTiersAnEvictedPrefixIsGone) {
   EXPECT_EQ(m->Stats().tiers.demotions, 0);
 }
 
-}  // namespace
+}  // namespace kv_cache_manager_tiers_test
 }  // namespace kvserve::cache

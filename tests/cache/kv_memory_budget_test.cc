@@ -19,7 +19,7 @@
 #include "cache/torch_compat.h"
 
 namespace kvserve::cache {
-namespace {
+namespace kv_memory_budget_test {
 
 using ::testing::HasSubstr;
 
@@ -455,5 +455,5 @@ TEST(KvMemoryBudgetTest, InjectedFaultsAreCounted) {
   EXPECT_EQ(budget.injected_faults(), std::count(pattern.begin(), pattern.end(), true));
 }
 
-}  // namespace
+}  // namespace kv_memory_budget_test
 }  // namespace kvserve::cache

@@ -16,7 +16,7 @@
 #include "cache/snapshot.h"
 
 namespace kvserve::cache {
-namespace {
+namespace prefix_store_test {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -918,5 +918,5 @@ TEST_F(PrefixStoreTest, NamespaceLimitEvictsItsOwnEntriesThenRefuses) {
   EXPECT_TRUE(store.PutNamed("alice/b", Snap({4, 4, 4, 4})).ok());
 }
 
-}  // namespace
+}  // namespace prefix_store_test
 }  // namespace kvserve::cache

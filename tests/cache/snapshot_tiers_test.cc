@@ -17,7 +17,7 @@
 #include "cache/snapshot.h"
 
 namespace kvserve::cache {
-namespace {
+namespace snapshot_tiers_test {
 
 using ::testing::HasSubstr;
 using Tokens = std::vector<int32_t>;
@@ -329,5 +329,5 @@ TEST_F(SnapshotTiersTest, FullDiskFailsTheWriteAndForgetsTheEntry) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
-}  // namespace
+}  // namespace snapshot_tiers_test
 }  // namespace kvserve::cache

@@ -13,7 +13,7 @@
 #include "nlohmann/json.hpp"
 
 namespace kvserve::client {
-namespace {
+namespace kvctl_prefix_test {
 
 using ::testing::ElementsAre;
 using testing::FakeServer;
@@ -318,5 +318,5 @@ TEST(PrefixCommandUnreachableTest, NoServerIsAnRpcError) {
                                           ::testing::StartsWith("kvctl: DEADLINE_EXCEEDED: ")));
 }
 
-}  // namespace
+}  // namespace kvctl_prefix_test
 }  // namespace kvserve::client

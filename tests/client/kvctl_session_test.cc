@@ -12,7 +12,7 @@
 #include "nlohmann/json.hpp"
 
 namespace kvserve::client {
-namespace {
+namespace kvctl_session_test {
 
 using ::testing::ElementsAre;
 using testing::FakeServer;
@@ -306,5 +306,5 @@ TEST_F(SessionCommandTest, ServerErrorsExitOne) {
   EXPECT_EQ(err_.str(), "kvctl: NOT_FOUND: prefix 'missing' is not registered\n");
 }
 
-}  // namespace
+}  // namespace kvctl_session_test
 }  // namespace kvserve::client
