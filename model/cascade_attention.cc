@@ -15,10 +15,6 @@ namespace {
 // float32 are 128 KiB, which stay in L2 while every query of the group reads them.
 constexpr int64_t kSegmentBlock = 256;
 
-bool IsCpuFloat(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat;
-}
-
 }  // namespace
 
 bool CanCascade(const std::vector<CascadeMember>& members, const cache::LayerSpec& layer) {

@@ -10,11 +10,12 @@
 #include "model/worker_pool.h"
 
 namespace kvserve::model {
-namespace {
 
 bool IsCpuFloat(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat;
 }
+
+namespace {
 
 float DotPortable(const float* a, const float* b, int64_t n) {
   float sum = 0.0f;

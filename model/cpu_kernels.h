@@ -15,6 +15,9 @@
 
 namespace kvserve::model {
 
+// A defined float32 tensor on the CPU: what the kernels below take.
+bool IsCpuFloat(const at::Tensor& t);
+
 // The dot product of n floats, and y += alpha * x over n floats, that the fused kernels use
 // (AVX2 where the CPU has it): for other kernels' inner loops.
 using DotFn = float (*)(const float*, const float*, int64_t);

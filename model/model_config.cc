@@ -78,28 +78,6 @@ constexpr int64_t kMaxPositions = int64_t{1} << 20;  // 1,048,576
 // Transformers' default max_window_layers for qwen2 and qwen3.
 constexpr int64_t kDefaultMaxWindowLayers = 28;
 
-std::string_view KindOf(const Json& value) {
-  switch (value.type()) {
-    case Json::value_t::null:
-      return "null";
-    case Json::value_t::object:
-      return "an object";
-    case Json::value_t::array:
-      return "an array";
-    case Json::value_t::string:
-      return "a string";
-    case Json::value_t::boolean:
-      return "a boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned:
-      return "an integer";
-    case Json::value_t::number_float:
-      return "a float";
-    default:
-      return "an unsupported value";
-  }
-}
-
 // `text` cut to 64 bytes with "..." after, so that a huge value cannot flood an error.
 std::string Shortened(std::string text) {
   constexpr size_t kMaxBytes = 64;
@@ -128,8 +106,8 @@ class FieldReader {
     if (status_->ok()) *status_ = absl::InvalidArgumentError(Cat("config.json: ", message));
   }
   void WrongType(std::string_view key, std::string_view expected, const Json& value) {
-    Fail(Cat("field '", Name(key), "' must be ", expected, ", got ", KindOf(value), " ",
-             Shortened(value.dump())));
+    Fail(Cat("field '", Name(key), "' must be ", expected, ", got ",
+             tokenizer::JsonKindPhrase(value), " ", Shortened(value.dump())));
   }
 
   std::optional<int64_t> OptionalInt(std::string_view key) {
@@ -509,7 +487,8 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
     return absl::InvalidArgumentError(Cat("config.json is not valid JSON: ", e.what()));
   }
   if (!json.is_object()) {
-    return absl::InvalidArgumentError(Cat("config.json must be a JSON object, got ", KindOf(json)));
+    return absl::InvalidArgumentError(
+        Cat("config.json must be a JSON object, got ", tokenizer::JsonKindPhrase(json)));
   }
   // Every read is type-checked first; this is the safety net that keeps a missed check from
   // ending the process.

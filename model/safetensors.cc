@@ -88,48 +88,28 @@ std::string Quoted(const Json& value) {
   return text + "...";
 }
 
-// A JSON value's kind for error messages.
-std::string_view KindOf(const Json& value) {
-  switch (value.type()) {
-    case Json::value_t::null:
-      return "null";
-    case Json::value_t::object:
-      return "an object";
-    case Json::value_t::array:
-      return "an array";
-    case Json::value_t::string:
-      return "a string";
-    case Json::value_t::boolean:
-      return "a boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned:
-      return "an integer";
-    case Json::value_t::number_float:
-      return "a float";
-    default:
-      return "an unsupported value";
-  }
-}
-
 // Reads a non-negative JSON integer; a negative one, a float or anything else is an error.
 absl::StatusOr<uint64_t> ReadUnsigned(const Json& value, const ErrorFor& error,
                                       std::string_view what) {
   if (value.is_number_unsigned()) return value.get<uint64_t>();
   if (value.is_number_integer()) return error.Invalid(what, " is negative (", value.dump(), ")");
-  return error.Invalid(what, " must be a non-negative integer, got ", KindOf(value));
+  return error.Invalid(what, " must be a non-negative integer, got ",
+                       tokenizer::JsonKindPhrase(value));
 }
 
 absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const Json& info,
                                        uint64_t data_size, const ErrorFor& error) {
   const std::string where = Cat("tensor '", name, "'");
-  if (!info.is_object()) return error.Invalid(where, " must be an object, got ", KindOf(info));
+  if (!info.is_object())
+    return error.Invalid(where, " must be an object, got ", tokenizer::JsonKindPhrase(info));
   TensorEntry entry;
   entry.name = name;
 
   auto dtype_it = info.find("dtype");
   if (dtype_it == info.end()) return error.Invalid(where, " has no dtype");
   if (!dtype_it->is_string()) {
-    return error.Invalid(where, " dtype must be a string, got ", KindOf(*dtype_it));
+    return error.Invalid(where, " dtype must be a string, got ",
+                         tokenizer::JsonKindPhrase(*dtype_it));
   }
   const std::string& dtype_name = dtype_it->get_ref<const std::string&>();
   std::optional<SafetensorsDtype> dtype = ParseSafetensorsDtype(dtype_name);
@@ -142,7 +122,8 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const Json& info
   auto shape_it = info.find("shape");
   if (shape_it == info.end()) return error.Invalid(where, " has no shape");
   if (!shape_it->is_array()) {
-    return error.Invalid(where, " shape must be an array, got ", KindOf(*shape_it));
+    return error.Invalid(where, " shape must be an array, got ",
+                         tokenizer::JsonKindPhrase(*shape_it));
   }
   uint64_t num_bytes = SafetensorsDtypeSize(entry.dtype);
   for (size_t i = 0; i < shape_it->size(); ++i) {
@@ -187,13 +168,14 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const Json& info
 absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(const Json& value,
                                                                  const ErrorFor& error) {
   if (!value.is_object()) {
-    return error.Invalid("__metadata__ must be a string-to-string object, got ", KindOf(value));
+    return error.Invalid("__metadata__ must be a string-to-string object, got ",
+                         tokenizer::JsonKindPhrase(value));
   }
   std::map<std::string, std::string> metadata;
   for (auto it = value.begin(); it != value.end(); ++it) {
     if (!it->is_string()) {
       return error.Invalid("__metadata__ value of '", it.key(), "' must be a string, got ",
-                           KindOf(*it));
+                           tokenizer::JsonKindPhrase(*it));
     }
     metadata.emplace(it.key(), it->get<std::string>());
   }
@@ -268,7 +250,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
     return error.Invalid("header is not valid JSON: ", e.what());
   }
   if (!header.is_object()) {
-    return error.Invalid("header must be a JSON object, got ", KindOf(header));
+    return error.Invalid("header must be a JSON object, got ", tokenizer::JsonKindPhrase(header));
   }
 
   SafetensorsFile result;

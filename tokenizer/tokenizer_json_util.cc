@@ -44,6 +44,28 @@ std::string_view JsonKind(const Json& value) {
   }
 }
 
+std::string_view JsonKindPhrase(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "an integer";
+    case Json::value_t::number_float:
+      return "a float";
+    default:
+      return "an unsupported value";
+  }
+}
+
 std::string JsonMemberPath(std::string_view path, std::string_view key) {
   if (path.empty()) return std::string(key);
   return absl::StrCat(AsAbsl(path), ".", AsAbsl(key));

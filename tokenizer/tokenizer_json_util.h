@@ -24,6 +24,9 @@ namespace kvserve::tokenizer {
 // The kind of a JSON value as errors name it: null, boolean, integer, number (a float),
 // string, array or object.
 std::string_view JsonKind(const nlohmann::json& value);
+// The same with an article, for messages that read "X is <kind>": "null", "an object", "an
+// array", "a string", "a boolean", "an integer", "a float".
+std::string_view JsonKindPhrase(const nlohmann::json& value);
 // The path of member `key` of the value at `path` ("model" + "dropout" -> "model.dropout";
 // a top-level member is just its key).
 std::string JsonMemberPath(std::string_view path, std::string_view key);
