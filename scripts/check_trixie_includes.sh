@@ -162,6 +162,7 @@ mkdir -p "$check_dir"
 compile_commands.json and every /usr path moved into the trixie root."""
 import json
 import os
+import re
 import shlex
 import sys
 
@@ -227,9 +228,18 @@ with open(os.path.join(build_dir, "compile_commands.json")) as f:
 units = {}
 for e in entries:
     source = os.path.abspath(os.path.join(e["directory"], e["file"]))
+    args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
+    if "/Unity/unity_" in source and source.startswith(build_dir + "/"):
+        # A unity batch (KVSERVE_UNITY): each source it includes is checked on its own, with
+        # the batch's flags.
+        with open(source) as batch:
+            for line in batch:
+                m = re.match(r'#include "(.+)"', line.strip())
+                if m and os.path.abspath(m.group(1)).startswith(source_dir + "/"):
+                    units.setdefault(os.path.abspath(m.group(1)), flags_of(args, e["directory"], source))
+        continue
     if not source.startswith(source_dir + "/") or source.startswith(build_dir + "/"):
         continue  # generated code (protoc's) is not ours
-    args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
     units.setdefault(source, flags_of(args, e["directory"], source))
 # fuzz/ builds in its own clang tree (absent from this compile_commands.json): its targets get
 # the flags of the gRPC adapter's proto_inputs.cc (the request builder's and the proto's
