@@ -64,7 +64,9 @@ void Apply(const KvEventBatch& batch, std::set<int64_t>* held) {
         held->clear();
         break;
       case KvBlockEvent::Kind::kStored:
-        if (e.parent_hash) EXPECT_TRUE(held->count(*e.parent_hash)) << "parent unknown";
+        if (e.parent_hash) {
+          EXPECT_TRUE(held->count(*e.parent_hash)) << "parent unknown";
+        }
         for (const KvBlock& b : e.blocks) held->insert(b.hash);
         break;
       case KvBlockEvent::Kind::kRemoved:
