@@ -47,15 +47,20 @@ absl::StatusOr<LayerView> DynamicLayer::Update(const at::Tensor& keys, const at:
                    buffer_.size(), prefix_keys_,     prefix_values_};
 }
 
-absl::Status DynamicLayer::AttachSharedPrefix(const at::Tensor& keys, const at::Tensor& values) {
-  if (SeqLength() != 0) {
-    return absl::FailedPreconditionError("a shared prefix attaches only to an empty layer");
-  }
+absl::Status CheckSharedSegment(const at::Tensor& keys, const at::Tensor& values) {
   if (!keys.defined() || !values.defined() || keys.dim() != 4 || keys.size(0) != 1 ||
       !keys.sizes().equals(values.sizes()) || keys.size(2) < 1) {
     return absl::InvalidArgumentError(
         "a shared prefix segment is [1, kv_heads, n >= 1, head_dim] keys and values of one shape");
   }
+  return absl::OkStatus();
+}
+
+absl::Status DynamicLayer::AttachSharedPrefix(const at::Tensor& keys, const at::Tensor& values) {
+  if (SeqLength() != 0) {
+    return absl::FailedPreconditionError("a shared prefix attaches only to an empty layer");
+  }
+  if (absl::Status s = CheckSharedSegment(keys, values); !s.ok()) return s;
   prefix_keys_ = keys;
   prefix_values_ = values;
   prefix_rows_ = 1;

@@ -62,6 +62,9 @@ class DynamicLayer final : public CacheLayer {
   int64_t prefix_rows_ = 1;   // batch rows while the tail is still empty
 };
 
+// OK when `keys` and `values` can be a shared prefix segment (CacheLayer::AttachSharedPrefix):
+// defined, of one shape [1, kv_heads, n >= 1, head_dim]; InvalidArgument otherwise.
+absl::Status CheckSharedSegment(const at::Tensor& keys, const at::Tensor& values);
 // Checks a batch index tensor against `batch_size`; shared by the layer classes.
 absl::Status CheckBatchIndices(const at::Tensor& indices, int64_t batch_size, bool same_size);
 

@@ -46,11 +46,7 @@ absl::Status DynamicSlidingWindowLayer::AttachSharedPrefix(const at::Tensor& key
   if (cumulative_length_ != 0 || buffer_.defined()) {
     return absl::FailedPreconditionError("a shared prefix attaches only to an empty layer");
   }
-  if (!keys.defined() || !values.defined() || keys.dim() != 4 || keys.size(0) != 1 ||
-      !keys.sizes().equals(values.sizes()) || keys.size(2) < 1) {
-    return absl::InvalidArgumentError(
-        "a shared prefix segment is [1, kv_heads, n >= 1, head_dim] keys and values of one shape");
-  }
+  if (absl::Status s = CheckSharedSegment(keys, values); !s.ok()) return s;
   prefix_keys_ = keys;
   prefix_values_ = values;
   prefix_begin_ = 0;

@@ -171,6 +171,17 @@ std::optional<SafetensorsDtype> Checkpoint::Dtype(std::string_view name) const {
   return entry->dtype;
 }
 
+absl::StatusOr<at::Tensor> Checkpoint::LoadShaped(std::string_view name, at::ScalarType dtype,
+                                                  at::IntArrayRef shape) const {
+  absl::StatusOr<at::Tensor> t = Load(name, dtype);
+  if (t.ok() && !t->sizes().equals(shape)) {
+    return absl::InvalidArgumentError(Cat(description_, ": tensor ", name, " has shape ",
+                                          c10::str(t->sizes()), ", expected ", c10::str(shape),
+                                          " from config.json"));
+  }
+  return t;
+}
+
 absl::StatusOr<at::Tensor> Checkpoint::Load(std::string_view name, at::ScalarType dtype) const {
   size_t shard = 0;
   const TensorEntry* entry = Entry(name, &shard);

@@ -42,6 +42,10 @@ class Checkpoint {
   // BF16 to the floating `dtype`. NotFound naming the tensor; InvalidArgument for a
   // non-float source dtype or a non-floating `dtype`.
   absl::StatusOr<at::Tensor> Load(std::string_view name, at::ScalarType dtype) const;
+  // Load, and InvalidArgument naming the tensor when its shape is not `shape` (what the model's
+  // config.json implies).
+  absl::StatusOr<at::Tensor> LoadShaped(std::string_view name, at::ScalarType dtype,
+                                        at::IntArrayRef shape) const;
 
   // OK when the checkpoint holds exactly `expected`; otherwise InvalidArgument listing the
   // missing and the unexpected names (at most 10 of each, then how many more).

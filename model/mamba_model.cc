@@ -186,15 +186,9 @@ absl::Status MambaModel::LoadWeights(const base::ModelSource& source) {
   absl::Status status;
   auto load = [&](const std::string& name, std::vector<int64_t> shape) -> at::Tensor {
     if (!status.ok()) return at::Tensor();
-    absl::StatusOr<at::Tensor> t = checkpoint->Load(name, at::kFloat);
+    absl::StatusOr<at::Tensor> t = checkpoint->LoadShaped(name, at::kFloat, shape);
     if (!t.ok()) {
       status = t.status();
-      return at::Tensor();
-    }
-    if (!t->sizes().equals(shape)) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat(source.Describe(), ": tensor ", name, " has shape ", c10::str(t->sizes()),
-                       ", expected ", c10::str(at::IntArrayRef(shape)), " from config.json"));
       return at::Tensor();
     }
     return t->contiguous();

@@ -320,15 +320,9 @@ absl::Status Transformer::LoadWeights(const base::ModelSource& source,
                   bool projection = false) -> at::Tensor {
     if (!status.ok()) return at::Tensor();
     absl::StatusOr<at::Tensor> t =
-        checkpoint->Load(name, projection ? weight_dtype(name) : options.dtype);
+        checkpoint->LoadShaped(name, projection ? weight_dtype(name) : options.dtype, shape);
     if (!t.ok()) {
       status = t.status();
-      return at::Tensor();
-    }
-    if (!t->sizes().equals(shape)) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat(source.Describe(), ": tensor ", name, " has shape ", c10::str(t->sizes()),
-                       ", expected ", c10::str(at::IntArrayRef(shape)), " from config.json"));
       return at::Tensor();
     }
     return t->to(options.device);

@@ -83,6 +83,21 @@ TEST(CheckpointTest, OpensASingleFile) {
   EXPECT_EQ(as_long.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(CheckpointTest, LoadShapedNamesATensorOfAnotherShape) {
+  base::ModelSource source = base::ModelSource::FromMemory(
+      {{"model.safetensors", OneTensorFile("norm.weight", {1.0f, 2.0f, 3.0f})}});
+  absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(source);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  absl::StatusOr<at::Tensor> ok = checkpoint->LoadShaped("norm.weight", at::kFloat, {3});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->size(0), 3);
+  absl::StatusOr<at::Tensor> wrong = checkpoint->LoadShaped("norm.weight", at::kFloat, {4});
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(wrong.status()), HasSubstr("tensor norm.weight has shape [3], expected [4]"));
+  EXPECT_EQ(checkpoint->LoadShaped("nope", at::kFloat, {3}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(CheckpointTest, ConvertsBf16AndF16ToF32Exactly) {
   // bfloat16 is the top half of a float32: conversion appends 16 zero bits.
   const std::vector<uint16_t> bf16 = {0x3F80, 0xC040, 0x3FC0, 0x0001,
