@@ -31,16 +31,8 @@ absl::Status CheckBatchIndices(const at::Tensor& indices, int64_t batch_size, bo
 absl::StatusOr<LayerView> DynamicLayer::Update(const at::Tensor& keys, const at::Tensor& values) {
   if (absl::Status s = buffer_.CheckAppend(keys, values); !s.ok()) return s;
   if (prefix_keys_.defined()) {
-    // The tail must match the segment it continues (its first update fixes the rows).
-    const bool rows_ok = buffer_.defined() || keys.size(0) == prefix_rows_;
-    if (!rows_ok || keys.size(1) != prefix_keys_.size(1) || keys.size(3) != prefix_keys_.size(3) ||
-        keys.scalar_type() != prefix_keys_.scalar_type() ||
-        keys.device() != prefix_keys_.device()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cache update: keys do not continue the shared prefix segment (rows ",
-                       prefix_rows_, ", kv_heads ", prefix_keys_.size(1), ", head_dim ",
-                       prefix_keys_.size(3), ", same dtype and device)"));
-    }
+    absl::Status s = CheckContinuesSegment(keys, prefix_keys_, prefix_rows_, buffer_.defined());
+    if (!s.ok()) return s;
   }
   buffer_.Append(keys, values);
   return LayerView{buffer_.keys(), buffer_.values(), 0,
@@ -52,6 +44,21 @@ absl::Status CheckSharedSegment(const at::Tensor& keys, const at::Tensor& values
       !keys.sizes().equals(values.sizes()) || keys.size(2) < 1) {
     return absl::InvalidArgumentError(
         "a shared prefix segment is [1, kv_heads, n >= 1, head_dim] keys and values of one shape");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckContinuesSegment(const at::Tensor& keys, const at::Tensor& prefix_keys,
+                                   int64_t prefix_rows, bool tail_started) {
+  // The tail's first update fixes its rows; every update keeps the segment's heads, head_dim,
+  // dtype and device.
+  const bool rows_ok = tail_started || keys.size(0) == prefix_rows;
+  if (!rows_ok || keys.size(1) != prefix_keys.size(1) || keys.size(3) != prefix_keys.size(3) ||
+      keys.scalar_type() != prefix_keys.scalar_type() || keys.device() != prefix_keys.device()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache update: keys do not continue the shared prefix segment (rows ",
+                     prefix_rows, ", kv_heads ", prefix_keys.size(1), ", head_dim ",
+                     prefix_keys.size(3), ", same dtype and device)"));
   }
   return absl::OkStatus();
 }

@@ -65,6 +65,11 @@ class DynamicLayer final : public CacheLayer {
 // OK when `keys` and `values` can be a shared prefix segment (CacheLayer::AttachSharedPrefix):
 // defined, of one shape [1, kv_heads, n >= 1, head_dim]; InvalidArgument otherwise.
 absl::Status CheckSharedSegment(const at::Tensor& keys, const at::Tensor& values);
+// OK when an update's `keys` can follow a shared segment whose keys are `prefix_keys` (rows
+// `prefix_rows` for the tail's first update, i.e. unless `tail_started`; the segment's kv_heads,
+// head_dim, dtype and device); InvalidArgument naming what the segment needs otherwise.
+absl::Status CheckContinuesSegment(const at::Tensor& keys, const at::Tensor& prefix_keys,
+                                   int64_t prefix_rows, bool tail_started);
 // Checks a batch index tensor against `batch_size`; shared by the layer classes.
 absl::Status CheckBatchIndices(const at::Tensor& indices, int64_t batch_size, bool same_size);
 

@@ -15,14 +15,8 @@ absl::StatusOr<LayerView> DynamicSlidingWindowLayer::Update(const at::Tensor& ke
                                                             const at::Tensor& values) {
   if (absl::Status s = buffer_.CheckAppend(keys, values); !s.ok()) return s;
   if (prefix_keys_.defined()) {
-    const bool rows_ok = buffer_.defined() || keys.size(0) == prefix_rows_;
-    if (!rows_ok || keys.size(1) != prefix_keys_.size(1) || keys.size(3) != prefix_keys_.size(3) ||
-        keys.scalar_type() != prefix_keys_.scalar_type() ||
-        keys.device() != prefix_keys_.device()) {
-      return absl::InvalidArgumentError(
-          "cache update: keys do not continue the shared prefix segment (rows, kv_heads, "
-          "head_dim, dtype and device)");
-    }
+    absl::Status s = CheckContinuesSegment(keys, prefix_keys_, prefix_rows_, buffer_.defined());
+    if (!s.ok()) return s;
   }
   const int64_t n = keys.size(2);
   // Headroom past the window so that the live tokens move back to the front only every
