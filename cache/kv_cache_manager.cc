@@ -126,10 +126,8 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
         SnapshotTiers::Create(std::move(tier_options), clock);
     if (!made.ok()) return made.status();
     tiers = *std::move(made);
-    store_options.on_evicted = [t = tiers.get()](std::string space,
-                                                 std::shared_ptr<const Snapshot> snapshot,
-                                                 int64_t hits, RetentionClass retention) {
-      t->Demote(std::move(space), std::move(snapshot), hits, retention);
+    store_options.on_evicted = [t = tiers.get()](AutomaticEntry e) {
+      t->Demote(std::move(e.space), std::move(e.snapshot), e.hits, e.retention, std::move(e.named));
     };
   }
   absl::StatusOr<std::unique_ptr<PrefixStore>> store =
@@ -251,14 +249,25 @@ PrefixMatch KvCacheManager::ChoosePrefix(const Sequence& seq) const {
   if (r.registration || r.skip_prefix_reuse || !r.cache.use_cache()) return {};
   const int64_t prompt = static_cast<int64_t>(r.prompt.size());
   PrefixMatch best;
-  if (r.named_prefix != nullptr) {
+  // A request naming a prefix that was in a lower tier when it arrived reads it from the store
+  // once promoted (when the name still holds the tokens the prompt starts with).
+  std::shared_ptr<const Snapshot> named = r.named_prefix;
+  if (named == nullptr && !r.named_prefix_name.empty()) {
+    named = store_->PeekNamed(r.named_prefix_name);
+    if (named != nullptr &&
+        (named->num_tokens() > prompt ||
+         !std::equal(named->token_ids().begin(), named->token_ids().end(), r.prompt.begin()))) {
+      named = nullptr;
+    }
+  }
+  if (named != nullptr) {
     // The last prompt token is always computed: its logits choose the first new token.
-    best = {.snapshot = r.named_prefix,
-            .num_tokens = std::min(r.named_prefix->num_tokens(), prompt - 1),
+    best = {.snapshot = named,
+            .num_tokens = std::min(named->num_tokens(), prompt - 1),
             .named = true,
             .name = r.named_prefix_name};
     // A state snapshot serves only a prompt that goes on past its end.
-    if (r.named_prefix->holds_states() && best.num_tokens < r.named_prefix->num_tokens()) {
+    if (named->holds_states() && best.num_tokens < named->num_tokens()) {
       best = {};
     }
   }
@@ -658,6 +667,8 @@ absl::StatusOr<PrefixInfo> KvCacheManager::CompleteRegistration(SequenceId id) {
   if (!snapshot.ok()) return snapshot.status();
   // The capture cache's copy is the snapshot's now.
   seq->cache.reset();
+  // A lower tier's entry of the same name holds the old content.
+  if (tiers_ != nullptr) tiers_->ForgetNamed(seq->request.registration_name);
   absl::StatusOr<PrefixInfo> info = store_->PutNamed(
       seq->request.registration_name, *std::move(snapshot), seq->request.registration_options);
   pressure_->SyncSnapshotBytes();
@@ -668,9 +679,15 @@ std::optional<RemovedPrefix> KvCacheManager::DeletePrefix(const std::string& nam
                                                           const Snapshot* only_if) {
   std::shared_ptr<const Snapshot> snapshot = store_->PeekNamed(name);
   std::optional<PrefixInfo> info = store_->Info(name);
+  if (snapshot == nullptr && only_if == nullptr && tiers_ != nullptr) {
+    // Held by a lower tier only: removed there (a failed journal write cannot bring it back).
+    std::optional<PrefixInfo> demoted = tiers_->ForgetNamed(name);
+    if (demoted) return RemovedPrefix{.info = *std::move(demoted), .snapshot = nullptr};
+  }
   if (snapshot == nullptr || !info || (only_if != nullptr && snapshot.get() != only_if)) {
     return std::nullopt;
   }
+  if (tiers_ != nullptr && only_if == nullptr) tiers_->ForgetNamed(name);
   if (!store_->DeleteNamed(name)) return std::nullopt;
   pressure_->SyncSnapshotBytes();
   return RemovedPrefix{.info = *std::move(info), .snapshot = std::move(snapshot)};
@@ -697,41 +714,31 @@ void KvCacheManager::Release(SequenceId id, absl::Span<const int32_t> tokens,
 }
 
 void KvCacheManager::PublishCatalog() {
-  const uint64_t generation = store_->named_generation();
+  const std::pair<uint64_t, uint64_t> generation{
+      store_->named_generation(), tiers_ != nullptr ? tiers_->named_generation() : 0};
   if (published_generation_ == generation) return;
   published_generation_ = generation;
-  auto catalog = std::make_shared<PrefixCatalog>();
-  for (PrefixInfo& info : store_->List()) {
-    std::string name = info.name;
-    catalog->emplace(std::move(name),
-                     CatalogEntry{.info = std::move(info), .snapshot = store_->PeekNamed(name)});
-  }
-  catalog_.Set(std::move(catalog));
+  catalog_.Set(BuildCatalog(*store_, tiers_.get()));
 }
 
 void KvCacheManager::CollectPromoted() {
   if (tiers_ == nullptr) return;
-  for (PromotedSnapshot& promoted : tiers_->TakePromoted()) {
-    // Device memory like any snapshot: unused ones are demoted to make room for it.
-    if (!pressure_->MakeRoom(promoted.snapshot->bytes()) ||
-        !store_->PutAutomatic(promoted.space, promoted.snapshot, promoted.retention,
-                              promoted.hits)) {
-      tiers_->Demote(std::move(promoted.space), std::move(promoted.snapshot), promoted.hits,
-                     promoted.retention);
-    }
-  }
+  // Device memory like any snapshot: unused ones are demoted to make room for it.
+  tiers_->StorePromoted(*store_, *pressure_);
   pressure_->SyncSnapshotBytes();
 }
 
 bool KvCacheManager::WaitsForTier(Sequence& seq) {
   const SequenceRequest& r = seq.request;
-  if (tiers_ == nullptr || !options_.auto_prefix_cache || r.registration || r.skip_prefix_reuse ||
-      !r.cache.use_cache() || seq.is_turn()) {
+  // A request naming a prefix a lower tier holds waits for it even without automatic reuse.
+  const bool demoted_name = r.named_prefix == nullptr && !r.named_prefix_name.empty();
+  if (tiers_ == nullptr || (!options_.auto_prefix_cache && !demoted_name) || r.registration ||
+      r.skip_prefix_reuse || !r.cache.use_cache() || seq.is_turn()) {
     return false;
   }
   if (seq.tier_wait == 0) {
     std::optional<TierMatch> match =
-        tiers_->Find(r.prefix_space, r.prompt, options_.auto_prefix_min_tokens,
+        tiers_->Find(r.prefix_space, r.prompt, demoted_name ? 1 : options_.auto_prefix_min_tokens,
                      seq.chosen.num_tokens, allow_partial_prefix_);
     if (!match) return false;
     seq.tier_wait = match->id;

@@ -369,7 +369,8 @@ class KvCacheManager {
   std::unique_ptr<MemoryPressure> pressure_;
   absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> sequences_;
   int64_t num_offload_fallbacks_ = 0;
-  std::optional<uint64_t> published_generation_;  // the store's named_generation() published
+  // The store's and the tiers' named_generation() published.
+  std::optional<std::pair<uint64_t, uint64_t>> published_generation_;
   PublishedCatalog catalog_;
 };
 

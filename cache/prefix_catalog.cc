@@ -3,6 +3,9 @@
 
 #include <utility>
 
+#include "cache/prefix_store.h"
+#include "cache/snapshot_tiers.h"
+
 namespace kvserve::cache {
 
 const CatalogEntry* FindVisiblePrefix(const PrefixCatalog& catalog, std::string_view tenant,
@@ -15,6 +18,26 @@ const CatalogEntry* FindVisiblePrefix(const PrefixCatalog& catalog, std::string_
     return &it->second;
   }
   return nullptr;
+}
+
+std::shared_ptr<const PrefixCatalog> BuildCatalog(PrefixStore& store, SnapshotTiers* tiers) {
+  auto catalog = std::make_shared<PrefixCatalog>();
+  for (PrefixInfo& info : store.List()) {
+    std::string name = info.name;
+    catalog->emplace(std::move(name),
+                     CatalogEntry{.info = std::move(info), .snapshot = store.PeekNamed(name)});
+  }
+  if (tiers != nullptr) {
+    for (DemotedPrefix& demoted : tiers->NamedEntries()) {
+      std::string name = demoted.info.name;
+      // emplace keeps the store's entry of the same name.
+      catalog->emplace(std::move(name),
+                       CatalogEntry{.info = std::move(demoted.info),
+                                    .tier = demoted.tier == SnapshotTier::kHost ? "host" : "disk",
+                                    .tokens = std::move(demoted.tokens)});
+    }
+  }
+  return catalog;
 }
 
 std::shared_ptr<const PrefixCatalog> PublishedCatalog::Get() const {

@@ -2,10 +2,12 @@
 // any thread may read (request validation, the prefix services), and who may see which.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -18,8 +20,14 @@ class Snapshot;
 // A named prefix as the catalog publishes it; immutable.
 struct CatalogEntry {
   PrefixInfo info;
-  // Weak: the catalog must not keep a snapshot the store would evict or replace.
+  // Weak: the catalog must not keep a snapshot the store would evict or replace. Empty for a
+  // prefix a lower tier holds.
   std::weak_ptr<const Snapshot> snapshot;
+  // Where the prefix is: "device" (the prefix store), or "host" / "disk" for a named prefix the
+  // store demoted (or that a restart found on disk). A request naming a host or disk prefix
+  // sends its `tokens` before its own, and waits for the prefix to be promoted back.
+  std::string tier = "device";
+  std::vector<int32_t> tokens;  // host and disk entries only
 };
 
 // The named prefixes at one point, sorted by qualified name.
@@ -30,6 +38,13 @@ using PrefixCatalog = std::map<std::string, CatalogEntry>;
 // be null) gets the entry's catalog key.
 const CatalogEntry* FindVisiblePrefix(const PrefixCatalog& catalog, std::string_view tenant,
                                       std::string_view name, std::string* qualified = nullptr);
+
+class PrefixStore;
+class SnapshotTiers;
+
+// The named prefixes `store` holds and, for names it does not hold, those `tiers` (may be null)
+// hold.
+std::shared_ptr<const PrefixCatalog> BuildCatalog(PrefixStore& store, SnapshotTiers* tiers);
 
 // The last published catalog. Set by the engine thread, read by any thread. Thread-safe.
 class PublishedCatalog {

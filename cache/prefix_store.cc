@@ -52,6 +52,9 @@ void PrefixStore::RemoveLocked(EntryId id, RemovalCause cause, Released* release
   removed.tokens.assign(entry.snapshot->token_ids().begin(), entry.snapshot->token_ids().end());
   removed.entry_id = id;
   events_.Append(std::move(removed));
+  // Described before the indexes forget it (a tier keeps an evicted named prefix as itself).
+  std::optional<PrefixInfo> evicted_named;
+  if (cause == RemovalCause::kEvicted && entry.named) evicted_named = InfoLocked(entry);
   if (entry.named) ++named_generation_;
   if (auto tree = trees_.find(entry.space); tree != trees_.end()) {
     tree->second.Erase(entry.snapshot->token_ids(), id);
@@ -78,7 +81,8 @@ void PrefixStore::RemoveLocked(EntryId id, RemovalCause cause, Released* release
     released->evicted.push_back({.space = entry.space,
                                  .snapshot = entry.snapshot,
                                  .hits = entry.hits,
-                                 .retention = entry.options.retention});
+                                 .retention = entry.options.retention,
+                                 .named = std::move(evicted_named)});
   }
   released->snapshots.push_back(std::move(entry.snapshot));
   entries_.erase(it);

@@ -27,6 +27,17 @@ namespace kvserve::cache {
 
 class Snapshot;
 
+// An automatic entry as AutomaticEntries lists it, or an entry the store evicted.
+struct AutomaticEntry {
+  std::string space;
+  std::shared_ptr<const Snapshot> snapshot;
+  int64_t hits = 0;
+  RetentionClass retention = RetentionClass::kNormal;
+  // An evicted named entry's description (its qualified name, options, creation time, hits):
+  // a lower tier keeps it as that named prefix. Unset for automatic entries.
+  std::optional<PrefixInfo> named;
+};
+
 struct PrefixStoreOptions {
   // Most bytes of snapshot K/V the store keeps (Snapshot::bytes(), a snapshot held by several
   // entries counted once); > 0. Snapshots that readers still hold after the store dropped
@@ -49,17 +60,7 @@ struct PrefixStoreOptions {
   // unpinned named ones, with their retention class), after the store's lock is released, on
   // the thread that caused the eviction: where a snapshot tier takes it (see
   // SnapshotTiers::Demote). Null: evicted entries are dropped.
-  std::function<void(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits,
-                     RetentionClass retention)>
-      on_evicted;
-};
-
-// An automatic entry as AutomaticEntries lists it.
-struct AutomaticEntry {
-  std::string space;
-  std::shared_ptr<const Snapshot> snapshot;
-  int64_t hits = 0;
-  RetentionClass retention = RetentionClass::kNormal;
+  std::function<void(AutomaticEntry entry)> on_evicted;
 };
 
 // One entry of the store as ListEntries tells it.
@@ -213,11 +214,10 @@ class PrefixStore {
   // tensors.
   struct Released {
     ~Released() {
-      for (AutomaticEntry& e : evicted)
-        (*on_evicted)(std::move(e.space), std::move(e.snapshot), e.hits, e.retention);
+      for (AutomaticEntry& e : evicted) (*on_evicted)(std::move(e));
     }
     std::vector<std::shared_ptr<const Snapshot>> snapshots;
-    // Automatic entries evicted, for options_.on_evicted (set when there is one).
+    // Entries evicted, for options_.on_evicted (set when there is one).
     const decltype(PrefixStoreOptions::on_evicted)* on_evicted = nullptr;
     std::vector<AutomaticEntry> evicted;
   };

@@ -1,10 +1,13 @@
 // Prefix snapshots on disk (see snapshot_file.h).
 //
 // Layout (little-endian, as the host writes it; a file is only read back by the same build):
-//   "KVSNAP1\n"  u64 header_length  header  u64 header_checksum  tensors  u64 tensor_checksum
-// header: str model_fingerprint, str strategy, str space, i64 hits, i8 scalar type,
-//   u64 token count, i32 tokens..., u32 layer count, per layer 4 x i64 key sizes and
-//   4 x i64 value sizes; str = u32 length + bytes. tensors: per layer keys then values, raw.
+//   "KVSNAP2\n"  u64 header_length  header  u64 header_checksum  tensors  u64 tensor_checksum
+// header: str model_fingerprint, str strategy, str space, i64 hits, i8 retention class,
+//   u8 named, [named: str qualified name, i64 created_at (Unix microseconds), i64 ttl
+//   (microseconds, -1 for none), str cache_implementation], i8 scalar type, u64 token count,
+//   i32 tokens..., u32 layer count, per layer 4 x i64 key sizes and 4 x i64 value sizes;
+//   str = u32 length + bytes. tensors: per layer keys then values, raw.
+// Format 1 ("KVSNAP1\n", without class and name) is refused: its entries are cache, not state.
 #include "cache/snapshot_file.h"
 
 #include <fcntl.h>
@@ -23,7 +26,8 @@
 namespace kvserve::cache {
 namespace {
 
-constexpr char kMagic[8] = {'K', 'V', 'S', 'N', 'A', 'P', '1', '\n'};
+constexpr char kMagic[8] = {'K', 'V', 'S', 'N', 'A', 'P', '2', '\n'};
+constexpr char kMagicV1[8] = {'K', 'V', 'S', 'N', 'A', 'P', '1', '\n'};
 constexpr uint64_t kMaxHeaderBytes = uint64_t{64} << 20;
 
 // A fast 64-bit checksum (multiply-xor over 8-byte words); not cryptographic.
@@ -107,12 +111,23 @@ struct ParsedHeader {
 };
 
 std::string EncodeHeader(const Snapshot& snapshot, std::string_view space, int64_t hits,
-                         const SnapshotFileIdentity& identity) {
+                         const SnapshotFileIdentity& identity, const SnapshotFileExtras& extras) {
   Writer w;
   w.Str(identity.model_fingerprint);
   w.Str(identity.strategy);
   w.Str(space);
   w.Put<int64_t>(hits);
+  w.Put<int8_t>(static_cast<int8_t>(extras.retention));
+  w.Put<uint8_t>(extras.named.has_value() ? 1 : 0);
+  if (extras.named) {
+    const PrefixInfo& named = *extras.named;
+    w.Str(named.name);
+    w.Put<int64_t>(absl::ToUnixMicros(named.created_at));
+    w.Put<int64_t>(named.options.ttl == absl::InfiniteDuration()
+                       ? int64_t{-1}
+                       : absl::ToInt64Microseconds(named.options.ttl));
+    w.Str(named.options.cache_implementation);
+  }
   w.Put<int8_t>(static_cast<int8_t>(snapshot.keys(0).scalar_type()));
   w.Put<uint64_t>(static_cast<uint64_t>(snapshot.num_tokens()));
   w.Bytes(snapshot.token_ids().data(), snapshot.token_ids().size() * sizeof(int32_t));
@@ -202,6 +217,10 @@ absl::StatusOr<ParsedHeader> OpenAndParse(const std::string& path,
   char magic[8];
   uint64_t header_length = 0;
   if (!ReadFully(fd, magic, sizeof(magic)) || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+    if (std::memcmp(magic, kMagicV1, sizeof(kMagicV1)) == 0) {
+      return absl::DataLossError(absl::StrCat(
+          "'", path, "' is of the first snapshot file format (no retention class or name)"));
+    }
     return absl::DataLossError(absl::StrCat("'", path, "' is not a kvserve snapshot file"));
   }
   if (!ReadFully(fd, &header_length, sizeof(header_length)) || header_length > kMaxHeaderBytes ||
@@ -224,9 +243,26 @@ absl::StatusOr<ParsedHeader> OpenAndParse(const std::string& path,
   int8_t dtype = 0;
   uint64_t num_tokens = 0;
   uint32_t num_layers = 0;
+  int8_t retention = 0;
+  uint8_t named = 0;
   bool ok = r.Str(&h.model_fingerprint) && r.Str(&h.strategy) && r.Str(&h.space) &&
-            r.Get(&h.hits) && r.Get(&dtype) && r.Get(&num_tokens) &&
-            num_tokens <= r.left() / sizeof(int32_t) && num_tokens > 0;
+            r.Get(&h.hits) && r.Get(&retention) && r.Get(&named) && named <= 1 &&
+            retention >= static_cast<int8_t>(RetentionClass::kLow) &&
+            retention <= static_cast<int8_t>(RetentionClass::kHigh);
+  if (ok && named == 1) {
+    PrefixInfo& info = h.named.emplace();
+    int64_t created_us = 0, ttl_us = 0;
+    ok = r.Str(&info.name) && r.Get(&created_us) && r.Get(&ttl_us) &&
+         r.Str(&info.options.cache_implementation) && !info.name.empty() &&
+         (ttl_us == -1 || ttl_us > 0);
+    info.created_at = absl::FromUnixMicros(created_us);
+    info.options.ttl = ttl_us == -1 ? absl::InfiniteDuration() : absl::Microseconds(ttl_us);
+    info.options.pinned = false;  // only unpinned named prefixes leave the device store
+    info.options.retention = static_cast<RetentionClass>(retention);
+  }
+  ok = ok && r.Get(&dtype) && r.Get(&num_tokens) && num_tokens <= r.left() / sizeof(int32_t) &&
+       num_tokens > 0;
+  h.retention = static_cast<RetentionClass>(retention);
   if (ok) {
     h.tokens.resize(num_tokens);
     ok = r.Bytes(h.tokens.data(), num_tokens * sizeof(int32_t)) && r.Get(&num_layers) &&
@@ -240,6 +276,10 @@ absl::StatusOr<ParsedHeader> OpenAndParse(const std::string& path,
         absl::StrCat("'", path, "' names an unsupported element type (", int{dtype}, ")"));
   }
   h.dtype = std::string(c10::toString(parsed.dtype));
+  if (h.named) {
+    h.named->num_tokens = static_cast<int64_t>(num_tokens);
+    h.named->hits = h.hits;
+  }
   parsed.layers.resize(num_layers);
   int64_t tensor_bytes = 0;
   for (LayerSizes& layer : parsed.layers) {
@@ -256,6 +296,10 @@ absl::StatusOr<ParsedHeader> OpenAndParse(const std::string& path,
   }
   if (!r.done()) return absl::DataLossError(absl::StrCat("'", path, "' has a malformed header"));
   parsed.tensor_bytes = tensor_bytes;
+  if (h.named) {
+    h.named->bytes = tensor_bytes;
+    h.named->fingerprint = h.model_fingerprint;
+  }
   h.file_bytes = static_cast<int64_t>(sizeof(kMagic) + 8 + header_length + 8) + tensor_bytes + 8;
   if (size != h.file_bytes) {
     return absl::DataLossError(absl::StrCat("'", path, "' is ", size, " bytes but its header says ",
@@ -280,18 +324,19 @@ std::string SnapshotFileName(std::string_view space, absl::Span<const int32_t> t
 }
 
 int64_t SnapshotFileBytes(const Snapshot& snapshot, std::string_view space,
-                          const SnapshotFileIdentity& identity) {
+                          const SnapshotFileIdentity& identity, const SnapshotFileExtras& extras) {
   return static_cast<int64_t>(sizeof(kMagic) + 8 +
-                              EncodeHeader(snapshot, space, 0, identity).size() + 8 + 8) +
+                              EncodeHeader(snapshot, space, 0, identity, extras).size() + 8 + 8) +
          snapshot.bytes();
 }
 
 absl::Status WriteSnapshotFile(const std::string& path, const Snapshot& snapshot,
                                std::string_view space, int64_t hits,
-                               const SnapshotFileIdentity& identity) {
+                               const SnapshotFileIdentity& identity,
+                               const SnapshotFileExtras& extras) {
   static std::atomic<uint64_t> counter{0};
   const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter++);
-  const std::string header = EncodeHeader(snapshot, space, hits, identity);
+  const std::string header = EncodeHeader(snapshot, space, hits, identity, extras);
   const uint64_t header_length = header.size();
   const uint64_t header_checksum = Checksum(kSeed, header.data(), header.size());
   Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "cache/prefix_info.h"
+#include "cache/retention.h"
 
 namespace kvserve::cache {
 
@@ -24,6 +27,14 @@ struct SnapshotFileIdentity {
   std::string strategy;
 };
 
+// What a file keeps of its entry's standing beside space and hits: its retention class, and for a
+// named prefix its qualified name, options (TTL, class, strategy) and creation time, so that an
+// entry found after a restart keeps its class and a named prefix stays one.
+struct SnapshotFileExtras {
+  RetentionClass retention = RetentionClass::kNormal;
+  std::optional<PrefixInfo> named;
+};
+
 // What a file's header says.
 struct SnapshotFileHeader {
   std::string model_fingerprint;
@@ -33,13 +44,17 @@ struct SnapshotFileHeader {
   std::vector<int32_t> tokens;
   int64_t hits = 0;        // uses of the entry before it was written (retention)
   int64_t file_bytes = 0;  // the whole file's size
+  RetentionClass retention = RetentionClass::kNormal;
+  // A named prefix's name, options and creation time (num_tokens and hits filled in too).
+  std::optional<PrefixInfo> named;
 };
 
 // The file name used for the entry of `tokens` in namespace `space` ("<16 hex>.kvsnap").
 std::string SnapshotFileName(std::string_view space, absl::Span<const int32_t> tokens);
 // The bytes a file of `snapshot` with `space` and `identity` takes.
 int64_t SnapshotFileBytes(const Snapshot& snapshot, std::string_view space,
-                          const SnapshotFileIdentity& identity);
+                          const SnapshotFileIdentity& identity,
+                          const SnapshotFileExtras& extras = {});
 
 // Writes `snapshot` (of namespace `space`, used `hits` times) to `path`: to a temporary file in
 // the same folder, then renamed over `path`, so that `path` is either absent, the old file or
@@ -48,11 +63,14 @@ int64_t SnapshotFileBytes(const Snapshot& snapshot, std::string_view space,
 // system's reason. Any thread (the snapshot is immutable).
 absl::Status WriteSnapshotFile(const std::string& path, const Snapshot& snapshot,
                                std::string_view space, int64_t hits,
-                               const SnapshotFileIdentity& identity);
+                               const SnapshotFileIdentity& identity,
+                               const SnapshotFileExtras& extras = {});
 
 // Reads and checks a file's header (not its tensors): DataLoss for a file that is truncated,
-// corrupt (bad magic, header checksum, sizes) or not a snapshot file; FailedPrecondition naming
-// both sides when it was written for another model or strategy; NotFound when absent.
+// corrupt (bad magic, header checksum, sizes), not a snapshot file or of the first format
+// (written before files kept retention classes and names: a cache entry, refused and removed);
+// FailedPrecondition naming both sides when it was written for another model or strategy; NotFound
+// when absent.
 absl::StatusOr<SnapshotFileHeader> ReadSnapshotFileHeader(const std::string& path,
                                                           const SnapshotFileIdentity& expected);
 

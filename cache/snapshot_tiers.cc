@@ -12,6 +12,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cache/memory_pressure.h"
+#include "cache/prefix_store.h"
 #include "cache/snapshot.h"
 
 namespace kvserve::cache {
@@ -145,8 +147,17 @@ void SnapshotTiers::Scan() {
       ++counters_.refused_files;
       continue;
     }
+    if (header->named && header->named->options.ttl != absl::InfiniteDuration() &&
+        header->named->created_at + header->named->options.ttl <= clock_->Now()) {
+      // A named prefix whose TTL ran out while the server was down.
+      std::filesystem::remove(path, error);
+      continue;
+    }
     const EntryId id = AddLocked(header->space, header->tokens, header->hits);
     Entry& entry = entries_.at(id);
+    entry.retention = header->retention;
+    entry.named = std::move(header->named);
+    if (entry.named) ++named_generation_;
     entry.last_used = std::min(modified, clock_->Now());
     entry.on_disk = true;
     entry.file_bytes = header->file_bytes;
@@ -183,6 +194,7 @@ bool SnapshotTiers::MaybeEraseLocked(EntryId id) {
   if (it == entries_.end()) return false;
   const Entry& entry = it->second;
   if (entry.host != nullptr || entry.on_disk || entry.loading) return false;
+  if (entry.named) ++named_generation_;
   if (auto tree = trees_.find(entry.space); tree != trees_.end()) {
     tree->second.Erase(entry.tokens, id);
     if (tree->second.empty()) trees_.erase(tree);
@@ -204,6 +216,32 @@ void SnapshotTiers::RemoveFileLocked(EntryId id) {
   }
   std::error_code error;
   std::filesystem::remove(PathOf(entry), error);
+}
+
+void SnapshotTiers::RemoveEntryLocked(EntryId id) {
+  Entry& entry = entries_.at(id);
+  if (entry.host != nullptr) {
+    host_used_ -= entry.host_bytes;
+    entry.host_bytes = 0;
+    entry.host = nullptr;
+  }
+  RemoveFileLocked(id);
+  if (entry.named) {
+    entry.named.reset();
+    ++named_generation_;
+  }
+  MaybeEraseLocked(id);
+}
+
+void SnapshotTiers::DropExpiredLocked(absl::Time now) {
+  std::vector<EntryId> expired;
+  for (const auto& [id, entry] : entries_) {
+    if (entry.named && entry.named->options.ttl != absl::InfiniteDuration() &&
+        entry.named->created_at + entry.named->options.ttl <= now) {
+      expired.push_back(id);
+    }
+  }
+  for (EntryId id : expired) RemoveEntryLocked(id);
 }
 
 bool SnapshotTiers::MakeDiskRoomLocked(int64_t bytes, EntryId keep) {
@@ -231,7 +269,9 @@ bool SnapshotTiers::MakeDiskRoomLocked(int64_t bytes, EntryId keep) {
 void SnapshotTiers::QueueWriteLocked(EntryId id, std::shared_ptr<const Snapshot> snapshot) {
   Entry& entry = entries_.at(id);
   if (options_.disk_bytes <= 0 || entry.on_disk) return;
-  const int64_t bytes = SnapshotFileBytes(*snapshot, entry.space, options_.identity);
+  const int64_t bytes =
+      SnapshotFileBytes(*snapshot, entry.space, options_.identity,
+                        SnapshotFileExtras{.retention = entry.retention, .named = entry.named});
   if (!MakeDiskRoomLocked(bytes, id)) {
     ++counters_.too_large;
     return;
@@ -270,7 +310,8 @@ void SnapshotTiers::MakeHostRoomLocked(int64_t bytes, EntryId keep) {
 }
 
 void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> snapshot,
-                           int64_t hits, RetentionClass retention) {
+                           int64_t hits, RetentionClass retention,
+                           std::optional<PrefixInfo> named) {
   if (snapshot == nullptr) return;
   if (options_.host_bytes <= 0 && options_.disk_bytes <= 0) return;
   // With CUDA the host tier's copy leaves the device; on a CPU build this is the same snapshot.
@@ -289,6 +330,10 @@ void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> sn
   entry.hits = std::max(entry.hits, hits);
   entry.retention = retention;
   entry.last_used = clock_->Now();
+  if (named) {
+    entry.named = std::move(named);
+    ++named_generation_;
+  }
   const int64_t bytes = snapshot->bytes();
   if (entry.host == nullptr && bytes <= options_.host_bytes) {
     // Held first, so that making room (which may remove this entry's file) keeps the entry.
@@ -308,7 +353,8 @@ void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> sn
 }
 
 void SnapshotTiers::Persist(std::string space, std::shared_ptr<const Snapshot> snapshot,
-                            int64_t hits, RetentionClass retention) {
+                            int64_t hits, RetentionClass retention,
+                            std::optional<PrefixInfo> named) {
   if (snapshot == nullptr || options_.disk_bytes <= 0 || snapshot->holds_states()) return;
   absl::MutexLock lock(&mu_);
   EntryId id = FindExactLocked(space, snapshot->token_ids());
@@ -319,6 +365,10 @@ void SnapshotTiers::Persist(std::string space, std::shared_ptr<const Snapshot> s
   }
   entries_.at(id).hits = std::max(entries_.at(id).hits, hits);
   entries_.at(id).retention = retention;
+  if (named) {
+    entries_.at(id).named = std::move(named);
+    ++named_generation_;
+  }
   QueueWriteLocked(id, std::move(snapshot));
   MaybeEraseLocked(id);
 }
@@ -328,6 +378,7 @@ std::optional<TierMatch> SnapshotTiers::Find(std::string_view space,
                                              int64_t longer_than, bool allow_partial) {
   const int64_t max_length = static_cast<int64_t>(tokens.size()) - 1;
   absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now());
   std::optional<TierMatch> best;
   for (std::string_view visible : {space, std::string_view()}) {
     auto tree = trees_.find(visible);
@@ -353,6 +404,7 @@ void SnapshotTiers::Promote(uint64_t id) {
   std::string space;
   int64_t hits = 0;
   RetentionClass retention = RetentionClass::kNormal;
+  std::optional<PrefixInfo> named;
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(id);
@@ -373,6 +425,7 @@ void SnapshotTiers::Promote(uint64_t id) {
     space = entry.space;
     hits = entry.hits;
     retention = entry.retention;
+    named = entry.named;
   }
   // A device copy (with CUDA) runs outside the lock.
   std::shared_ptr<const Snapshot> promoted = OnDevice(host, at::Device(options_.device));
@@ -383,7 +436,8 @@ void SnapshotTiers::Promote(uint64_t id) {
                     .snapshot = std::move(promoted),
                     .hits = hits,
                     .retention = retention,
-                    .from = SnapshotTier::kHost});
+                    .from = SnapshotTier::kHost,
+                    .named = std::move(named)});
 }
 
 bool SnapshotTiers::Pending(uint64_t id) {
@@ -399,6 +453,8 @@ std::vector<PromotedSnapshot> SnapshotTiers::TakePromoted() {
   const absl::Time now = clock_->Now();
   for (PromotedSnapshot& p : taken) {
     if (auto it = entries_.find(p.id); it != entries_.end()) {
+      // A name forgotten (deleted, registered again) while the load ran is not brought back.
+      if (!it->second.named) p.named.reset();
       it->second.loading = false;
       ++it->second.hits;
       it->second.last_used = now;
@@ -417,6 +473,7 @@ void SnapshotTiers::Run() {
     std::vector<int32_t> tokens;
     int64_t hits = 0;
     RetentionClass retention = RetentionClass::kNormal;
+    std::optional<PrefixInfo> named;
     {
       absl::MutexLock lock(&mu_);
       busy_ = false;
@@ -442,9 +499,12 @@ void SnapshotTiers::Run() {
       tokens = entry.tokens;
       hits = entry.hits;
       retention = entry.retention;
+      named = entry.named;
     }
     if (job.write) {
-      absl::Status written = WriteSnapshotFile(path, *to_write, space, hits, options_.identity);
+      absl::Status written =
+          WriteSnapshotFile(path, *to_write, space, hits, options_.identity,
+                            SnapshotFileExtras{.retention = retention, .named = named});
       absl::MutexLock lock(&mu_);
       auto it = entries_.find(job.id);
       const bool wanted = it != entries_.end() && it->second.writing == to_write;
@@ -488,8 +548,69 @@ void SnapshotTiers::Run() {
                       .snapshot = std::move(promoted),
                       .hits = hits,
                       .retention = retention,
-                      .from = SnapshotTier::kDisk});
+                      .from = SnapshotTier::kDisk,
+                      .named = std::move(named)});
   }
+}
+
+std::vector<DemotedPrefix> SnapshotTiers::NamedEntries() {
+  absl::MutexLock lock(&mu_);
+  DropExpiredLocked(clock_->Now());
+  std::vector<DemotedPrefix> named;
+  for (const auto& [id, entry] : entries_) {
+    if (!entry.named) continue;
+    DemotedPrefix& d = named.emplace_back();
+    d.info = *entry.named;
+    d.info.hits = std::max(d.info.hits, entry.hits);
+    d.info.num_tokens = static_cast<int64_t>(entry.tokens.size());
+    d.info.referenced = false;
+    d.space = entry.space;
+    d.tokens = entry.tokens;
+    d.tier = entry.host != nullptr ? SnapshotTier::kHost : SnapshotTier::kDisk;
+  }
+  std::sort(named.begin(), named.end(), [](const DemotedPrefix& a, const DemotedPrefix& b) {
+    return a.info.name < b.info.name;
+  });
+  return named;
+}
+
+std::optional<PrefixInfo> SnapshotTiers::ForgetNamed(std::string_view name) {
+  absl::MutexLock lock(&mu_);
+  std::vector<EntryId> found;
+  std::optional<PrefixInfo> info;
+  for (const auto& [id, entry] : entries_) {
+    if (entry.named && entry.named->name == name) {
+      found.push_back(id);
+      info = entry.named;
+      info->hits = std::max(info->hits, entry.hits);
+    }
+  }
+  for (EntryId id : found) RemoveEntryLocked(id);
+  return info;
+}
+
+void SnapshotTiers::StorePromoted(PrefixStore& store, MemoryPressure& pressure) {
+  for (PromotedSnapshot& promoted : TakePromoted()) {
+    bool stored = false;
+    if (pressure.MakeRoom(promoted.snapshot->bytes())) {
+      if (promoted.named && store.PeekNamed(promoted.named->name) == nullptr) {
+        promoted.named->hits = promoted.hits;
+        stored = store.RestoreNamed(*promoted.named, promoted.snapshot);
+      } else {
+        stored = store.PutAutomatic(promoted.space, promoted.snapshot, promoted.retention,
+                                    promoted.hits);
+      }
+    }
+    if (!stored) {
+      Demote(std::move(promoted.space), std::move(promoted.snapshot), promoted.hits,
+             promoted.retention, std::move(promoted.named));
+    }
+  }
+}
+
+uint64_t SnapshotTiers::named_generation() {
+  absl::MutexLock lock(&mu_);
+  return named_generation_;
 }
 
 void SnapshotTiers::WaitIdle() {

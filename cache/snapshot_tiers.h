@@ -21,12 +21,15 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/clock.h"
+#include "cache/prefix_info.h"
 #include "cache/retention.h"
 #include "cache/snapshot_file.h"
 #include "cache/token_radix_tree.h"
 
 namespace kvserve::cache {
 
+class MemoryPressure;
+class PrefixStore;
 class Snapshot;
 
 struct SnapshotTiersOptions {
@@ -73,6 +76,17 @@ struct PromotedSnapshot {
   int64_t hits = 0;
   RetentionClass retention = RetentionClass::kNormal;
   SnapshotTier from = SnapshotTier::kHost;
+  // A named prefix's description when the entry was one: it goes back into the store as that
+  // named prefix (unless the name was registered again meanwhile).
+  std::optional<PrefixInfo> named;
+};
+
+// A named prefix a tier holds, as the catalog lists it.
+struct DemotedPrefix {
+  PrefixInfo info;
+  std::string space;
+  std::vector<int32_t> tokens;
+  SnapshotTier tier = SnapshotTier::kHost;
 };
 
 struct SnapshotTiersStats {
@@ -114,12 +128,27 @@ class SnapshotTiers {
   // on the host tier, or written to disk when there is no host tier or it does not fit there.
   // Host entries of lower priority leave for disk (or are dropped) to make room. A snapshot
   // larger than every tier is dropped (counted in too_large).
+  // A named prefix's entry keeps its description (`named`): it is listed by NamedEntries, its
+  // file keeps the name, class, TTL and creation time, and it leaves every tier when its TTL
+  // runs out.
   void Demote(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits,
-              RetentionClass retention = RetentionClass::kNormal);
+              RetentionClass retention = RetentionClass::kNormal,
+              std::optional<PrefixInfo> named = std::nullopt);
   // Writes `snapshot` to disk unless its entry already has a file (a graceful stop keeping what
   // the device store holds). Queued; the destructor waits for it.
   void Persist(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits,
-               RetentionClass retention = RetentionClass::kNormal);
+               RetentionClass retention = RetentionClass::kNormal,
+               std::optional<PrefixInfo> named = std::nullopt);
+
+  // The named prefixes the tiers hold (demoted, or found on disk at start), sorted by name;
+  // those whose TTL ran out leave first.
+  std::vector<DemotedPrefix> NamedEntries();
+  // Removes the named prefix `name` (qualified) from every tier, its file included, and returns
+  // its description; nullopt when no tier holds it. An entry being promoted loses its name (it
+  // comes back unnamed).
+  std::optional<PrefixInfo> ForgetNamed(std::string_view name);
+  // Changes whenever a named entry arrives in or leaves the tiers (the catalog is stale).
+  uint64_t named_generation();
 
   // The demoted entry of namespace `space` or the shared one covering the most of `tokens`
   // (at most tokens.size() - 1 of them), when that is more than `longer_than` and at least
@@ -136,6 +165,12 @@ class SnapshotTiers {
   // entry with a log line, and is not returned.
   std::vector<PromotedSnapshot> TakePromoted();
 
+  // Puts the promotions finished since the last call (TakePromoted) into `store`, making room
+  // on the device through `pressure` first: a named prefix as itself (unless its name was
+  // registered again meanwhile), others as automatic entries; what does not fit goes back to
+  // the tiers. Engine thread.
+  void StorePromoted(PrefixStore& store, MemoryPressure& pressure);
+
   // Waits until no background work is queued or running (tests and benchmarks).
   void WaitIdle();
   SnapshotTiersStats stats();
@@ -146,8 +181,8 @@ class SnapshotTiers {
     std::string space;
     std::vector<int32_t> tokens;
     int64_t hits = 0;
-    // Not in the file: an entry found at start is kNormal.
     RetentionClass retention = RetentionClass::kNormal;
+    std::optional<PrefixInfo> named;
     absl::Time last_used;
     std::shared_ptr<const Snapshot> host;  // on the host tier (null: not)
     int64_t host_bytes = 0;
@@ -182,6 +217,10 @@ class SnapshotTiers {
   // Removes files of lowest priority until `bytes` fit; false when they cannot.
   bool MakeDiskRoomLocked(int64_t bytes, EntryId keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveFileLocked(EntryId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes entry `id` from every tier (a load under way finishes, unnamed).
+  void RemoveEntryLocked(EntryId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the named entries whose TTL ran out at `now`.
+  void DropExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run();
 
   const SnapshotTiersOptions options_;
@@ -191,6 +230,7 @@ class SnapshotTiers {
   std::unordered_map<EntryId, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, TokenRadixTree, std::less<>> trees_ ABSL_GUARDED_BY(mu_);
   EntryId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t named_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t host_used_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t disk_used_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);

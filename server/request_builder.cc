@@ -582,7 +582,14 @@ std::optional<ResolvedPrefix> RequestBuilder::ResolvePrefix(std::string_view ten
       cache::FindVisiblePrefix(*catalog, tenant, name, &resolved.qualified_name);
   if (entry == nullptr) return std::nullopt;
   resolved.snapshot = entry->snapshot.lock();
-  if (resolved.snapshot == nullptr) return std::nullopt;
+  if (resolved.snapshot != nullptr) {
+    resolved.tokens.assign(resolved.snapshot->token_ids().begin(),
+                           resolved.snapshot->token_ids().end());
+  } else if (!entry->tokens.empty()) {
+    resolved.tokens = entry->tokens;  // demoted: promoted back for the request
+  } else {
+    return std::nullopt;
+  }
   return resolved;
 }
 
@@ -621,8 +628,7 @@ absl::StatusOr<cache::SessionOptions> RequestBuilder::Session(const SessionInput
                         Cat("no prefix named '", input.prefix, "' is registered"));
     }
     out.prefix_name = prefix->qualified_name;
-    out.prefix_tokens.assign(prefix->snapshot->token_ids().begin(),
-                             prefix->snapshot->token_ids().end());
+    out.prefix_tokens = std::move(prefix->tokens);
   }
   return out;
 }
@@ -740,8 +746,7 @@ absl::StatusOr<GenerationRequest> RequestBuilder::Generation(const GenerationInp
       return NotFoundAt("prefix", Cat("no prefix named '", input.prefix, "' is registered"));
     }
     // The prompt is the prefix's tokens followed by the input's.
-    std::vector<int32_t> prompt(prefix->snapshot->token_ids().begin(),
-                                prefix->snapshot->token_ids().end());
+    std::vector<int32_t> prompt = std::move(prefix->tokens);
     prompt.insert(prompt.end(), ids->begin(), ids->end());
     *ids = std::move(prompt);
     out.prefix = prefix->qualified_name;

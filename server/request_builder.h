@@ -91,7 +91,10 @@ struct BuildContext {
 // A named prefix resolved for a tenant.
 struct ResolvedPrefix {
   std::string qualified_name;  // its catalog key (see cache::QualifiedPrefixName)
+  // Null when a lower tier (host, disk) holds the prefix: the request then waits for its
+  // promotion, which its tokens find.
   std::shared_ptr<const cache::Snapshot> snapshot;
+  std::vector<int32_t> tokens;  // the prefix's tokens
 };
 
 // Immutable after construction; every method may run on any number of threads at once (the

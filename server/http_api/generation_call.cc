@@ -134,13 +134,13 @@ void RegisterBreakpoints(const OpenAiRequest& request, GenerationRequest& genera
                          const std::string& request_id) {
   std::optional<ResolvedPrefix> longest;
   auto consider = [&](std::optional<ResolvedPrefix> resolved) {
-    if (!resolved || resolved->snapshot == nullptr) return;
-    const auto ids = resolved->snapshot->token_ids();
+    if (!resolved) return;
+    const std::vector<int32_t>& ids = resolved->tokens;
     if (ids.size() >= generation.prompt_ids.size() ||
         !std::equal(ids.begin(), ids.end(), generation.prompt_ids.begin())) {
       return;
     }
-    if (!longest || longest->snapshot->token_ids().size() < ids.size()) longest = resolved;
+    if (!longest || longest->tokens.size() < ids.size()) longest = resolved;
   };
   for (const CacheBreakpoint& breakpoint : request.breakpoints) {
     // Templates that fold the system message into the first user turn render a conversation
@@ -169,8 +169,8 @@ void RegisterBreakpoints(const OpenAiRequest& request, GenerationRequest& genera
     const absl::Span<const int32_t> ids(prompt.data(), common);
     const std::string name = absl::StrFormat("cache-control-%016x", HashIds(ids));
     if (std::optional<ResolvedPrefix> known =
-            served.builder->ResolvePrefix(context.caller.tenant, name);
-        known && known->snapshot != nullptr) {
+            served.builder->ResolvePrefix(context.caller.tenant, name)) {
+      // On the device, or in a lower tier that the request promotes it from.
       consider(std::move(known));
       continue;
     }
@@ -178,6 +178,7 @@ void RegisterBreakpoints(const OpenAiRequest& request, GenerationRequest& genera
     input.name = name;
     input.content = PromptInput::TokenIds(std::vector<int32_t>(ids.begin(), ids.end()));
     input.ttl_seconds = absl::ToInt64Seconds(breakpoint.ttl);
+    input.retention = breakpoint.retention;
     absl::StatusOr<PrefixRegistration> registration = served.builder->Registration(input, context);
     if (!registration.ok()) {
       spdlog::warn("request {}: {} not registered: {}", request_id, breakpoint.param,

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/string_cat.h"
+#include "cache/retention.h"
 #include "server/request_builder.h"
 
 namespace kvserve::server::http_api {
@@ -109,7 +110,9 @@ class Fields {
   std::vector<std::string> taken_;
 };
 
-absl::Status ReadBreakpoint(const json& value, const std::string& path, absl::Duration* ttl) {
+absl::Status ReadBreakpoint(const json& value, const std::string& path,
+                            CacheBreakpoint* breakpoint) {
+  absl::Duration* ttl = &breakpoint->ttl;
   if (!value.is_object()) return FieldError(path, "must be an object");
   Fields f(value, path + ".");
   std::string type;
@@ -123,6 +126,11 @@ absl::Status ReadBreakpoint(const json& value, const std::string& path, absl::Du
     *ttl = absl::Hours(1);
   } else {
     return FieldError(path + ".ttl", "must be \"5m\" or \"1h\"");
+  }
+  if (absl::Status s = f.String("retention", &breakpoint->retention); !s.ok()) return s;
+  if (!breakpoint->retention.empty() && breakpoint->retention != "pinned" &&
+      !cache::ParseRetentionClass(breakpoint->retention)) {
+    return FieldError(path + ".retention", "must be \"pinned\", \"high\", \"normal\" or \"low\"");
   }
   return f.Unread();
 }
@@ -170,7 +178,7 @@ absl::Status ReadMessages(const json* messages, OpenAiRequest* out) {
         if (const json* cc = pf.Get("cache_control"); cc != nullptr) {
           CacheBreakpoint breakpoint;
           breakpoint.param = part_path + ".cache_control";
-          if (absl::Status s = ReadBreakpoint(*cc, breakpoint.param, &breakpoint.ttl); !s.ok()) {
+          if (absl::Status s = ReadBreakpoint(*cc, breakpoint.param, &breakpoint); !s.ok()) {
             return s;
           }
           if (static_cast<int>(out->breakpoints.size()) == kMaxCacheBreakpoints) {

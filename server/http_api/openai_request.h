@@ -20,11 +20,15 @@ enum class Endpoint { kChatCompletions, kCompletions };
 
 // A `cache_control: {"type": "ephemeral", "ttl": "5m" | "1h"}` on a message's content part:
 // the prompt up to the end of that part is registered as a prefix of the caller's tenant.
+// kvserve also reads `"retention": "pinned" | "high" | "normal" | "low"` there: pinned (the
+// default) keeps the prefix on the device for its TTL; a class lets the store demote it to
+// the host and disk tiers in that class's order (see the README's Retention).
 struct CacheBreakpoint {
   // The conversation up to the breakpoint (the last message cut after the marked part).
   std::vector<tokenizer::ChatMessage> messages;
   absl::Duration ttl = absl::Minutes(5);
-  std::string param;  // "messages[i].content[j].cache_control", for errors
+  std::string retention;  // empty: pinned
+  std::string param;      // "messages[i].content[j].cache_control", for errors
 };
 
 // At most this many breakpoints per request (Anthropic's limit).

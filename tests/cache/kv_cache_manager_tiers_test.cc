@@ -67,8 +67,10 @@ class KvCacheManagerTiersTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // A store with room for one prefix; tiers with the given budgets.
-  std::unique_ptr<KvCacheManager> Make(int64_t host_bytes, int64_t disk_bytes) {
+  std::unique_ptr<KvCacheManager> Make(int64_t host_bytes, int64_t disk_bytes,
+                                       bool auto_prefix_cache = true) {
     KvCacheManagerOptions options;
+    options.auto_prefix_cache = auto_prefix_cache;
     options.prefix_cache_bytes = kSnapshotBytes;
     options.auto_prefix_min_tokens = 8;
     options.tiers.host_bytes = host_bytes;
@@ -84,6 +86,27 @@ class KvCacheManagerTiersTest : public ::testing::Test {
         KvCacheManager::Create(options, std::move(shape), &clock_);
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? *std::move(m) : nullptr;
+  }
+
+  // Stores an unpinned named prefix of `tokens` (the K/V a cold prefill computes) of `retention`.
+  void PutNamed(KvCacheManager& m, const std::string& name, Tokens tokens,
+                RetentionClass retention) {
+    std::vector<at::Tensor> keys, values;
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    for (int i = 0; i < kLayers; ++i) {
+      keys.push_back(Kv(i, 0, n, false));
+      values.push_back(Kv(i, 0, n, true));
+    }
+    NamedPrefixOptions options;
+    options.pinned = false;
+    options.retention = retention;
+    ASSERT_TRUE(m.prefix_store()
+                    .PutNamed(name,
+                              *Snapshot::FromTensors(std::move(tokens), "m", std::move(keys),
+                                                     std::move(values)),
+                              options)
+                    .ok());
+    m.Maintain();
   }
 
   // Prefills `prompt` whole as sequence `id` (kept as an automatic prefix) and releases it.
@@ -207,40 +230,104 @@ TEST_F(KvCacheManagerTiersTest, APromotedPrefixIsSharedAndNotDemotedWhileRead) {
 }
 
 // An unpinned named prefix the device store needs room from goes to the host tier (its tokens,
-// with its class) rather than away, and a prompt that starts with it promotes it back.
-TEST_F(KvCacheManagerTiersTest, AnEvictedNamedPrefixIsDemotedAndPromotedBackWithItsClass) {
+// name and class) rather than away: the catalog still lists it (on the host), and a prompt
+// that starts with it promotes it back as that named prefix.
+TEST_F(KvCacheManagerTiersTest, AnEvictedNamedPrefixIsDemotedAndPromotedBackWithItsName) {
   auto m = Make(kSnapshotBytes, 0);
-  std::vector<at::Tensor> keys, values;
-  for (int i = 0; i < kLayers; ++i) {
-    keys.push_back(Kv(i, 0, kPrefix, false));
-    values.push_back(Kv(i, 0, kPrefix, true));
-  }
-  NamedPrefixOptions options;
-  options.pinned = false;
-  options.retention = RetentionClass::kHigh;
-  ASSERT_TRUE(
-      m->prefix_store()
-          .PutNamed("t/sys",
-                    *Snapshot::FromTensors(Prefix(0), "m", std::move(keys), std::move(values)),
-                    options)
-          .ok());
-  m->Maintain();
+  PutNamed(*m, "t/sys", Prefix(0), RetentionClass::kHigh);
   Prefill(*m, 1, Prefix(1000));  // takes the store's room
   EXPECT_FALSE(m->prefix_store().Info("t/sys").has_value());
   EXPECT_EQ(m->Stats().tiers.host_entries, 1);
   EXPECT_EQ(m->Stats().tiers.demotions, 1);
+  m->Maintain();  // publishes the catalog, as each engine step does
+  {
+    const auto catalog = m->catalog().Get();
+    ASSERT_TRUE(catalog->contains("t/sys"));
+    const CatalogEntry& entry = catalog->at("t/sys");
+    EXPECT_EQ(entry.tier, "host");
+    EXPECT_EQ(entry.tokens, Prefix(0));
+    EXPECT_EQ(entry.info.options.retention, RetentionClass::kHigh);
+    EXPECT_EQ(entry.snapshot.lock(), nullptr);
+  }
   SequenceRequest request = Request(With(Prefix(0), 7));
   request.prefix_space = "t";
   ASSERT_TRUE(m->Add(2, std::move(request)).ok());
   EXPECT_EQ(AdmitEventually(*m, 2).num_cached_tokens, kPrefix);
   ExpectCold(*m, 2, kPrefix);
   EXPECT_EQ(m->Stats().tiers.host_promotions, 1);
-  // Back on the device as an entry of its namespace, of class high.
-  std::vector<AutomaticEntry> on_device = m->prefix_store().AutomaticEntries();
-  ASSERT_EQ(on_device.size(), 1u);
-  EXPECT_EQ(on_device[0].space, "t");
-  EXPECT_EQ(on_device[0].retention, RetentionClass::kHigh);
+  // Back on the device as the named prefix, unpinned, of class high.
+  std::optional<PrefixInfo> info = m->prefix_store().Info("t/sys");
+  ASSERT_TRUE(info.has_value());
+  EXPECT_FALSE(info->options.pinned);
+  EXPECT_EQ(info->options.retention, RetentionClass::kHigh);
+  EXPECT_TRUE(m->prefix_store().AutomaticEntries().empty());
+  m->Maintain();
+  EXPECT_EQ(m->catalog().Get()->at("t/sys").tier, "device");
   m->Release(2);
+}
+
+// A request that names a demoted prefix (the server sends its tokens, without a snapshot)
+// waits for its promotion even with automatic reuse off, and reads it from the store.
+TEST_F(KvCacheManagerTiersTest, ARequestNamingADemotedPrefixPromotesIt) {
+  auto m = Make(0, 10 * kSnapshotBytes, /*auto_prefix_cache=*/false);
+  PutNamed(*m, "sys", Prefix(0), RetentionClass::kNormal);
+  PutNamed(*m, "other", Prefix(1000), RetentionClass::kNormal);  // "sys" leaves for disk
+  AwaitDiskWrites(*m, 1);
+  m->Maintain();
+  EXPECT_EQ(m->catalog().Get()->at("sys").tier, "disk");
+  SequenceRequest request = Request(With(Prefix(0), 7));
+  request.named_prefix_name = "sys";
+  ASSERT_TRUE(m->Add(3, std::move(request)).ok());
+  const Allocation allocation = AdmitEventually(*m, 3);
+  EXPECT_EQ(allocation.num_cached_tokens, kPrefix);
+  EXPECT_EQ(allocation.prefix_name, "sys");
+  ExpectCold(*m, 3, kPrefix);
+  EXPECT_EQ(m->Stats().tiers.disk_loads, 1);
+  EXPECT_TRUE(m->prefix_store().Info("sys").has_value());
+  m->Release(3);
+}
+
+// Deleting a prefix a lower tier holds removes it there, its file too.
+TEST_F(KvCacheManagerTiersTest, DeletingADemotedPrefixRemovesItFromTheTiers) {
+  auto m = Make(0, 10 * kSnapshotBytes);
+  PutNamed(*m, "sys", Prefix(0), RetentionClass::kLow);
+  PutNamed(*m, "other", Prefix(1000), RetentionClass::kNormal);
+  AwaitDiskWrites(*m, 1);
+  EXPECT_EQ(m->Stats().tiers.disk_entries, 1);
+  std::optional<RemovedPrefix> removed = m->DeletePrefix("sys");
+  ASSERT_TRUE(removed.has_value());
+  EXPECT_EQ(removed->info.name, "sys");
+  EXPECT_EQ(removed->snapshot, nullptr);
+  EXPECT_EQ(m->Stats().tiers.disk_entries, 0);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_));
+  m->Maintain();
+  EXPECT_FALSE(m->catalog().Get()->contains("sys"));
+  EXPECT_FALSE(m->DeletePrefix("sys").has_value());
+}
+
+// A named prefix's file keeps its name and class: after a restart the catalog lists it (on
+// disk) and a prompt that starts with it brings it back as that named prefix.
+TEST_F(KvCacheManagerTiersTest, RestartFindsNamedPrefixesOnDiskWithTheirClass) {
+  {
+    auto m = Make(0, 10 * kSnapshotBytes);
+    PutNamed(*m, "t/sys", Prefix(0), RetentionClass::kHigh);
+    PutNamed(*m, "t/other", Prefix(1000), RetentionClass::kNormal);
+    AwaitDiskWrites(*m, 1);
+  }
+  auto m = Make(0, 10 * kSnapshotBytes);
+  const auto catalog = m->catalog().Get();
+  ASSERT_TRUE(catalog->contains("t/sys"));
+  EXPECT_EQ(catalog->at("t/sys").tier, "disk");
+  EXPECT_EQ(catalog->at("t/sys").info.options.retention, RetentionClass::kHigh);
+  SequenceRequest request = Request(With(Prefix(0), 7));
+  request.prefix_space = "t";
+  ASSERT_TRUE(m->Add(1, std::move(request)).ok());
+  EXPECT_EQ(AdmitEventually(*m, 1).num_cached_tokens, kPrefix);
+  ExpectCold(*m, 1, kPrefix);
+  std::optional<PrefixInfo> info = m->prefix_store().Info("t/sys");
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->options.retention, RetentionClass::kHigh);
+  m->Release(1);
 }
 
 TEST_F(KvCacheManagerTiersTest, DiskHitLoadsWhatAColdRunComputes) {

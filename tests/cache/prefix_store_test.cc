@@ -314,13 +314,13 @@ TEST_F(PrefixStoreTest, RetentionClassesOrderEvictionAndEvictedEntriesAreHandedO
     Tokens tokens;
     int64_t hits;
     RetentionClass retention;
+    std::string name;  // a named entry's qualified name
   };
   std::vector<Handed> handed;
-  options.on_evicted = [&handed](std::string space, std::shared_ptr<const Snapshot> snapshot,
-                                 int64_t hits, RetentionClass retention) {
-    handed.push_back({std::move(space),
-                      Tokens(snapshot->token_ids().begin(), snapshot->token_ids().end()), hits,
-                      retention});
+  options.on_evicted = [&handed](AutomaticEntry e) {
+    handed.push_back({std::move(e.space),
+                      Tokens(e.snapshot->token_ids().begin(), e.snapshot->token_ids().end()),
+                      e.hits, e.retention, e.named ? e.named->name : ""});
   };
   auto store = *PrefixStore::Create(std::move(options), &clock_);
   NamedPrefixOptions high = Named(false), low = Named(false);
@@ -339,14 +339,16 @@ TEST_F(PrefixStoreTest, RetentionClassesOrderEvictionAndEvictedEntriesAreHandedO
   ASSERT_TRUE(store->PutAutomatic(kSharedSpace, Snap({5, 5})));  // then the older normal
   EXPECT_FALSE(Holds(*store, {3, 3}));
   EXPECT_TRUE(store->Info("t/high").has_value());
-  // Evicted named prefixes are handed on with their namespace and class (a tier keeps their
-  // tokens); an automatic entry put back with a class and hits keeps them.
+  // Evicted named prefixes are handed on with their namespace, class and name (a tier keeps
+  // them as that named prefix); an automatic entry put back with a class and hits keeps them.
   ASSERT_EQ(handed.size(), 2u);
   EXPECT_EQ(handed[0].space, "t");
   EXPECT_EQ(handed[0].tokens, (Tokens{2, 2}));
   EXPECT_EQ(handed[0].retention, RetentionClass::kLow);
+  EXPECT_EQ(handed[0].name, "t/low");
   EXPECT_EQ(handed[1].space, kSharedSpace);
   EXPECT_EQ(handed[1].retention, RetentionClass::kNormal);
+  EXPECT_EQ(handed[1].name, "");
   ASSERT_TRUE(store->DeleteNamed("t/high"));
   ASSERT_TRUE(store->PutAutomatic("t", Snap({1, 1}), RetentionClass::kHigh, /*hits=*/2));
   clock_.Advance(absl::Seconds(1));

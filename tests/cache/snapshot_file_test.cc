@@ -84,6 +84,51 @@ TEST_F(SnapshotFileTest, RoundTripKeepsTokensTensorsAndHeader) {
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_), {}), 1);
 }
 
+TEST_F(SnapshotFileTest, TheHeaderKeepsTheRetentionClassAndANamedPrefixsDescription) {
+  auto snapshot = MakeSnapshot({5, 6, 7});
+  SnapshotFileExtras extras;
+  extras.retention = RetentionClass::kHigh;
+  PrefixInfo& named = extras.named.emplace();
+  named.name = "tenant/sys";
+  named.created_at = absl::FromUnixMicros(1'700'000'000'123'456);
+  named.options.ttl = absl::Hours(1);
+  named.options.cache_implementation = "offloaded";
+  ASSERT_TRUE(WriteSnapshotFile(path_, *snapshot, "tenant", 2, kIdentity, extras).ok());
+  EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(path_)),
+            SnapshotFileBytes(*snapshot, "tenant", kIdentity, extras));
+  absl::StatusOr<SnapshotFileHeader> header = ReadSnapshotFileHeader(path_, kIdentity);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->retention, RetentionClass::kHigh);
+  ASSERT_TRUE(header->named.has_value());
+  EXPECT_EQ(header->named->name, "tenant/sys");
+  EXPECT_EQ(header->named->created_at, named.created_at);
+  EXPECT_EQ(header->named->options.ttl, absl::Hours(1));
+  EXPECT_EQ(header->named->options.cache_implementation, "offloaded");
+  EXPECT_EQ(header->named->options.retention, RetentionClass::kHigh);
+  EXPECT_FALSE(header->named->options.pinned);
+  EXPECT_EQ(header->named->num_tokens, 3);
+  EXPECT_EQ(header->named->hits, 2);
+  EXPECT_EQ(header->named->bytes, snapshot->bytes());
+  // An automatic entry's file: no name, and an infinite TTL needs no field.
+  ASSERT_TRUE(
+      WriteSnapshotFile(path_, *snapshot, "", 0, kIdentity, {.retention = RetentionClass::kLow})
+          .ok());
+  header = ReadSnapshotFileHeader(path_, kIdentity);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->retention, RetentionClass::kLow);
+  EXPECT_FALSE(header->named.has_value());
+}
+
+TEST_F(SnapshotFileTest, AFileOfTheFirstFormatIsRefusedByName) {
+  ASSERT_TRUE(WriteSnapshotFile(path_, *MakeSnapshot({1, 2}), "", 0, kIdentity).ok());
+  std::string bytes = Bytes();
+  bytes[6] = '1';  // "KVSNAP1\n"
+  Put(bytes);
+  absl::StatusOr<SnapshotFileHeader> header = ReadSnapshotFileHeader(path_, kIdentity);
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(header.status().message(), HasSubstr("first snapshot file format"));
+}
+
 TEST_F(SnapshotFileTest, FileNameDependsOnSpaceAndTokens) {
   EXPECT_EQ(SnapshotFileName("", std::vector<int32_t>{1, 2}),
             SnapshotFileName("", std::vector<int32_t>{1, 2}));

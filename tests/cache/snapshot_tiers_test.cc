@@ -252,6 +252,74 @@ TEST_F(SnapshotTiersTest, RestartFindsEntriesOnDisk) {
   EXPECT_TRUE(at::equal(promoted[0].snapshot->keys(1), a->keys(1)));
 }
 
+// A named prefix's entry keeps its name, class and TTL on the host, on disk and across a
+// restart; NamedEntries lists it until its TTL runs out, when it leaves every tier.
+TEST_F(SnapshotTiersTest, NamedEntriesKeepTheirNameClassAndTtl) {
+  PrefixInfo named;
+  named.name = "tenant/sys";
+  named.created_at = kStart;
+  named.options.pinned = false;
+  named.options.retention = RetentionClass::kLow;
+  named.options.ttl = absl::Minutes(30);
+  named.options.cache_implementation = "dynamic";
+  {
+    auto tiers = Make(kSnapshotBytes, 10 * kSnapshotBytes);
+    const uint64_t before = tiers->named_generation();
+    tiers->Demote("tenant", MakeSnapshot(Eight(0), 1), 2, RetentionClass::kLow, named);
+    tiers->Demote("", MakeSnapshot(Eight(100), 2), 0, RetentionClass::kHigh);
+    EXPECT_NE(tiers->named_generation(), before);
+    std::vector<DemotedPrefix> listed = tiers->NamedEntries();
+    ASSERT_EQ(listed.size(), 1u);  // the automatic entry is not listed
+    EXPECT_EQ(listed[0].info.name, "tenant/sys");
+    EXPECT_EQ(listed[0].tier, SnapshotTier::kDisk);  // the second took the host's room
+    EXPECT_EQ(listed[0].tokens, Eight(0));
+    EXPECT_EQ(listed[0].space, "tenant");
+  }
+  clock_.Advance(absl::Minutes(10));
+  auto tiers = Make(0, 10 * kSnapshotBytes);
+  EXPECT_EQ(tiers->stats().recovered_files, 2);
+  std::vector<DemotedPrefix> listed = tiers->NamedEntries();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].info.name, "tenant/sys");
+  EXPECT_EQ(listed[0].info.options.retention, RetentionClass::kLow);
+  EXPECT_EQ(listed[0].info.options.ttl, absl::Minutes(30));
+  EXPECT_EQ(listed[0].info.options.cache_implementation, "dynamic");
+  EXPECT_EQ(listed[0].info.created_at, kStart);
+  EXPECT_FALSE(listed[0].info.options.pinned);
+  // The automatic entry kept its class: promoted, it says so.
+  std::optional<TierMatch> match = tiers->Find("", Prompt(Eight(100)), 1, 0, false);
+  ASSERT_TRUE(match);
+  tiers->Promote(match->id);
+  tiers->WaitIdle();
+  std::vector<PromotedSnapshot> promoted = tiers->TakePromoted();
+  ASSERT_EQ(promoted.size(), 1u);
+  EXPECT_EQ(promoted[0].retention, RetentionClass::kHigh);
+  EXPECT_FALSE(promoted[0].named.has_value());
+  // Past created_at + ttl the named entry leaves, file and all.
+  clock_.Advance(absl::Minutes(21));
+  EXPECT_TRUE(tiers->NamedEntries().empty());
+  EXPECT_FALSE(tiers->Find("tenant", Prompt(Eight(0)), 1, 0, false));
+  EXPECT_EQ(NumFiles(), 1);
+  EXPECT_FALSE(tiers->ForgetNamed("tenant/sys").has_value());
+}
+
+TEST_F(SnapshotTiersTest, ForgetNamedRemovesTheEntryAndItsFile) {
+  PrefixInfo named;
+  named.name = "sys";
+  named.created_at = kStart;
+  named.options.pinned = false;
+  auto tiers = Make(0, 10 * kSnapshotBytes);
+  tiers->Demote("", MakeSnapshot(Eight(0), 1), 4, RetentionClass::kNormal, named);
+  tiers->WaitIdle();
+  EXPECT_EQ(NumFiles(), 1);
+  std::optional<PrefixInfo> forgotten = tiers->ForgetNamed("sys");
+  ASSERT_TRUE(forgotten.has_value());
+  EXPECT_EQ(forgotten->hits, 4);
+  EXPECT_EQ(NumFiles(), 0);
+  EXPECT_EQ(Where(*tiers, Eight(0)), "none");
+  EXPECT_TRUE(tiers->NamedEntries().empty());
+}
+
 TEST_F(SnapshotTiersTest, BadFilesAreRefusedLoggedAndRemoved) {
   {
     auto tiers = Make(0, 10 * kSnapshotBytes);
