@@ -28,11 +28,19 @@ int64_t MemoryPressure::FreeableBytes() const {
 
 bool MemoryPressure::MakeRoom(int64_t bytes) {
   if (budget_->limit() < 0) return true;
-  if (budget_->available() < bytes) {
-    store_->Reclaim(bytes - budget_->available());
-    SyncSnapshotBytes();
+  // Snapshots and idle sessions in one retention order: whichever is worth less goes first,
+  // one at a time (a snapshot leaves the store, for a lower tier when there is one; a
+  // session's cache moves to the host).
+  while (budget_->available() < bytes) {
+    const std::optional<double> snapshot = store_->LowestReclaimablePriority();
+    const std::optional<double> session = sessions_->LowestIdlePriority();
+    if (snapshot && (!session || *snapshot <= *session)) {
+      store_->Reclaim(1);
+      SyncSnapshotBytes();
+    } else if (!session || sessions_->OffloadIdle(1) == 0) {
+      break;
+    }
   }
-  if (budget_->available() < bytes) sessions_->OffloadIdle(bytes - budget_->available());
   return budget_->available() >= bytes;
 }
 

@@ -1,6 +1,6 @@
 // MemoryPressure: the one order in which device KV memory is given back when it runs short:
-// prefix snapshots nobody uses, then idle sessions' caches (to the host), then the largest live
-// cache (offloaded), and only then a request that must fail.
+// prefix snapshots nobody uses and idle sessions' caches (to the host), in retention order,
+// then the largest live cache (offloaded), and only then a request that must fail.
 #pragma once
 
 #include <cstdint>
@@ -64,9 +64,10 @@ class MemoryPressure {
 
   // Device bytes MakeRoom could free now (unused snapshots, idle sessions' device bytes).
   int64_t FreeableBytes() const;
-  // Makes `bytes` available under the limit when it can: unused snapshots go first (least
-  // recently used), then idle sessions' caches move to the host. Returns whether `bytes` are
-  // available now. Always true without a limit.
+  // Makes `bytes` available under the limit when it can: unused snapshots leave the store and
+  // idle sessions' caches move to the host in one retention order (retention.h; the lowest
+  // priority first, a snapshot before a session of equal priority). Returns whether `bytes`
+  // are available now. Always true without a limit.
   bool MakeRoom(int64_t bytes);
 
   // After an out-of-memory error in a step (rolled back): drops every unused snapshot, else

@@ -30,11 +30,10 @@ std::shared_ptr<const PrefixCatalog> BuildCatalog(PrefixStore& store, SnapshotTi
   if (tiers != nullptr) {
     for (DemotedPrefix& demoted : tiers->NamedEntries()) {
       std::string name = demoted.info.name;
+      demoted.info.tier = demoted.tier == SnapshotTier::kHost ? "host" : "disk";
       // emplace keeps the store's entry of the same name.
-      catalog->emplace(std::move(name),
-                       CatalogEntry{.info = std::move(demoted.info),
-                                    .tier = demoted.tier == SnapshotTier::kHost ? "host" : "disk",
-                                    .tokens = std::move(demoted.tokens)});
+      catalog->emplace(std::move(name), CatalogEntry{.info = std::move(demoted.info),
+                                                     .tokens = std::move(demoted.tokens)});
     }
   }
   return catalog;

@@ -21,12 +21,10 @@ class Snapshot;
 struct CatalogEntry {
   PrefixInfo info;
   // Weak: the catalog must not keep a snapshot the store would evict or replace. Empty for a
-  // prefix a lower tier holds.
+  // prefix a lower tier holds (info.tier "host" or "disk": demoted, or found on disk at
+  // start): a request naming it sends its `tokens` before its own and waits for the prefix to
+  // be promoted back.
   std::weak_ptr<const Snapshot> snapshot;
-  // Where the prefix is: "device" (the prefix store), or "host" / "disk" for a named prefix the
-  // store demoted (or that a restart found on disk). A request naming a host or disk prefix
-  // sends its `tokens` before its own, and waits for the prefix to be promoted back.
-  std::string tier = "device";
   std::vector<int32_t> tokens;  // host and disk entries only
 };
 

@@ -50,6 +50,8 @@ struct PrefixInfo {
   int64_t hits = 0;         // GetNamed and Lookup hits on this content
   NamedPrefixOptions options;
   bool referenced = false;  // someone outside the store holds the snapshot now
+  // "device" (the prefix store), "host" or "disk" (a lower tier holds it; see snapshot_tiers.h).
+  std::string tier = "device";
 };
 
 }  // namespace kvserve::cache

@@ -537,6 +537,20 @@ int64_t PrefixStore::Reclaim(int64_t bytes) {
   return before - bytes_used_;
 }
 
+std::optional<double> PrefixStore::LowestReclaimablePriority() {
+  Released released;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  DropExpiredLocked(now, &released);
+  for (EntryId id : EvictionOrderLocked()) {
+    const Entry& entry = entries_.at(id);
+    if (entry.options.pinned || ReferencedLocked(entry)) continue;
+    return RetentionPriority(entry.options.retention, entry.hits, entry.last_used_at, now,
+                             options_.retention_half_life);
+  }
+  return std::nullopt;
+}
+
 int64_t PrefixStore::ReclaimableBytes() {
   Released released;
   absl::MutexLock lock(&mu_);

@@ -187,6 +187,9 @@ class PrefixStore {
   // Counts a named query that reused nothing of its named entry (a named miss).
   void RecordNamedMiss();
 
+  // The retention priority (retention.h) of the entry Reclaim would evict first; nullopt when
+  // every entry is pinned or referenced.
+  std::optional<double> LowestReclaimablePriority();
   // Evicts unpinned, unreferenced entries in retention order until at least `bytes`
   // of snapshots are freed or none is left to evict (to make room for live caches under a
   // shared device budget). Returns the bytes freed.

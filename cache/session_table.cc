@@ -292,6 +292,18 @@ void SessionTable::SortByRetention(std::vector<Session*>& sessions) const {
   for (size_t i = 0; i < ranked.size(); ++i) sessions[i] = ranked[i].second;
 }
 
+std::optional<double> SessionTable::LowestIdlePriority() const {
+  const absl::Time now = clock_->Now();
+  std::optional<double> lowest;
+  for (const auto& [id, s] : sessions_) {
+    if (s->cache == nullptr || s->turn || s->cache->Memory().device_bytes <= 0) continue;
+    const double priority = RetentionPriority(RetentionClass::kNormal, s->turns, s->last_used, now,
+                                              options_.retention_half_life);
+    if (!lowest || priority < *lowest) lowest = priority;
+  }
+  return lowest;
+}
+
 int64_t SessionTable::OffloadIdle(int64_t bytes) {
   std::vector<Session*> idle;
   for (auto& [id, s] : sessions_) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -182,9 +183,12 @@ class SessionTable {
 
   // Memory pressure. Device bytes idle sessions' caches hold.
   int64_t IdleDeviceBytes() const;
-  // Moves idle sessions' caches to the host, least recently used first, until `bytes` device
-  // bytes are freed; returns the bytes freed.
+  // Moves idle sessions' caches to the host, in retention order (lowest priority first), until
+  // `bytes` device bytes are freed; returns the bytes freed.
   int64_t OffloadIdle(int64_t bytes);
+  // The retention priority of the idle session OffloadIdle would move first; nullopt when no
+  // idle session holds device bytes.
+  std::optional<double> LowestIdlePriority() const;
 
  private:
   struct Session;

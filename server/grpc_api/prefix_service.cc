@@ -57,6 +57,7 @@ v1::Prefix ToProto(const cache::PrefixInfo& info) {
   options->set_ttl_seconds(
       info.options.ttl == absl::InfiniteDuration() ? 0 : absl::ToInt64Seconds(info.options.ttl));
   options->set_cache_implementation(info.options.cache_implementation);
+  out.set_tier(info.tier);
   return out;
 }
 

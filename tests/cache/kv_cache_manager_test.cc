@@ -1461,6 +1461,55 @@ TEST_F(SessionTest, CloseWaitsForTheRunningTurnAndMaxSessionsIsEnforced) {
   EXPECT_TRUE(m->sessions().Open(more).ok());
 }
 
+// Making room takes prefix snapshots and idle sessions in one retention order: an old idle
+// session (one turn, 20 minutes unused: priority 2 x 2^-2) moves to the host before a fresh
+// named prefix of class high (priority 4), which stays; then the snapshot, once it is worth
+// less than what is left, goes before the session would.
+TEST_F(SessionTest, MakingRoomTakesSnapshotsAndIdleSessionsInOneRetentionOrder) {
+  constexpr int64_t kSnapshot = 40 * 4 * kTokenBytes;  // 20480
+  KvCacheManagerOptions options = Options(/*device_limit_bytes=*/5 * kGranuleBytes + kSnapshot);
+  options.sessions.idle_offload = absl::InfiniteDuration();  // only memory pressure moves it
+  auto m = MakeSessions(options);
+  const std::string id = Open(*m, Spec(""), absl::Hours(10));
+  RunTurn(*m, 1, Turn(id, Range(1, 20)), {3});
+  ASSERT_EQ(m->Stats().budget_used, 4 * kGranuleBytes);
+  clock_.Advance(absl::Minutes(20));
+  std::vector<at::Tensor> keys, values;
+  for (int i = 0; i < 4; ++i) {
+    keys.push_back(Kv(i, 0, 40, false));
+    values.push_back(Kv(i, 0, 40, true));
+  }
+  NamedPrefixOptions high;
+  high.pinned = false;
+  high.retention = RetentionClass::kHigh;
+  ASSERT_TRUE(
+      m->prefix_store()
+          .PutNamed("sys",
+                    *Snapshot::FromTensors(Range(700, 40), "m", std::move(keys), std::move(values)),
+                    high)
+          .ok());
+  m->Maintain();
+  ASSERT_EQ(m->Stats().budget_used, 4 * kGranuleBytes + kSnapshot);
+  // 8192 bytes free; the request needs 16384 resident at least.
+  ASSERT_TRUE(m->Add(2, Request(Range(500, 40), 4)).ok());
+  Admit(*m, 2);
+  EXPECT_EQ(m->sessions().Get(id)->state, SessionState::kOffloaded);
+  EXPECT_TRUE(m->prefix_store().Info("sys").has_value());
+  m->Release(2);
+  // The session comes back to the device with a turn; an hour after its put the snapshot is
+  // worth 4 x 2^-6 and the session (two turns, used 10 minutes ago) 3 x 2^-1: the snapshot
+  // goes.
+  clock_.Advance(absl::Minutes(50));
+  RunTurn(*m, 3, Turn(id, Concat(Range(1, 20), {3, 4})), {5});
+  ASSERT_EQ(m->sessions().Get(id)->state, SessionState::kIdle);
+  clock_.Advance(absl::Minutes(10));
+  ASSERT_TRUE(m->Add(4, Request(Range(900, 40), 4)).ok());
+  Admit(*m, 4);
+  EXPECT_FALSE(m->prefix_store().Info("sys").has_value());
+  EXPECT_EQ(m->sessions().Get(id)->state, SessionState::kIdle);
+  m->Release(4);
+}
+
 TEST_F(SessionTest, OutOfMemoryMovesIdleSessionsToTheHostBeforeLiveCaches) {
   auto m = MakeSessions(Options(/*device_limit_bytes=*/6 * kGranuleBytes));
   const std::string id = Open(*m);

@@ -244,7 +244,7 @@ TEST_F(KvCacheManagerTiersTest, AnEvictedNamedPrefixIsDemotedAndPromotedBackWith
     const auto catalog = m->catalog().Get();
     ASSERT_TRUE(catalog->contains("t/sys"));
     const CatalogEntry& entry = catalog->at("t/sys");
-    EXPECT_EQ(entry.tier, "host");
+    EXPECT_EQ(entry.info.tier, "host");
     EXPECT_EQ(entry.tokens, Prefix(0));
     EXPECT_EQ(entry.info.options.retention, RetentionClass::kHigh);
     EXPECT_EQ(entry.snapshot.lock(), nullptr);
@@ -262,7 +262,7 @@ TEST_F(KvCacheManagerTiersTest, AnEvictedNamedPrefixIsDemotedAndPromotedBackWith
   EXPECT_EQ(info->options.retention, RetentionClass::kHigh);
   EXPECT_TRUE(m->prefix_store().AutomaticEntries().empty());
   m->Maintain();
-  EXPECT_EQ(m->catalog().Get()->at("t/sys").tier, "device");
+  EXPECT_EQ(m->catalog().Get()->at("t/sys").info.tier, "device");
   m->Release(2);
 }
 
@@ -274,7 +274,7 @@ TEST_F(KvCacheManagerTiersTest, ARequestNamingADemotedPrefixPromotesIt) {
   PutNamed(*m, "other", Prefix(1000), RetentionClass::kNormal);  // "sys" leaves for disk
   AwaitDiskWrites(*m, 1);
   m->Maintain();
-  EXPECT_EQ(m->catalog().Get()->at("sys").tier, "disk");
+  EXPECT_EQ(m->catalog().Get()->at("sys").info.tier, "disk");
   SequenceRequest request = Request(With(Prefix(0), 7));
   request.named_prefix_name = "sys";
   ASSERT_TRUE(m->Add(3, std::move(request)).ok());
@@ -317,7 +317,7 @@ TEST_F(KvCacheManagerTiersTest, RestartFindsNamedPrefixesOnDiskWithTheirClass) {
   auto m = Make(0, 10 * kSnapshotBytes);
   const auto catalog = m->catalog().Get();
   ASSERT_TRUE(catalog->contains("t/sys"));
-  EXPECT_EQ(catalog->at("t/sys").tier, "disk");
+  EXPECT_EQ(catalog->at("t/sys").info.tier, "disk");
   EXPECT_EQ(catalog->at("t/sys").info.options.retention, RetentionClass::kHigh);
   SequenceRequest request = Request(With(Prefix(0), 7));
   request.prefix_space = "t";

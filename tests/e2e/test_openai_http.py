@@ -142,6 +142,35 @@ class OpenAiHttpTest(unittest.TestCase):
         finally:
             server.close()
 
+    def test_cache_control_retention_class(self):
+        """A breakpoint's kvserve retention class is the registered prefix's; a bad one is a
+        400 naming the parameter."""
+        from kvserve_stubs import (  # pylint: disable=import-outside-toplevel
+            auth_metadata,
+            prefix_pb2,
+            prefix_pb2_grpc,
+        )
+        system = "You answer briefly. " * 6
+        body = {"model": self.server.model, "max_tokens": 2, "temperature": 0,
+                "messages": [{"role": "system", "content": [
+                    {"type": "text", "text": system,
+                     "cache_control": {"type": "ephemeral", "retention": "low"}}]},
+                             {"role": "user", "content": "Hi"}]}
+        status, answer, _ = self.server.request("POST", "/v1/chat/completions", body,
+                                                key="key-beta")
+        self.assertEqual(status, 200, answer)
+        stub = prefix_pb2_grpc.PrefixCacheStub(self.server.channel())
+        listed = stub.ListPrefixes(prefix_pb2.ListPrefixesRequest(),
+                                   metadata=auth_metadata("key-beta"), timeout=WAIT_S)
+        classes = {p.name: (p.options.retention, p.options.pinned, p.options.ttl_seconds)
+                   for p in listed.prefixes if p.name.startswith("cache-control-")}
+        self.assertEqual(list(classes.values()), [("low", False, 300)], classes)
+        body["messages"][0]["content"][0]["cache_control"]["retention"] = "forever"
+        status, answer, _ = self.server.request("POST", "/v1/chat/completions", body,
+                                                key="key-beta")
+        self.assertEqual(status, 400, answer)
+        self.assertEqual(answer["error"]["param"], "messages[0].content[0].cache_control.retention")
+
     def test_health_and_request_ids(self):
         status, body, headers = self.server.request("GET", "/health", key="")
         self.assertEqual((status, body), (200, {"status": "ok"}))

@@ -2,7 +2,8 @@
 host tier and from the disk tier with the tokens of a cold run, and after a restart the
 automatic prefixes kept on disk are found again (a corrupt file beside them is refused with a
 log line, not a crash); the tier metrics count each of these; a named prefix's retention class
-is kept and a bad one refused naming the field.
+is kept and a bad one refused naming the field; a named prefix demoted to disk is listed there
+and still served by its name, and deleting it there removes it.
 
 usage: PYTHONPATH=build/proto/python /usr/bin/python3 tests/e2e/test_prefix_tiers.py \\
          --kvserve build/server/kvserve
@@ -160,6 +161,64 @@ class PrefixTiersTest(unittest.TestCase):
                 timeout=CALL_TIMEOUT_S)
         self.assertEqual(refused.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("options.retention", refused.exception.details())
+        self.server.stop()
+
+    def test_a_demoted_named_prefix_is_still_served_by_its_name(self):
+        info = self.start([])
+        snapshot_bytes = (PROMPT_TOKENS * info.num_layers * 2 * info.num_kv_heads *
+                          info.head_dim * 4)
+        self.server.stop()
+        disk_dir = os.path.join(self.dir, "prefixes")
+        # The device store holds one prompt, the host tier none: what leaves goes to disk.
+        info = self.start(["--prefix-cache-bytes", str(snapshot_bytes + snapshot_bytes // 2),
+                           "--prefix-disk-bytes", str(20 * snapshot_bytes),
+                           "--prefix-disk-dir", disk_dir, "--auto-prefix-min-tokens", "8"])
+        prefixes = prefix_pb2_grpc.PrefixCacheStub(self.server.channel())
+        system = self.prompt(info, 5)
+        prefixes.RegisterPrefix(
+            prefix_pb2.RegisterPrefixRequest(name="sys", token_ids=gen.TokenIds(ids=system),
+                                             options=prefix_pb2.PrefixOptions(retention="low")),
+            timeout=CALL_TIMEOUT_S)
+        own = self.prompt(info, 6)[:5]
+
+        def by_name():
+            response = self.stub.Generate(
+                gen.GenerateRequest(prefix="sys", token_ids=gen.TokenIds(ids=own),
+                                    sampling=gen.SamplingParams(max_new_tokens=4)),
+                timeout=CALL_TIMEOUT_S)
+            return list(response.token_ids), response.usage.cached_tokens
+
+        on_device = by_name()
+        self.assertEqual(on_device[1], PROMPT_TOKENS)
+        self.assertEqual(prefixes.GetPrefix(prefix_pb2.GetPrefixRequest(name="sys"),
+                                            timeout=CALL_TIMEOUT_S).tier, "device")
+        # Another prompt takes the store's room: "sys" (class low) leaves for disk, still listed.
+        self.generate(self.prompt(info, 7))
+        deadline = time.monotonic() + 10 * TIME_SCALE
+        while True:
+            listed = prefixes.GetPrefix(prefix_pb2.GetPrefixRequest(name="sys"),
+                                        timeout=CALL_TIMEOUT_S)
+            if listed.tier == "disk" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(listed.tier, "disk")
+        self.assertEqual(listed.options.retention, "low")
+        self.assertEqual(listed.num_tokens, PROMPT_TOKENS)
+        # A request naming it brings it back: the same tokens, the prefix reused.
+        self.assertEqual(by_name(), on_device)
+        self.assertEqual(prefixes.GetPrefix(prefix_pb2.GetPrefixRequest(name="sys"),
+                                            timeout=CALL_TIMEOUT_S).tier, "device")
+        # Deleting it while it is on disk removes it there too.
+        self.generate(self.prompt(info, 8))
+        deadline = time.monotonic() + 10 * TIME_SCALE
+        while prefixes.GetPrefix(prefix_pb2.GetPrefixRequest(name="sys"),
+                                 timeout=CALL_TIMEOUT_S).tier != "disk":
+            self.assertLess(time.monotonic(), deadline, "sys never left the device again")
+            time.sleep(0.05)
+        prefixes.DeletePrefix(prefix_pb2.DeletePrefixRequest(name="sys"), timeout=CALL_TIMEOUT_S)
+        with self.assertRaises(grpc.RpcError) as gone:
+            by_name()
+        self.assertEqual(gone.exception.code(), grpc.StatusCode.NOT_FOUND)
         self.server.stop()
 
 

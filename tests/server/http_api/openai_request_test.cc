@@ -140,6 +140,17 @@ TEST(OpenAiRequestTest, CacheControlBreakpoints) {
       {"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": "2h"}}]}]})")
                             .status()),
             "messages[0].content[0].cache_control.ttl");
+  // kvserve's retention class on a breakpoint: pinned unless it says a class.
+  EXPECT_EQ(r->breakpoints[0].retention, "");
+  absl::StatusOr<OpenAiRequest> low = Chat(R"({"model": "m", "messages": [{"role": "user",
+      "content": [{"type": "text", "text": "x",
+                   "cache_control": {"type": "ephemeral", "retention": "low"}}]}]})");
+  ASSERT_TRUE(low.ok()) << low.status();
+  EXPECT_EQ(low->breakpoints[0].retention, "low");
+  absl::StatusOr<OpenAiRequest> bad = Chat(R"({"model": "m", "messages": [{"role": "user",
+      "content": [{"type": "text", "text": "x",
+                   "cache_control": {"type": "ephemeral", "retention": "forever"}}]}]})");
+  EXPECT_EQ(FieldPathOf(bad.status()), "messages[0].content[0].cache_control.retention");
 }
 
 TEST(OpenAiRequestTest, BuilderErrorsNameOpenAiParameters) {
