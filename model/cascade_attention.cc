@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "model/attention.h"
 #include "model/cpu_kernels.h"
 #include "model/worker_pool.h"
 
@@ -209,6 +210,108 @@ bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::Layer
     ParallelFor(n_tasks, run);
   } else {
     for (int64_t i = 0; i < n_tasks; ++i) run(i);
+  }
+  return true;
+}
+
+bool CanCascadeTensors(const std::vector<CascadeMember>& members, const cache::LayerSpec& layer) {
+  if (members.size() < 2 || layer.type != cache::LayerType::kFullAttention) return false;
+  const cache::LayerView& first = members.front().view;
+  const int64_t prefix_len = first.prefix_length();
+  if (prefix_len == 0 || !first.prefix_values.defined() || first.prefix_keys.dim() != 4 ||
+      first.prefix_keys.size(0) != 1 ||
+      !first.prefix_values.sizes().equals(first.prefix_keys.sizes())) {
+    return false;
+  }
+  const at::Device device = first.prefix_keys.device();
+  const int64_t heads = members.front().queries.dim() == 3 ? members.front().queries.size(1) : 0;
+  for (const CascadeMember& m : members) {
+    const cache::LayerView& v = m.view;
+    if (v.prefix_length() != prefix_len ||
+        v.prefix_keys.data_ptr() != first.prefix_keys.data_ptr() ||
+        v.prefix_values.data_ptr() != first.prefix_values.data_ptr() || v.kv_offset != 0 ||
+        m.q_start < prefix_len || m.queries.dim() != 3 || m.queries.size(1) != heads ||
+        m.queries.device() != device || v.keys.dim() != 4 || v.keys.size(0) != 1 ||
+        !v.values.sizes().equals(v.keys.sizes()) || v.keys.device() != device ||
+        v.keys.size(1) != first.prefix_keys.size(1) ||
+        v.keys.size(3) != first.prefix_keys.size(3) || m.queries.size(2) != v.keys.size(3) ||
+        heads % v.keys.size(1) != 0 || !m.out.defined() || m.out.dim() != 2 ||
+        m.out.size(0) != m.queries.size(0) || m.out.size(1) != heads * m.queries.size(2) ||
+        m.out.device() != device) {
+      return false;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+// Scores in float32, scaled and (softcap > 0) capped.
+at::Tensor Scores(const at::Tensor& q, const at::Tensor& k, double scale, double softcap) {
+  at::Tensor s = at::bmm(q, k.transpose(1, 2));
+  if (s.scalar_type() != at::kFloat) s = s.to(at::kFloat);
+  s.mul_(scale);
+  if (softcap > 0) s.div_(softcap).tanh_().mul_(softcap);
+  return s;
+}
+
+}  // namespace
+
+bool CascadeAttendTensors(const std::vector<CascadeMember>& members, const cache::LayerSpec& layer,
+                          double scale, double softcap) {
+  if (!CanCascadeTensors(members, layer)) return false;
+  const cache::LayerView& shared = members.front().view;
+  const int64_t heads = members.front().queries.size(1);
+  const int64_t d = members.front().queries.size(2);
+  const int64_t kv_heads = shared.prefix_keys.size(1);
+  const int64_t group = heads / kv_heads;
+  const int64_t prefix_len = shared.prefix_length();
+  const at::Tensor pk = shared.prefix_keys.select(0, 0);    // [kv_heads, P, d]
+  const at::Tensor pv = shared.prefix_values.select(0, 0);  // [kv_heads, P, d]
+
+  // The segment's part: every query of the group, one GEMM per kv head over the segment.
+  std::vector<at::Tensor> stacked;
+  for (const CascadeMember& m : members) stacked.push_back(m.queries);
+  const at::Tensor all = at::cat(stacked, 0).to(pk.scalar_type());  // [M, heads, d]
+  const int64_t total = all.size(0);
+  // [M, heads, d] -> [kv_heads, group * M, d]: the queries sharing a kv head are one matrix.
+  const at::Tensor q = all.permute({1, 0, 2}).reshape({kv_heads, group * total, d});
+  at::Tensor s1 = Scores(q, pk, scale, softcap);  // [kv_heads, group * M, P]
+  const at::Tensor max1 = std::get<0>(s1.max(-1, /*keepdim=*/true));
+  s1.sub_(max1).exp_();
+  const at::Tensor sum1 = s1.sum(-1, /*keepdim=*/true);
+  const at::Tensor out1 = at::bmm(s1.to(pv.scalar_type()), pv).to(at::kFloat);
+  const auto per_query = [&](const at::Tensor& t) {
+    return t.view({kv_heads, group, total, t.size(-1)});
+  };
+  const at::Tensor max1q = per_query(max1), sum1q = per_query(sum1), out1q = per_query(out1);
+
+  // Each member's own columns, then the merge: with m the larger of the two maxima, the output
+  // is (out1 e^(max1 - m) + out2) / (sum1 e^(max1 - m) + sum2), out2 and sum2 taken at m.
+  int64_t row = 0;
+  for (const CascadeMember& m : members) {
+    const int64_t n = m.queries.size(0);
+    const int64_t own = m.view.keys.size(2);
+    const at::Tensor k = m.view.keys.select(0, 0).to(pk.scalar_type());
+    const at::Tensor v = m.view.values.select(0, 0).to(pv.scalar_type());
+    const at::Tensor qm =
+        m.queries.to(pk.scalar_type()).permute({1, 0, 2}).reshape({kv_heads, group * n, d});
+    at::Tensor s2 = Scores(qm, k, scale, softcap).view({kv_heads, group, n, own});
+    const at::Tensor visible =
+        VisibilityMask(n, m.q_start, m.view, layer, m.queries.device()).narrow(1, prefix_len, own);
+    s2.masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
+    const at::Tensor m1 = max1q.narrow(2, row, n);
+    const at::Tensor top = at::maximum(m1, std::get<0>(s2.max(-1, /*keepdim=*/true)));
+    s2.sub_(top).exp_();  // masked columns: exp(-inf) = 0
+    const at::Tensor w1 = (m1 - top).exp_();
+    const at::Tensor sum = sum1q.narrow(2, row, n) * w1 + s2.sum(-1, /*keepdim=*/true);
+    at::Tensor out = at::bmm(s2.view({kv_heads, group * n, own}).to(v.scalar_type()), v)
+                         .to(at::kFloat)
+                         .view({kv_heads, group, n, d});
+    out.add_(out1q.narrow(2, row, n) * w1).div_(sum);
+    // [kv_heads, group, n, d] -> [n, heads * d]
+    m.out.copy_(out.permute({2, 0, 1, 3}).reshape({n, heads * d}));
+    row += n;
   }
   return true;
 }

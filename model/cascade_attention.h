@@ -39,4 +39,15 @@ bool CanCascade(const std::vector<CascadeMember>& members, const cache::LayerSpe
 bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::LayerSpec& layer,
                    double scale, double softcap = 0.0);
 
+// The same structure in tensor operations, for any device and dtype (the CUDA path; the CPU's
+// float32 path is CascadeAttend): the segment's scores of every query of the group are one
+// batched GEMM per kv head over the segment, read once; each member's own columns (causal,
+// num_valid honoured) are its own small GEMMs; the parts merge by their softmax statistics in
+// float32. Needs what CanCascade needs, on any one device and dtype: at least two members, a
+// full-attention layer, one segment (same storage) from kv_offset 0, every query after it.
+// Returns false, having written nothing, otherwise.
+bool CanCascadeTensors(const std::vector<CascadeMember>& members, const cache::LayerSpec& layer);
+bool CascadeAttendTensors(const std::vector<CascadeMember>& members, const cache::LayerSpec& layer,
+                          double scale, double softcap = 0.0);
+
 }  // namespace kvserve::model

@@ -143,7 +143,10 @@ std::vector<bool> CascadeGroups(const at::Tensor& q, const std::vector<cache::La
               {q.narrow(0, first, n), row_view, starts[s], attn->narrow(0, first, n)});
         }
       }
-      if (CascadeAttend(members, spec, scale, softcap)) {
+      // CPU float32: the worker pool's kernel; other devices and dtypes (CUDA): tensor ops.
+      const bool done = q.device().is_cpu() ? CascadeAttend(members, spec, scale, softcap)
+                                            : CascadeAttendTensors(members, spec, scale, softcap);
+      if (done) {
         for (size_t m = i; m < j; ++m) grouped[keyed[m].second] = true;
       }
     }

@@ -244,6 +244,35 @@ TEST(SegmentedAttentionTest, CascadeEqualsEachMemberAlone) {
   other[2].q_start = prefix - 1;
   EXPECT_FALSE(CanCascade(other, full));
   EXPECT_FALSE(CascadeAttend({members[0]}, full, 0.3));
+  // The tensor-op form (the CUDA path), run here on the CPU in float32 and in bfloat16.
+  for (CascadeMember& m : members) m.out = at::empty_like(m.out);
+  ASSERT_TRUE(CanCascadeTensors(members, full));
+  ASSERT_TRUE(CascadeAttendTensors(members, full, 0.3));
+  for (size_t i = 0; i < members.size(); ++i) {
+    EXPECT_LT(MaxAbsDiff(members[i].out, expected[i]), kTolerance) << "tensor ops, member " << i;
+  }
+  EXPECT_FALSE(CanCascadeTensors(members, {cache::LayerType::kSlidingAttention, 8}));
+  EXPECT_FALSE(CanCascadeTensors(other, full));  // a query inside the segment
+  EXPECT_FALSE(CascadeAttendTensors({members[0]}, full, 0.3));
+  {
+    const at::Tensor pk16 = pk.to(at::kBFloat16), pv16 = pv.to(at::kBFloat16);
+    std::vector<CascadeMember> bf16 = members;
+    for (size_t i = 0; i < bf16.size(); ++i) {
+      CascadeMember& m = bf16[i];
+      m.queries = m.queries.to(at::kBFloat16);
+      m.view.keys = m.view.keys.to(at::kBFloat16);
+      m.view.values = m.view.values.to(at::kBFloat16);
+      m.view.prefix_keys = pk16;
+      m.view.prefix_values = pv16;
+      m.out = at::empty({m.queries.size(0), heads * d}, at::kBFloat16);
+    }
+    ASSERT_TRUE(CascadeAttendTensors(bf16, full, 0.3));
+    for (size_t i = 0; i < bf16.size(); ++i) {
+      const at::Tensor alone =
+          Attend(bf16[i].queries, bf16[i].view, bf16[i].q_start, full, 0.3).to(at::kFloat);
+      EXPECT_LT(MaxAbsDiff(bf16[i].out.to(at::kFloat), alone), 0.05) << "bf16, member " << i;
+    }
+  }
   // Soft-capped scores (Gemma 2): the cap applies to the segment's and the tails' scores.
   for (CascadeMember& m : members) m.out = at::empty_like(m.out);
   ASSERT_TRUE(CascadeAttend(members, full, 0.3, /*softcap=*/0.5));
@@ -252,6 +281,13 @@ TEST(SegmentedAttentionTest, CascadeEqualsEachMemberAlone) {
         Attend(members[i].queries, members[i].view, members[i].q_start, full, 0.3, nullptr, 0.5);
     EXPECT_GT(MaxAbsDiff(capped, expected[i]), kTolerance) << "the cap changes member " << i;
     EXPECT_LT(MaxAbsDiff(members[i].out, capped), kTolerance) << "member " << i;
+  }
+  for (CascadeMember& m : members) m.out = at::empty_like(m.out);
+  ASSERT_TRUE(CascadeAttendTensors(members, full, 0.3, /*softcap=*/0.5));
+  for (size_t i = 0; i < members.size(); ++i) {
+    const at::Tensor capped =
+        Attend(members[i].queries, members[i].view, members[i].q_start, full, 0.3, nullptr, 0.5);
+    EXPECT_LT(MaxAbsDiff(members[i].out, capped), kTolerance) << "tensor ops, member " << i;
   }
 }
 
