@@ -53,6 +53,7 @@ std::vector<std::string> PrefixFields(const v1::Prefix& prefix) {
       created_at,
       prefix.fingerprint().empty() ? "-" : prefix.fingerprint().substr(0, kFingerprintChars),
       prefix.shared() ? "true" : "false",
+      prefix.tier().empty() ? "-" : prefix.tier(),
   };
 }
 
@@ -256,8 +257,8 @@ std::string ModelInfoText(const v1::ModelInfo& info) {
 }
 
 std::string PrefixText(const v1::Prefix& prefix) {
-  static const char* const kKeys[] = {"name", "num_tokens", "bytes",       "hits",  "pinned",
-                                      "ttl",  "created_at", "fingerprint", "shared"};
+  static const char* const kKeys[] = {"name", "num_tokens", "bytes",       "hits",   "pinned",
+                                      "ttl",  "created_at", "fingerprint", "shared", "tier"};
   const std::vector<std::string> fields = PrefixFields(prefix);
   std::vector<std::string> pairs;
   for (size_t i = 0; i < fields.size(); ++i)
@@ -267,8 +268,8 @@ std::string PrefixText(const v1::Prefix& prefix) {
 
 std::string PrefixTableText(const v1::ListPrefixesResponse& response) {
   if (response.prefixes_size() == 0) return "no prefixes\n";
-  std::vector<std::vector<std::string>> rows = {
-      {"NAME", "TOKENS", "BYTES", "HITS", "PINNED", "TTL", "CREATED_AT", "FINGERPRINT", "SHARED"}};
+  std::vector<std::vector<std::string>> rows = {{"NAME", "TOKENS", "BYTES", "HITS", "PINNED", "TTL",
+                                                 "CREATED_AT", "FINGERPRINT", "SHARED", "TIER"}};
   for (const v1::Prefix& prefix : response.prefixes()) rows.push_back(PrefixFields(prefix));
   return Table(rows);
 }

@@ -227,7 +227,7 @@ TEST_F(PrefixCommandTest, TextOutput) {
       << err_.str();
   EXPECT_EQ(out_.str(),
             "name=sys num_tokens=3 bytes=768 hits=0 pinned=true ttl=60s "
-            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab shared=false\n");
+            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab shared=false tier=-\n");
   EXPECT_EQ(err_.str(), "");
   // Unset options stayed unset on the wire.
   const v1::RegisterPrefixRequest sent = server_.prefix_cache().last_register_request();
@@ -242,12 +242,13 @@ TEST_F(PrefixCommandTest, TextOutput) {
   ASSERT_EQ(Get({"--name", "sys"}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(),
             "name=sys num_tokens=3 bytes=768 hits=0 pinned=true ttl=60s "
-            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab shared=false\n");
+            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab shared=false tier=-\n");
 
   ASSERT_EQ(List(), kExitOk) << err_.str();
-  EXPECT_EQ(out_.str(),
-            "NAME  TOKENS  BYTES  HITS  PINNED  TTL  CREATED_AT            FINGERPRINT   SHARED\n"
-            "sys   3       768    0     true    60s  2023-11-14T22:13:20Z  0123456789ab  false\n");
+  EXPECT_EQ(
+      out_.str(),
+      "NAME  TOKENS  BYTES  HITS  PINNED  TTL  CREATED_AT            FINGERPRINT   SHARED  TIER\n"
+      "sys   3       768    0     true    60s  2023-11-14T22:13:20Z  0123456789ab  false   -\n");
 
   ASSERT_EQ(Delete({"--name", "sys"}), kExitOk) << err_.str();
   EXPECT_EQ(out_.str(), "deleted sys\n");

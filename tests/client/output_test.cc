@@ -110,13 +110,14 @@ v1::Prefix SystemPrefix() {
   prefix.mutable_options()->set_ttl_seconds(300);
   prefix.mutable_options()->set_cache_implementation("static");
   prefix.set_shared(true);
+  prefix.set_tier("disk");
   return prefix;
 }
 
 TEST(PrefixTextTest, OneLineWithEveryField) {
   EXPECT_EQ(PrefixText(SystemPrefix()),
             "name=sys num_tokens=12 bytes=4096 hits=3 pinned=false ttl=300s "
-            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab shared=true");
+            "created_at=2023-11-14T22:13:20Z fingerprint=0123456789ab shared=true tier=disk");
 }
 
 TEST(PrefixTextTest, UnsetFieldsShowTheirMeaning) {
@@ -124,7 +125,7 @@ TEST(PrefixTextTest, UnsetFieldsShowTheirMeaning) {
   prefix.set_name("bare");
   EXPECT_EQ(PrefixText(prefix),
             "name=bare num_tokens=0 bytes=0 hits=0 pinned=true ttl=none created_at=- "
-            "fingerprint=- shared=false");
+            "fingerprint=- shared=false tier=-");
 }
 
 TEST(PrefixTableTextTest, HeaderAndAlignedColumns) {
@@ -138,11 +139,11 @@ TEST(PrefixTableTextTest, HeaderAndAlignedColumns) {
   other->mutable_created_at()->set_seconds(0);
   EXPECT_EQ(PrefixTableText(response),
             "NAME                TOKENS  BYTES    HITS  PINNED  TTL   CREATED_AT            "
-            "FINGERPRINT   SHARED\n"
+            "FINGERPRINT   SHARED  TIER\n"
             "sys                 12      4096     3     false   300s  2023-11-14T22:13:20Z  "
-            "0123456789ab  true\n"
+            "0123456789ab  true    disk\n"
             "long-system-prompt  2000    1048576  0     true    none  1970-01-01T00:00:00Z  "
-            "abc           false\n");
+            "abc           false   -\n");
 }
 
 TEST(PrefixTableTextTest, Empty) {
