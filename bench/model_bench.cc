@@ -184,7 +184,7 @@ void BM_SharedPrefixAttention(benchmark::State& state) {
 // when shared).
 void BM_SharedPrefixDecode(benchmark::State& state) {
   compat::SetNumThreads(2);
-  Transformer& model = BenchModel("bench-small");
+  Model& model = BenchModel("bench-small");
   const bool shared = state.range(0) != 0;
   const int64_t prefix_tokens = state.range(1), requests = state.range(2);
   constexpr int kSteps = 64;

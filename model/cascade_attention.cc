@@ -7,6 +7,7 @@
 
 #include "model/attention.h"
 #include "model/cpu_kernels.h"
+#include "model/simd.h"
 #include "model/worker_pool.h"
 
 namespace kvserve::model {
@@ -15,6 +16,133 @@ namespace {
 // Segment columns per task of the segment's part: 256 keys and values of head_dim 64 in
 // float32 are 128 KiB, which stay in L2 while every query of the group reads them.
 constexpr int64_t kSegmentBlock = 256;
+
+#if defined(KVSERVE_SIMD_AVX512)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma")
+// GCC 12's AVX-512 reduction intrinsics start from _mm512_undefined_ps(), which it then
+// reports as maybe uninitialized at every use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// acc[r][0, 16 * kVec) += sum over keys j < len of w[r * ws + j] * values[j * vs], for kRows
+// rows: each value vector loaded once for the rows, the accumulators in registers.
+template <int kRows, int kVec>
+inline void WeightedRows(const float* w, int64_t ws, const float* values, int64_t vs, int64_t len,
+                         float* const* acc) {
+  __m512 a[kRows][kVec];
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kVec; ++v) a[r][v] = _mm512_setzero_ps();
+  }
+  for (int64_t j = 0; j < len; ++j) {
+    __m512 value[kVec];
+    for (int v = 0; v < kVec; ++v) value[v] = _mm512_loadu_ps(values + j * vs + 16 * v);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 weight = _mm512_set1_ps(w[r * ws + j]);
+      for (int v = 0; v < kVec; ++v) a[r][v] = _mm512_fmadd_ps(weight, value[v], a[r][v]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kVec; ++v) _mm512_storeu_ps(acc[r] + 16 * v, a[r][v]);
+  }
+}
+
+template <int kRows>
+void WeightedRowsAllDims(const float* w, int64_t ws, const float* values, int64_t vs, int64_t len,
+                         int64_t d, float* const* acc) {
+  float* shifted[kRows];
+  int64_t c = 0;
+  for (; c + 64 <= d; c += 64) {
+    for (int r = 0; r < kRows; ++r) shifted[r] = acc[r] + c;
+    WeightedRows<kRows, 4>(w, ws, values + c, vs, len, shifted);
+  }
+  for (; c < d; c += 16) {
+    for (int r = 0; r < kRows; ++r) shifted[r] = acc[r] + c;
+    WeightedRows<kRows, 1>(w, ws, values + c, vs, len, shifted);
+  }
+}
+
+// The segment block of keys/values [0, len) (row strides ks, vs; head_dim d a multiple of 16)
+// for `rows` query rows (q[r]: d floats): per row the block's maximum score, the sum of
+// e^(score - maximum) and the values weighted by those (acc: d floats per row). The keys are
+// transposed 16 at a time, so that 8 rows' scores take one FMA per key vector and dimension
+// (each key vector loaded once for the 8 rows); e^x runs 16 lanes at a time.
+void SegmentBlock512(const float* const* q, int64_t rows, const float* keys, int64_t ks,
+                     const float* values, int64_t vs, int64_t len, int64_t d, float scale,
+                     float* max_out, float* sum_out, float* acc_out) {
+  const int64_t padded = (len + 15) / 16 * 16;
+  thread_local std::vector<float> kt, scores;
+  kt.assign(static_cast<size_t>(d * padded), 0.0f);
+  for (int64_t j = 0; j < len; ++j) {
+    const float* k = keys + j * ks;
+    for (int64_t c = 0; c < d; ++c) kt[c * padded + j] = k[c];
+  }
+  scores.resize(static_cast<size_t>(8 * padded));
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __mmask16 tail =
+      len % 16 == 0 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (len % 16)) - 1u);
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+    const int64_t nr = std::min<int64_t>(8, rows - r0);
+    const float* qr[8];
+    for (int64_t r = 0; r < 8; ++r) qr[r] = q[r0 + std::min<int64_t>(r, nr - 1)];
+    for (int64_t jb = 0; jb < padded; jb += 16) {
+      __m512 acc[8];
+      for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
+      const float* kc = kt.data() + jb;
+      for (int64_t c = 0; c < d; ++c) {
+        const __m512 k = _mm512_loadu_ps(kc + c * padded);
+        for (int r = 0; r < 8; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qr[r][c]), k, acc[r]);
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        _mm512_storeu_ps(scores.data() + r * padded + jb, _mm512_mul_ps(acc[r], vscale));
+      }
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      float* s = scores.data() + r * padded;
+      __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+      for (int64_t jb = 0; jb < padded; jb += 16) {
+        const __mmask16 mask = jb + 16 <= len ? __mmask16{0xFFFF} : tail;
+        mx = _mm512_mask_max_ps(mx, mask, mx, _mm512_loadu_ps(s + jb));
+      }
+      const float m = _mm512_reduce_max_ps(mx);
+      const __m512 vm = _mm512_set1_ps(m);
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t jb = 0; jb < padded; jb += 16) {
+        const __mmask16 mask = jb + 16 <= len ? __mmask16{0xFFFF} : tail;
+        const __m512 e =
+            _mm512_maskz_mov_ps(mask, Exp512(_mm512_sub_ps(_mm512_loadu_ps(s + jb), vm)));
+        _mm512_storeu_ps(s + jb, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      max_out[r0 + r] = m;
+      sum_out[r0 + r] = _mm512_reduce_add_ps(sum);
+    }
+    for (int64_t rr = 0; rr < nr; rr += 4) {
+      float* out[4];
+      const int64_t n4 = std::min<int64_t>(4, nr - rr);
+      for (int64_t r = 0; r < n4; ++r) out[r] = acc_out + (r0 + rr + r) * d;
+      const float* w = scores.data() + rr * padded;
+      switch (n4) {
+        case 4:
+          WeightedRowsAllDims<4>(w, padded, values, vs, len, d, out);
+          break;
+        case 3:
+          WeightedRowsAllDims<3>(w, padded, values, vs, len, d, out);
+          break;
+        case 2:
+          WeightedRowsAllDims<2>(w, padded, values, vs, len, d, out);
+          break;
+        default:
+          WeightedRowsAllDims<1>(w, padded, values, vs, len, d, out);
+          break;
+      }
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
 
 }  // namespace
 
@@ -92,11 +220,22 @@ bool CascadeAttend(const std::vector<CascadeMember>& members, const cache::Layer
   const float* seg_v = shared.prefix_values.data_ptr<float>();
   const int64_t sk1 = shared.prefix_keys.stride(1), sk2 = shared.prefix_keys.stride(2);
   const int64_t sv1 = shared.prefix_values.stride(1), sv2 = shared.prefix_values.stride(2);
+  // The AVX-512 block kernel where the CPU has it (not for capped scores, which keep the loop).
+  [[maybe_unused]] const bool avx512 = cap <= 0 && d % 16 == 0 && CpuHasAvx512();
   auto segment_block = [&](int64_t index) {
     const int64_t kh = index / blocks, b = index % blocks;
     const int64_t j0 = b * kSegmentBlock, j1 = std::min(prefix_len, j0 + kSegmentBlock);
     const float* kp = seg_k + kh * sk1;
     const float* vp = seg_v + kh * sv1;
+#if defined(KVSERVE_SIMD_AVX512)
+    if (avx512) {
+      const int64_t slot = (kh * blocks + b) * rows;
+      SegmentBlock512(query.data() + kh * rows, rows, kp + j0 * sk2, sk2, vp + j0 * sv2, sv2,
+                      j1 - j0, d, fscale, block_max.data() + slot, block_sum.data() + slot,
+                      block_acc.data() + slot * d);
+      return;
+    }
+#endif
     thread_local std::vector<float> s;
     s.resize(static_cast<size_t>(kSegmentBlock));
     for (int64_t r = 0; r < rows; ++r) {

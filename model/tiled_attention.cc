@@ -124,28 +124,6 @@ void RowsPortable(const Problem& p, int64_t kh, const Row* rows, int64_t num_row
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// e^x for each lane (relative error about 1e-7 over the float range; lanes below -87.3 give
-// about 1e-38, callers zero masked lanes themselves).
-inline __m512 Exp512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-  x = _mm512_min_ps(x, _mm512_set1_ps(88.72283f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // r = x - n ln2, with ln2 split in two so that n * hi is exact.
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
-  // e^r on |r| <= ln2 / 2: Taylor to degree 7.
-  __m512 e = _mm512_set1_ps(1.0f / 5040.0f);
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 720.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 120.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 24.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 6.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(0.5f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
-  e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(e, n);
-}
-
 // Lanes of the block starting at key j0 that `keys` contains.
 inline __mmask16 LaneMask(const KeyRange& keys, int64_t j0) {
   const int64_t lo = std::clamp<int64_t>(keys.lo - j0, 0, 16);

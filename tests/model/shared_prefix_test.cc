@@ -87,7 +87,9 @@ class SharedPrefixModelTest : public ::testing::TestWithParam<std::string> {
       int shared_layers = 0;
       caches.push_back(Load(*model_, *snapshot_, shared, &shared_layers));
       // Every dynamic layer reads the prefix in place (a sliding one the part it keeps).
-      if (shared) EXPECT_EQ(shared_layers, model_->info().num_layers);
+      if (shared) {
+        EXPECT_EQ(shared_layers, model_->info().num_layers);
+      }
     }
     for (int step = 0; step < steps; ++step) {
       if (crop > 0 && step == steps / 2) {
@@ -288,6 +290,35 @@ TEST(SegmentedAttentionTest, CascadeEqualsEachMemberAlone) {
     const at::Tensor capped =
         Attend(members[i].queries, members[i].view, members[i].q_start, full, 0.3, nullptr, 0.5);
     EXPECT_LT(MaxAbsDiff(members[i].out, capped), kTolerance) << "tensor ops, member " << i;
+  }
+}
+
+// A segment of several blocks (300 columns: 256 + 44), a head size that is not a multiple of
+// 64 (80), and groups of 6, 9 and 15 query rows per kv head (query rows in chunks of 8, values
+// weighted 4, 3, 2 and 1 rows at a time by the AVX-512 kernel where the CPU has it).
+TEST(SegmentedAttentionTest, CascadeOverSeveralSegmentBlocks) {
+  at::manual_seed(9);
+  const int64_t heads = 6, kv_heads = 2, d = 80, prefix = 300;
+  const at::Tensor pk = at::randn({1, kv_heads, prefix, d});
+  const at::Tensor pv = at::randn({1, kv_heads, prefix, d});
+  const cache::LayerSpec full{cache::LayerType::kFullAttention, 0};
+  for (int64_t count : {2, 3, 5}) {
+    SCOPED_TRACE(::testing::Message() << count << " members");
+    std::vector<CascadeMember> members;
+    std::vector<at::Tensor> expected;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t own = 2 + i;
+      const at::Tensor keys = at::randn({1, kv_heads, own + 3, d});
+      const at::Tensor values = at::randn({1, kv_heads, own + 3, d});
+      cache::LayerView view{keys, values, 0, own, pk, pv};
+      const at::Tensor q = at::randn({1, heads, d});
+      expected.push_back(Attend(q, view, prefix + own - 1, full, 0.11));
+      members.push_back({q, view, prefix + own - 1, at::empty({1, heads * d})});
+    }
+    ASSERT_TRUE(CascadeAttend(members, full, 0.11));
+    for (size_t i = 0; i < members.size(); ++i) {
+      EXPECT_LT(MaxAbsDiff(members[i].out, expected[i]), kTolerance) << "member " << i;
+    }
   }
 }
 
