@@ -220,8 +220,9 @@ absl::Status BartModel::LoadWeights(const base::ModelSource& source) {
     return a;
   };
   shared_ = load("model.shared.weight", {c.vocab_size, d});
-  lm_head_ =
-      expected.contains("lm_head.weight") ? load("lm_head.weight", {c.vocab_size, d}) : shared_;
+  // Tied, the head is the shared embedding even where the checkpoint also stores one (as
+  // Transformers ties it).
+  lm_head_ = c.tie_word_embeddings ? shared_ : load("lm_head.weight", {c.vocab_size, d});
   final_logits_bias_ = expected.contains("final_logits_bias")
                            ? load("final_logits_bias", {1, c.vocab_size}).view({c.vocab_size})
                            : at::zeros({c.vocab_size}, at::kFloat);

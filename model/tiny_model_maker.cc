@@ -400,7 +400,7 @@ absl::StatusOr<BartConfig> BartPresetConfig(const std::string& preset) {
   };
   constexpr Sizes kBartPresets[] = {{"tiny", 320, 64, 2, 4, 128, true},
                                     {"small", 512, 256, 3, 8, 1024, false},
-                                    {"bench-small", 32000, 512, 6, 8, 2048, false}};
+                                    {"bench-small", 32000, 512, 4, 8, 2048, false}};
   for (const Sizes& p : kBartPresets) {
     if (preset != p.name) continue;
     return BartConfig::Parse(absl::StrCat(
@@ -410,7 +410,7 @@ absl::StatusOr<BartConfig> BartPresetConfig(const std::string& preset) {
         ", \"encoder_ffn_dim\": ", p.ffn, ", \"decoder_ffn_dim\": ", p.ffn,
         ", \"max_position_embeddings\": 1024, \"activation_function\": \"gelu\"",
         ", \"scale_embedding\": ", p.scale_embedding ? "true" : "false",
-        ", \"tie_word_embeddings\": true, \"pad_token_id\": null, \"bos_token_id\": ",
+        ", \"tie_word_embeddings\": false, \"pad_token_id\": null, \"bos_token_id\": ",
         tokenizer::kTinyBosId, ", \"eos_token_id\": ", tokenizer::kTinyEosId,
         ", \"decoder_start_token_id\": ", tokenizer::kTinyEosId,
         ", \"forced_bos_token_id\": ", tokenizer::kTinyBosId,
@@ -463,6 +463,7 @@ absl::StatusOr<std::map<std::string, std::string>> MakeBartModelFiles(const Bart
     }
   }
   w.Draw("final_logits_bias", {1, c.vocab_size}, normal(0.1));
+  if (!c.tie_word_embeddings) w.Draw("lm_head.weight", {c.vocab_size, d}, normal(4 * unit));
   std::map<std::string, std::string> files;
   files["config.json"] = c.ToJson();
   files["model.safetensors"] = w.Serialize();

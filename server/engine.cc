@@ -505,6 +505,7 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
         input.cache = cache;
         with_cache.push_back(s.id);
       }
+      input.encoder_token_ids = live.request.encoder_ids;  // encoder-decoder models only
       result.batch_index[i] = static_cast<int>(batch.sequences.size());
       batch.sequences.push_back(input);
     }

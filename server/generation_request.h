@@ -25,8 +25,11 @@ namespace kvserve::server {
 
 // Every default applied and every field checked (RequestBuilder builds it).
 struct GenerationRequest {
-  // The whole prompt (a prefix's tokens included), >= 1 token, each in [0, vocab).
+  // The whole prompt (a prefix's tokens included), >= 1 token, each in [0, vocab). For an
+  // encoder-decoder model, the decoder prompt (its start tokens when the caller names none).
   std::vector<int32_t> prompt_ids;
+  // Encoder-decoder models only: the encoder input (the caller's prompt); empty otherwise.
+  std::vector<int32_t> encoder_ids;
   // The caller's tenant: its namespace for automatic prefix reuse, and its per-tenant limits.
   std::string tenant = kDefaultTenant;
   // Qualified name (cache::QualifiedPrefixName) of the registered prefix the prompt starts

@@ -16,6 +16,7 @@ Usage: compare_logits.py --make-model BIN --generate BIN [--work-dir DIR] [--arc
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -74,23 +75,36 @@ def compare_arch(arch, make_model, generate, work_dir, atol):
                                work_dir, atol) for n in MAMBA_LENGTHS]
     if arch == "bart":
         model = bart_reference.BartModel(model_dir)
-        return [compare_bart(model, (PROMPT_IDS * 2)[:enc], (PROMPT_IDS[::-1] * 2)[:dec],
-                             model_dir, generate, work_dir, atol) for enc, dec in BART_LENGTHS]
+        rows = [compare_bart(model, (PROMPT_IDS * 2)[:enc], (PROMPT_IDS[::-1] * 2)[:dec],
+                             model_dir, generate, work_dir, atol, "bart")
+                for enc, dec in BART_LENGTHS]
+        # The same weights with the LM head tied to the shared embedding (BART's default; the
+        # presets untie it, since random tied weights make greedy decoding repeat its input).
+        config_path = os.path.join(model_dir, "config.json")
+        with open(config_path) as f:
+            config = json.load(f)
+        config["tie_word_embeddings"] = True
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+        tied = bart_reference.BartModel(model_dir)
+        rows.append(compare_bart(tied, PROMPT_IDS[:5], PROMPT_IDS[::-1][:3], model_dir, generate,
+                                 work_dir, atol, "bart-tied"))
+        return rows
     model = reference_forward.Model(model_dir)
     kinds = ",".join(sorted({kind for kind, _ in model.cfg.layer_windows}))
     return [compare_prompt(arch, model, kinds, PROMPT_IDS, model_dir, generate, work_dir, atol)]
 
 
-def compare_bart(model, encoder, decoder, model_dir, generate, work_dir, atol):
+def compare_bart(model, encoder, decoder, model_dir, generate, work_dir, atol, name):
     # The decoder input starts from decoder_start_token_id, as generate() starts it.
     decoder = [model.cfg.decoder_start] + decoder[:-1]
-    kv_path = os.path.join(work_dir, f"bart.{len(encoder)}.{len(decoder)}.kv")
+    kv_path = os.path.join(work_dir, f"{name}.{len(encoder)}.{len(decoder)}.kv")
     _run([generate, "--model", model_dir, "--prompt-ids", ",".join(map(str, encoder)),
           "--decoder-prompt-ids", ",".join(map(str, decoder)), "--max-new-tokens", "1",
           "--threads", "1", "--logits-out", kv_path])
     kvserve = _read_logits(kv_path)
     reference = model.forward(encoder, decoder)[-1]
-    return _row(f"bart/{len(encoder)}+{len(decoder)}", "enc-dec", kvserve, reference, atol)
+    return _row(f"{name}/{len(encoder)}+{len(decoder)}", "enc-dec", kvserve, reference, atol)
 
 
 def _row(name, kinds, kvserve, reference, atol):
@@ -142,10 +156,10 @@ def main(argv=None):
             except (RuntimeError, reference_forward.ReferenceError, OSError) as e:
                 failures.append(f"{arch}: {e}")
         print(f"prompt ids ({len(PROMPT_IDS)}): {','.join(map(str, PROMPT_IDS))}")
-        print(f"{'arch':13} {'vocab':>6} {'layers':14} {'max|diff|':>10} {'at id':>6} "
+        print(f"{'arch':14} {'vocab':>6} {'layers':14} {'max|diff|':>10} {'at id':>6} "
               f"{'logit sd':>9} {'argmax kv/ref':>14}  result")
         for r in rows:
-            print(f"{r['arch']:13} {r['vocab']:6d} {r['layers']:14} {r['max_abs_diff']:10.3g} "
+            print(f"{r['arch']:14} {r['vocab']:6d} {r['layers']:14} {r['max_abs_diff']:10.3g} "
                   f"{r['worst_id']:6d} {r['logit_std']:9.3f} "
                   f"{str(r['argmax_kv']) + '/' + str(r['argmax_ref']):>14}  "
                   f"{'ok' if r['ok'] else 'MISMATCH'}")
