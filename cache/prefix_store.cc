@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cache/cross_attention_state.h"
 #include "cache/snapshot.h"
 
 namespace kvserve::cache {
@@ -253,7 +254,13 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
   if (auto it = named_.find(name); it != named_.end()) {
     existing = it->second;
     Entry& entry = entries_.at(it->second);
-    if (entry.options == options && entry.snapshot->token_ids() == snapshot->token_ids()) {
+    // An encoder-decoder model's prefix is its encoder input, beside the decoder tokens.
+    const auto encoder_ids = [](const Snapshot& s) {
+      return s.cross_attention() != nullptr ? s.cross_attention()->encoder_ids
+                                            : std::vector<int32_t>();
+    };
+    if (entry.options == options && entry.snapshot->token_ids() == snapshot->token_ids() &&
+        encoder_ids(*entry.snapshot) == encoder_ids(*snapshot)) {
       TouchLocked(entry, now);
       return InfoLocked(entry);
     }

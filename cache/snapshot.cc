@@ -64,8 +64,10 @@ absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::Capture(const KvCache&
     keys.push_back(layer->keys().clone(at::MemoryFormat::Contiguous));
     values.push_back(layer->values().clone(at::MemoryFormat::Contiguous));
   }
-  return std::shared_ptr<const Snapshot>(new Snapshot(std::move(token_ids), std::move(fingerprint),
-                                                      std::move(keys), std::move(values)));
+  auto* snapshot = new Snapshot(std::move(token_ids), std::move(fingerprint), std::move(keys),
+                                std::move(values));
+  snapshot->cross_attention_ = capture.cross_attention();
+  return std::shared_ptr<const Snapshot>(snapshot);
 }
 
 absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::CaptureStates(

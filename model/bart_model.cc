@@ -463,15 +463,21 @@ absl::StatusOr<ForwardOutput> BartModel::Forward(const Batch& batch) {
   }
   ForwardOutput out;
   for (const SequenceInput& seq : batch.sequences) {
+    const auto encodes = [&](const std::shared_ptr<const cache::CrossAttentionState>& s) {
+      return s != nullptr && std::equal(s->encoder_ids.begin(), s->encoder_ids.end(),
+                                        seq.encoder_token_ids.begin(), seq.encoder_token_ids.end());
+    };
     std::shared_ptr<const cache::CrossAttentionState> state =
         seq.cache != nullptr ? seq.cache->cross_attention() : nullptr;
-    if (state == nullptr ||
-        !std::equal(state->encoder_ids.begin(), state->encoder_ids.end(),
-                    seq.encoder_token_ids.begin(), seq.encoder_token_ids.end())) {
-      absl::StatusOr<std::shared_ptr<const cache::CrossAttentionState>> computed =
-          ComputeCrossState(seq.encoder_token_ids);
-      if (!computed.ok()) return computed.status();
-      state = *std::move(computed);
+    if (!encodes(state)) {
+      if (encodes(seq.encoder_state)) {
+        state = seq.encoder_state;  // a named prefix's, shared (it is immutable)
+      } else {
+        absl::StatusOr<std::shared_ptr<const cache::CrossAttentionState>> computed =
+            ComputeCrossState(seq.encoder_token_ids);
+        if (!computed.ok()) return computed.status();
+        state = *std::move(computed);
+      }
       if (seq.cache != nullptr) seq.cache->set_cross_attention(state);
     }
     const CrossSource cross = [&](const Layer&,

@@ -50,8 +50,9 @@ class BartModel final : public Model {
 
   // The engine's forward: each sequence's token_ids are decoder tokens continuing its cache
   // (or its whole decoder sequence without one) and encoder_token_ids its encoder input. A
-  // cache without a CrossAttentionState for that input gets one (the encoder and every
-  // layer's cross K/V, computed once); later steps read it. InvalidArgument, before anything
+  // cache without a CrossAttentionState for that input gets one (encoder_state when it is
+  // that input's, else the encoder and every layer's cross K/V computed once); later steps
+  // read it. InvalidArgument, before anything
   // changes, for a sequence without encoder input, bad ids or rows, positions past
   // max_position_embeddings, or a cache of another layer count.
   absl::StatusOr<ForwardOutput> Forward(const Batch& batch) override;

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ struct SequenceInput {
   // prompt), which every step of the request passes; token_ids are then decoder tokens.
   // Empty for decoder-only models.
   absl::Span<const int32_t> encoder_token_ids;
+  // With encoder_token_ids: their encoder output and cross K/V when already computed (a named
+  // prefix's), which a cache without them then takes instead of computing them.
+  std::shared_ptr<const cache::CrossAttentionState> encoder_state;
 };
 
 struct Batch {

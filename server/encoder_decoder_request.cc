@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "base/string_cat.h"
+#include "cache/cross_attention_state.h"
+#include "cache/snapshot.h"
 #include "server/request_builder.h"
 
 namespace kvserve::server {
@@ -25,7 +27,6 @@ absl::Status CheckEncoderDecoderInput(const model::ModelInfo& info, const Genera
     return FieldError("session", Cat("sessions continue one decoder sequence turn after turn; ",
                                      family, " decodes each request from its own encoder input"));
   }
-  if (!input.prefix.empty()) return RefuseEncoderDecoderPrefix(info, "prefix");
   return absl::OkStatus();
 }
 
@@ -36,6 +37,27 @@ absl::Status ApplyEncoderDecoderInput(const model::ModelInfo& info, const Genera
     return FieldError("prompt",
                       Cat("the encoder input has ", out->prompt_ids.size(),
                           " tokens; the encoder reads at most ", info.max_position_embeddings));
+  }
+  std::vector<int32_t> encoder = std::move(out->prompt_ids);
+  if (out->prefix_snapshot != nullptr) {
+    const cache::Snapshot& prefix = *out->prefix_snapshot;
+    if (prefix.cross_attention() == nullptr) {
+      return FieldError("prefix", Cat("prefix '", input.prefix,
+                                      "' holds no encoder input (it was not registered on this "
+                                      "encoder-decoder model); register it again"));
+    }
+    if (static_cast<int64_t>(encoder.size()) != prefix.num_tokens()) {
+      return FieldError(
+          "prompt",
+          Cat("a named prefix of model_type ", info.model_type, " (an encoder-decoder model)",
+              " is the whole encoder input (the encoder reads it both ways, so tokens "
+              "after it would change every position): send an empty input, and the "
+              "decoder's first tokens in decoder_prompt_ids"));
+    }
+    out->cross_attention = prefix.cross_attention();
+    encoder = out->cross_attention->encoder_ids;
+    out->prefix_snapshot = nullptr;
+    out->prefix.clear();
   }
   std::vector<int32_t> decoder = info.decoder_start_ids;
   if (input.decoder_prompt_ids.has_value()) {
@@ -52,7 +74,8 @@ absl::Status ApplyEncoderDecoderInput(const model::ModelInfo& info, const Genera
       }
     }
   }
-  out->encoder_ids = std::exchange(out->prompt_ids, std::move(decoder));
+  out->encoder_ids = std::move(encoder);
+  out->prompt_ids = std::move(decoder);
   return absl::OkStatus();
 }
 
@@ -69,11 +92,16 @@ absl::Status CheckEncoderDecoderCache(const model::ModelInfo& info, GenerationRe
   return absl::OkStatus();
 }
 
-absl::Status RefuseEncoderDecoderPrefix(const model::ModelInfo& info, std::string_view field) {
+absl::Status ApplyEncoderDecoderRegistration(const model::ModelInfo& info,
+                                             PrefixRegistration* out) {
   if (!info.encoder_decoder()) return absl::OkStatus();
-  return FieldError(field, Cat("named prefixes are not supported for model_type ", info.model_type,
-                               " (an encoder-decoder model): a prefix holds decoder tokens, "
-                               "not an encoder input"));
+  if (out->strategy.implementation == cache::CacheImplementation::kQuantized) {
+    return FieldError("options.cache_implementation",
+                      Cat("'quantized' is not supported for model_type ", info.model_type,
+                          " (an encoder-decoder model)"));
+  }
+  out->encoder_ids = std::exchange(out->token_ids, info.decoder_start_ids);
+  return absl::OkStatus();
 }
 
 }  // namespace kvserve::server

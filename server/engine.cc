@@ -198,7 +198,7 @@ void Engine::Cancel(RequestId id) {
 
 void Engine::RegisterPrefix(std::string name, std::vector<int32_t> token_ids,
                             cache::CacheSpec strategy, cache::NamedPrefixOptions options,
-                            RegisterCallback done) {
+                            RegisterCallback done, std::vector<int32_t> encoder_ids) {
   {
     absl::MutexLock lock(&mu_);
     if (!draining_) {
@@ -206,7 +206,7 @@ void Engine::RegisterPrefix(std::string name, std::vector<int32_t> token_ids,
       ++num_live_;
       registrations_.emplace_back(
           id, Registration{std::move(name), std::move(token_ids), std::move(strategy),
-                           std::move(options), std::move(done)});
+                           std::move(options), std::move(done), std::move(encoder_ids)});
       return;
     }
   }
@@ -394,6 +394,7 @@ void Engine::AddRegistration(RequestId id, Registration registration) {
   auto live = std::make_unique<Live>();
   live->registration_done = std::move(registration.done);
   live->prompt = registration.token_ids;
+  live->request.encoder_ids = std::move(registration.encoder_ids);
   live->request.arrival_time = clock_->Now();
   const int64_t num_prompt = static_cast<int64_t>(registration.token_ids.size());
   cache::SequenceRequest sequence;
@@ -506,6 +507,7 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
         with_cache.push_back(s.id);
       }
       input.encoder_token_ids = live.request.encoder_ids;  // encoder-decoder models only
+      input.encoder_state = live.request.cross_attention;
       result.batch_index[i] = static_cast<int>(batch.sequences.size());
       batch.sequences.push_back(input);
     }

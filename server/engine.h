@@ -111,7 +111,8 @@ class Engine {
   // after Shutdown began, the forward's error, or Internal when it could not be recorded
   // (the prefix is then deleted again).
   void RegisterPrefix(std::string name, std::vector<int32_t> token_ids, cache::CacheSpec strategy,
-                      cache::NamedPrefixOptions options, RegisterCallback done);
+                      cache::NamedPrefixOptions options, RegisterCallback done,
+                      std::vector<int32_t> encoder_ids = {});
   // Deletes the named prefix (qualified) on the engine thread and replies once the deletion is
   // durable; a deletion that cannot be recorded is undone (see PrefixRegistrar::Delete).
   // `done` is called once, from any thread.
@@ -152,6 +153,7 @@ class Engine {
     cache::CacheSpec strategy;
     cache::NamedPrefixOptions options;
     RegisterCallback done;
+    std::vector<int32_t> encoder_ids;  // encoder-decoder models: the prefix's encoder input
   };
   class Admission;  // the scheduler's admission policy: the cache manager's answer
 

@@ -778,7 +778,6 @@ absl::StatusOr<PrefixRegistration> RequestBuilder::Registration(const Registrati
   }
   out.name = cache::QualifiedPrefixName(
       input.shared ? std::string(cache::kSharedSpace) : context.caller.tenant, input.name);
-  if (absl::Status s = RefuseEncoderDecoderPrefix(model_info_, "content"); !s.ok()) return s;
   switch (input.content.kind) {
     case PromptInput::Kind::kText: {
       absl::StatusOr<std::vector<int32_t>> ids = TextIds(input.content.text, "text", true);
@@ -846,6 +845,7 @@ absl::StatusOr<PrefixRegistration> RequestBuilder::Registration(const Registrati
                       Cat(fits.message(), " (model_type ", model_info_.model_type, ")"));
   }
   out.strategy = *std::move(spec);
+  if (absl::Status s = ApplyEncoderDecoderRegistration(model_info_, &out); !s.ok()) return s;
   return out;
 }
 

@@ -1,7 +1,8 @@
 // BART through a real in-process server: the prompt is the encoder input and decoding starts
 // from the decoder start tokens (or decoder_prompt_ids); greedy tokens are the same cached,
 // for every strategy that applies, and cold; the cross-attention K/V are projected once per
-// request (counted by the model), beams included; what does not apply is refused by name.
+// request (counted by the model), beams included, and once per named prefix (an encoder
+// input: requests on it compute none); what does not apply is refused by name.
 #include <gmock/gmock.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
@@ -11,8 +12,8 @@
 #include <google/protobuf/text_format.h>
 
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,18 @@ class BartServingTest : public ::testing::Test {
     const grpc::Status status = Call(encoder, extra, &response, max_new);
     EXPECT_TRUE(status.ok()) << status.error_message() << " for " << extra;
     return response;
+  }
+
+  grpc::Status Register(const std::string& name, const std::vector<int32_t>& encoder,
+                        v1::Prefix* prefix, const std::string& cache_implementation = "") {
+    v1::RegisterPrefixRequest request;
+    request.set_name(name);
+    request.mutable_token_ids()->mutable_ids()->Add(encoder.begin(), encoder.end());
+    if (!cache_implementation.empty()) {
+      request.mutable_options()->set_cache_implementation(cache_implementation);
+    }
+    grpc::ClientContext context;
+    return prefixes_->RegisterPrefix(&context, request, prefix);
   }
 
   model::BartModel* bart_ = nullptr;  // owned by the server
@@ -174,14 +187,43 @@ TEST_F(BartServingTest, WhatDoesNotApplyIsRefusedByName) {
   status = Call(encoder, "decoder_prompt_ids { ids: 9999 }", &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("decoder_prompt_ids.ids"));
-  v1::RegisterPrefixRequest request;
-  request.set_name("p");
-  request.mutable_token_ids()->mutable_ids()->Add(encoder.begin(), encoder.end());
   v1::Prefix prefix;
-  grpc::ClientContext context;
-  status = prefixes_->RegisterPrefix(&context, request, &prefix);
+  status = Register("q", encoder, &prefix, "quantized");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("named prefixes are not supported"));
+  EXPECT_THAT(status.error_message(), HasSubstr("options.cache_implementation: 'quantized'"));
+}
+
+// A named prefix is an encoder input: its registration computes the encoder output and the
+// cross K/V, which every request on it reads instead of computing them again.
+TEST_F(BartServingTest, NamedPrefixReusesItsEncoderOutputAndCrossCache) {
+  const std::vector<int32_t> document = Ids(14, 6), other = Ids(14, 7);
+  const int64_t layers = bart_->config().decoder_layers;
+  const v1::GenerateResponse plain = Generate(document, "", 6);
+  v1::Prefix prefix;
+  int64_t before = bart_->cross_projections();
+  ASSERT_TRUE(Register("doc", document, &prefix).ok());
+  EXPECT_EQ(bart_->cross_projections() - before, layers);  // the registration's one step
+  before = bart_->cross_projections();
+  for (int i = 0; i < 2; ++i) {
+    const v1::GenerateResponse on_prefix = Generate({}, "prefix: \"doc\"", 6);
+    EXPECT_THAT(on_prefix.token_ids(), ElementsAreArray(plain.token_ids()));
+  }
+  // Greedy, beams and another decoder prompt on the prefix: no cross projection at all.
+  v1::GenerateResponse beams;
+  ASSERT_TRUE(
+      Call({}, "prefix: \"doc\" sampling { num_beams: 2 num_return_sequences: 2 }", &beams, 4)
+          .ok());
+  EXPECT_EQ(beams.sequences_size(), 2);
+  EXPECT_EQ(bart_->cross_projections() - before, 0);
+  // Registered again on another encoder input, the name serves that one.
+  ASSERT_TRUE(Register("doc", other, &prefix).ok());
+  EXPECT_THAT(Generate({}, "prefix: \"doc\"", 6).token_ids(),
+              ElementsAreArray(Generate(other, "", 6).token_ids()));
+  // The prefix is the whole encoder input: tokens after it are refused, naming why.
+  v1::GenerateResponse response;
+  const grpc::Status status = Call({5, 6}, "prefix: \"doc\"", &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("is the whole encoder input"));
 }
 
 TEST(EncoderDecoderRequestTest, DecoderOnlyModelsRefuseADecoderPrompt) {
