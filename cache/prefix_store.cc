@@ -8,7 +8,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "cache/cross_attention_state.h"
 #include "cache/snapshot.h"
 
 namespace kvserve::cache {
@@ -50,7 +49,7 @@ void PrefixStore::RemoveLocked(EntryId id, RemovalCause cause, Released* release
   removed.named = entry.named;
   removed.space = entry.space;
   removed.name = entry.name;
-  removed.tokens.assign(entry.snapshot->token_ids().begin(), entry.snapshot->token_ids().end());
+  removed.tokens = entry.snapshot->content_ids();
   removed.entry_id = id;
   events_.Append(std::move(removed));
   if (entry.named) ++named_generation_;
@@ -105,7 +104,7 @@ PrefixStore::EntryId PrefixStore::InsertLocked(Entry entry) {
   stored.named = entry.named;
   stored.space = entry.space;
   stored.name = entry.name;
-  stored.tokens.assign(entry.snapshot->token_ids().begin(), entry.snapshot->token_ids().end());
+  stored.tokens = entry.snapshot->content_ids();
   stored.entry_id = id;
   stored.options = entry.options;
   stored.created_at = entry.created_at;
@@ -255,12 +254,8 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
     existing = it->second;
     Entry& entry = entries_.at(it->second);
     // An encoder-decoder model's prefix is its encoder input, beside the decoder tokens.
-    const auto encoder_ids = [](const Snapshot& s) {
-      return s.cross_attention() != nullptr ? s.cross_attention()->encoder_ids
-                                            : std::vector<int32_t>();
-    };
     if (entry.options == options && entry.snapshot->token_ids() == snapshot->token_ids() &&
-        encoder_ids(*entry.snapshot) == encoder_ids(*snapshot)) {
+        entry.snapshot->content_ids() == snapshot->content_ids()) {
       TouchLocked(entry, now);
       return InfoLocked(entry);
     }

@@ -86,6 +86,9 @@ class Snapshot {
   const std::shared_ptr<const CrossAttentionState>& cross_attention() const {
     return cross_attention_;
   }
+  // What registering the entry again takes as its content: the encoder input of an
+  // encoder-decoder capture, else token_ids(). Events and the prefix journal record it.
+  std::vector<int32_t> content_ids() const;
 
  private:
   Snapshot(std::vector<int32_t> token_ids, std::string fingerprint, std::vector<at::Tensor> keys,
