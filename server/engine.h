@@ -109,7 +109,8 @@ class Engine {
   // once, from the engine thread or (with persistence, once the prefix is durable) the
   // persistence's thread, with the store's answer (see PrefixStore::PutNamed), Unavailable
   // after Shutdown began, the forward's error, or Internal when it could not be recorded
-  // (the prefix is then deleted again).
+  // (the prefix is then deleted again). `encoder_ids`: an encoder-decoder model's prefix
+  // content (token_ids are then its decoder start tokens; see PrefixRegistration).
   void RegisterPrefix(std::string name, std::vector<int32_t> token_ids, cache::CacheSpec strategy,
                       cache::NamedPrefixOptions options, RegisterCallback done,
                       std::vector<int32_t> encoder_ids = {});
