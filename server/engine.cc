@@ -696,7 +696,9 @@ void Engine::Finish(RequestId id, FinishReason reason) {
   const std::optional<cache::SequenceInfo> info = kv_->info(id);
   GenerationSummary summary;
   summary.finish_reason = reason;
-  summary.prompt_tokens = static_cast<int64_t>(live.prompt.size());
+  // An encoder-decoder request's prompt is its encoder input and its decoder prompt.
+  summary.prompt_tokens =
+      static_cast<int64_t>(live.prompt.size() + live.request.encoder_ids.size());
   summary.cached_tokens = live.num_cached_tokens;
   summary.completion_tokens = live.output != nullptr ? live.output->completion_tokens() : 0;
   summary.num_sequences = live.request.num_return_sequences;

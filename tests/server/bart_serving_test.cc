@@ -135,6 +135,8 @@ TEST_F(BartServingTest, DecoderPromptContinuesTheDecoder) {
   const std::vector<int32_t> encoder = Ids(9, 2);
   const v1::GenerateResponse plain = Generate(encoder, "", 6);
   ASSERT_EQ(plain.token_ids_size(), 6);
+  // The encoder input and the decoder's two start tokens.
+  EXPECT_EQ(plain.usage().prompt_tokens(), 9 + 2);
   // The default decoder prompt is decoder_start_token_id then forced_bos_token_id: naming it
   // plus the first generated token continues with the rest.
   const v1::GenerateResponse continued =
