@@ -41,9 +41,10 @@ at::Tensor BartSplitHeads(const at::Tensor& x, int64_t heads) {
 
 // Queries [rows, heads, n, head_dim] at positions q_start.. against `kv` (batch rows; full
 // attention, so columns past a query's position are hidden, and q_start at or past the
-// columns shows them all): [rows, n, heads * head_dim].
+// columns shows them all): [rows, n, heads * head_dim]. `masks` shares the masks between the
+// layers of one forward.
 at::Tensor BartAttend(const at::Tensor& queries, const cache::LayerView& kv, int64_t q_start,
-                      double scale) {
+                      double scale, MaskCache* masks) {
   const cache::LayerSpec full{};
   const int64_t rows = queries.size(0);
   std::vector<at::Tensor> out;
@@ -54,7 +55,7 @@ at::Tensor BartAttend(const at::Tensor& queries, const cache::LayerView& kv, int
       row.keys = kv.keys.narrow(0, r, 1);
       row.values = kv.values.narrow(0, r, 1);
     }
-    out.push_back(Attend(queries[r].transpose(0, 1), row, q_start, full, scale));
+    out.push_back(Attend(queries[r].transpose(0, 1), row, q_start, full, scale, masks));
   }
   return at::stack(out);
 }
@@ -305,13 +306,14 @@ absl::StatusOr<at::Tensor> BartModel::Encode(absl::Span<const int32_t> ids, int6
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.encoder_head_dim()));
   const int64_t heads = c.encoder_attention_heads, d = c.d_model;
   at::Tensor x = Embed(BartIds(ids, rows), encoder_positions_, encoder_embedding_norm_, 0);
+  MaskCache masks;
   for (const Layer& layer : encoder_layers_) {
     const Attention& a = layer.self_attn;
     const at::Tensor q = BartSplitHeads(BartLinear(x, a.q, a.q_bias), heads);
     const at::Tensor k = BartSplitHeads(BartLinear(x, a.k, a.k_bias), heads);
     const at::Tensor v = BartSplitHeads(BartLinear(x, a.v, a.v_bias), heads);
     // Bidirectional: every query sits at or past the last key.
-    const at::Tensor attended = BartAttend(q, BartWholeView(k, v), n, scale);
+    const at::Tensor attended = BartAttend(q, BartWholeView(k, v), n, scale, &masks);
     x = at::layer_norm(x + BartLinear(attended, a.out, a.out_bias), {d},
                        layer.self_attn_norm.weight, layer.self_attn_norm.bias, c.layer_norm_eps);
     x = at::layer_norm(x + Feedforward(layer, x), {d}, layer.final_norm.weight,
@@ -359,6 +361,7 @@ absl::StatusOr<at::Tensor> BartModel::RunDecoder(absl::Span<const int32_t> ids, 
   const int64_t heads = c.decoder_attention_heads, d = c.d_model;
   if (self_cache != nullptr) self_cache->PrepareForward();
   at::Tensor x = Embed(BartIds(ids, rows), decoder_positions_, decoder_embedding_norm_, past);
+  MaskCache masks;
   for (size_t li = 0; li < decoder_layers_.size(); ++li) {
     const Layer& layer = decoder_layers_[li];
     const int layer_index = static_cast<int>(li);
@@ -374,7 +377,7 @@ absl::StatusOr<at::Tensor> BartModel::RunDecoder(absl::Span<const int32_t> ids, 
     } else {
       self_view = BartWholeView(k, v);
     }
-    const at::Tensor attended = BartAttend(q, self_view, past, scale);
+    const at::Tensor attended = BartAttend(q, self_view, past, scale, &masks);
     x = at::layer_norm(x + BartLinear(attended, a.out, a.out_bias), {d},
                        layer.self_attn_norm.weight, layer.self_attn_norm.bias, c.layer_norm_eps);
 
@@ -384,7 +387,7 @@ absl::StatusOr<at::Tensor> BartModel::RunDecoder(absl::Span<const int32_t> ids, 
     if (!cross_view.ok()) return cross_view.status();
     // Not causal: the queries sit past every encoder column.
     const int64_t all_visible = cross_view->kv_offset + cross_view->keys.size(2);
-    const at::Tensor crossed = BartAttend(cq, *cross_view, all_visible, scale);
+    const at::Tensor crossed = BartAttend(cq, *cross_view, all_visible, scale, &masks);
     x = at::layer_norm(x + BartLinear(crossed, ca.out, ca.out_bias), {d},
                        layer.cross_attn_norm.weight, layer.cross_attn_norm.bias, c.layer_norm_eps);
     x = at::layer_norm(x + Feedforward(layer, x), {d}, layer.final_norm.weight,
