@@ -381,11 +381,13 @@ std::unique_ptr<KvCache> KvCache::Clone() const {
   auto clone = std::make_unique<KvCache>(std::move(copies));
   clone->staged_ = staged_;  // views of immutable snapshot storage: safe to share
   clone->shared_owner_ = shared_owner_;
+  clone->cross_attention_ = cross_attention_;
   return clone;
 }
 
 void KvCache::Reset() {
   shared_owner_.reset();
+  cross_attention_.reset();
   staged_.clear();
   staged_at_step_.clear();
   for (auto& layer : layers_) layer->Reset();

@@ -19,6 +19,7 @@ namespace kvserve::cache {
 // of range), no layer has changed. Not thread-safe: owned by the engine thread.
 class KvMemoryBudget;
 class OffloadStream;
+struct CrossAttentionState;
 
 class KvCache {
  public:
@@ -100,6 +101,16 @@ class KvCache {
   // in place, see Snapshot::LoadInto) while any layer reads a shared segment: a crop that
   // makes every layer copy what it keeps, or a Reset, lets it go.
   void HoldSharedOwner(std::shared_ptr<const void> owner) { shared_owner_ = std::move(owner); }
+  // An encoder-decoder request's cross-attention side (cross_attention_state.h), kept with its
+  // self-attention cache so that it lives and ends with it; null for decoder-only models.
+  // Immutable: Clone shares it, Reset drops it; beam operations leave it (one encoder input
+  // per request). Its bytes are not part of Memory().
+  void set_cross_attention(std::shared_ptr<const CrossAttentionState> state) {
+    cross_attention_ = std::move(state);
+  }
+  const std::shared_ptr<const CrossAttentionState>& cross_attention() const {
+    return cross_attention_;
+  }
   // Tokens the layers read from a shared segment (the most of any layer; 0: none).
   int64_t SharedPrefixLength() const;
   // A deep copy sharing no storage with this cache (not attached to any budget); a shared
@@ -164,6 +175,7 @@ class KvCache {
   std::vector<bool> converted_;                    // per layer: wrapped by ConvertToOffloaded
   std::shared_ptr<OffloadStream> offload_stream_;  // for layers converted to offloaded
   std::shared_ptr<const void> shared_owner_;       // see HoldSharedOwner; null: none
+  std::shared_ptr<const CrossAttentionState> cross_attention_;  // null: decoder-only
 };
 
 // Checks one layer spec: sliding and chunked layers need a window >= 2.

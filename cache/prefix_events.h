@@ -47,7 +47,8 @@ struct PrefixEvent {
   // The entry's namespace (a tenant's, or kSharedSpace) and, when named, its qualified name.
   std::string space;
   std::string name;
-  // The tokens the entry covers (empty for kCleared).
+  // The tokens the entry covers (empty for kCleared); an encoder-decoder model's entry: its
+  // encoder input (Snapshot::content_ids).
   std::vector<int32_t> tokens;
   // The store's id of the entry (stable for its life; 0 for kCleared).
   uint64_t entry_id = 0;

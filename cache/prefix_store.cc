@@ -49,7 +49,7 @@ void PrefixStore::RemoveLocked(EntryId id, RemovalCause cause, Released* release
   removed.named = entry.named;
   removed.space = entry.space;
   removed.name = entry.name;
-  removed.tokens.assign(entry.snapshot->token_ids().begin(), entry.snapshot->token_ids().end());
+  removed.tokens = entry.snapshot->content_ids();
   removed.entry_id = id;
   events_.Append(std::move(removed));
   // Described before the indexes forget it (a tier keeps an evicted named prefix as itself).
@@ -108,7 +108,7 @@ PrefixStore::EntryId PrefixStore::InsertLocked(Entry entry) {
   stored.named = entry.named;
   stored.space = entry.space;
   stored.name = entry.name;
-  stored.tokens.assign(entry.snapshot->token_ids().begin(), entry.snapshot->token_ids().end());
+  stored.tokens = entry.snapshot->content_ids();
   stored.entry_id = id;
   stored.options = entry.options;
   stored.created_at = entry.created_at;
@@ -257,7 +257,9 @@ absl::StatusOr<PrefixInfo> PrefixStore::PutNamed(const std::string& name,
   if (auto it = named_.find(name); it != named_.end()) {
     existing = it->second;
     Entry& entry = entries_.at(it->second);
-    if (entry.options == options && entry.snapshot->token_ids() == snapshot->token_ids()) {
+    // An encoder-decoder model's prefix is its encoder input, beside the decoder tokens.
+    if (entry.options == options && entry.snapshot->token_ids() == snapshot->token_ids() &&
+        entry.snapshot->content_ids() == snapshot->content_ids()) {
       TouchLocked(entry, now);
       return InfoLocked(entry);
     }

@@ -126,7 +126,8 @@ class PrefixStore {
       PrefixStoreOptions options, const base::Clock* clock = base::RealClock::Get());
 
   // Stores `snapshot` under the qualified `name` (in the namespace it names). The same name with
-  // the same tokens and options again is idempotent: the existing entry (and its snapshot) stays
+  // the same tokens (and encoder input, Snapshot::cross_attention) and options again is
+  // idempotent: the existing entry (and its snapshot) stays
   // and its info is returned. Other content replaces the entry atomically (hits and created_at
   // start over; readers holding the old snapshot keep it). Makes the entry the most recently used.
   // Errors, with nothing changed: InvalidArgument (empty name, null snapshot, ttl <= 0);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "cache/cross_attention_state.h"
 #include "cache/dynamic_layer.h"
 #include "cache/kv_cache.h"
 #include "cache/mamba_state_layer.h"
@@ -22,6 +23,11 @@ Snapshot::Snapshot(std::vector<int32_t> token_ids, std::string fingerprint,
   for (size_t i = 0; i < keys_.size(); ++i) {
     bytes_ += static_cast<int64_t>(keys_[i].nbytes() + values_[i].nbytes());
   }
+}
+
+std::vector<int32_t> Snapshot::content_ids() const {
+  if (cross_attention_ != nullptr) return cross_attention_->encoder_ids;
+  return token_ids_;
 }
 
 absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::Capture(const KvCache& capture,
@@ -64,8 +70,10 @@ absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::Capture(const KvCache&
     keys.push_back(layer->keys().clone(at::MemoryFormat::Contiguous));
     values.push_back(layer->values().clone(at::MemoryFormat::Contiguous));
   }
-  return std::shared_ptr<const Snapshot>(new Snapshot(std::move(token_ids), std::move(fingerprint),
-                                                      std::move(keys), std::move(values)));
+  auto* snapshot = new Snapshot(std::move(token_ids), std::move(fingerprint), std::move(keys),
+                                std::move(values));
+  snapshot->cross_attention_ = capture.cross_attention();
+  return std::shared_ptr<const Snapshot>(snapshot);
 }
 
 absl::StatusOr<std::shared_ptr<const Snapshot>> Snapshot::CaptureStates(

@@ -16,6 +16,7 @@
 namespace kvserve::cache {
 
 class KvCache;
+struct CrossAttentionState;
 
 // Every layer's keys and values for every token of a prefix, as a model computed them in one
 // prefill, plus the prefix's token ids and the fingerprint of the model that made them.
@@ -79,6 +80,15 @@ class Snapshot {
   // writing through them would change every later load.
   const at::Tensor& keys(int layer) const { return keys_[layer]; }
   const at::Tensor& values(int layer) const { return values_[layer]; }
+  // An encoder-decoder model's capture: the capture cache's cross-attention state (shared,
+  // immutable; not part of bytes()), so that a named prefix registered on an encoder input
+  // hands its encoder output and cross K/V to the requests on it. Null otherwise.
+  const std::shared_ptr<const CrossAttentionState>& cross_attention() const {
+    return cross_attention_;
+  }
+  // What registering the entry again takes as its content: the encoder input of an
+  // encoder-decoder capture, else token_ids(). Events and the prefix journal record it.
+  std::vector<int32_t> content_ids() const;
 
  private:
   Snapshot(std::vector<int32_t> token_ids, std::string fingerprint, std::vector<at::Tensor> keys,
@@ -96,6 +106,7 @@ class Snapshot {
   // A state snapshot: keys_ are conv states [1, d_inner, conv_kernel - 1] and values_ SSM
   // states [1, d_inner, state_size].
   bool states_ = false;
+  std::shared_ptr<const CrossAttentionState> cross_attention_;  // null: none
 };
 
 }  // namespace kvserve::cache

@@ -31,11 +31,16 @@ absl::StatusOr<GenerateResult> Generate(Model& model, absl::Span<const int32_t> 
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
   Sampler sampler(options.sampling);
   const std::vector<int32_t>& eos = model.info().eos_token_ids;
-  std::vector<int32_t> sequence(prompt.begin(), prompt.end());
+  // An encoder-decoder model reads the prompt in its encoder and decodes from its start tokens.
+  const bool encoder_decoder = model.info().encoder_decoder();
+  std::vector<int32_t> sequence = encoder_decoder
+                                      ? model.info().decoder_start_ids
+                                      : std::vector<int32_t>(prompt.begin(), prompt.end());
 
   auto run = [&](absl::Span<const int32_t> tokens) -> absl::StatusOr<at::Tensor> {
     Batch batch;
     batch.sequences.push_back({tokens, cache, false});
+    if (encoder_decoder) batch.sequences.back().encoder_token_ids = prompt;
     absl::StatusOr<ForwardOutput> out = model.Forward(batch);
     if (!out.ok()) return out.status();
     return out->logits[0];

@@ -34,9 +34,10 @@ struct GenerateResult {
   int64_t decode_steps = 0;  // forwards after the prefill
 };
 
-// Generates from `prompt` (non-empty). With `cache` (empty, built for `model`) the prompt is
-// prefilled once and each step runs one token; with nullptr every step recomputes the whole
-// sequence without a cache (the reference's use_cache=False). Errors from the model or the
+// Generates from `prompt` (non-empty; for an encoder-decoder model, its encoder input, the
+// decoder starting from ModelInfo::decoder_start_ids). With `cache` (empty, built for `model`) the
+// prompt is prefilled once and each step runs one token; with nullptr every step recomputes the
+// whole sequence without a cache (the reference's use_cache=False). Errors from the model or the
 // cache are returned as they are; `cache` then holds a partial step.
 absl::StatusOr<GenerateResult> Generate(Model& model, absl::Span<const int32_t> prompt,
                                         cache::KvCache* cache, const GenerateOptions& options);

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/mamba_state_layer.h"
+#include "model/bart_model.h"
 #include "model/checkpoint.h"
 #include "model/multi_row_gemv.h"
 #include "model/onednn_gemm.h"
@@ -338,6 +339,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const base::ModelSource& source
   absl::StatusOr<std::string> text = source.ReadText("config.json");
   if (!text.ok()) return text.status();
   absl::StatusOr<std::string> model_type = ReadModelType(*text);
+  if (model_type.ok() && *model_type == "bart") {
+    absl::StatusOr<std::unique_ptr<BartModel>> bart = BartModel::Load(source, options);
+    if (!bart.ok()) return bart.status();
+    return std::unique_ptr<Model>(*std::move(bart));
+  }
   if (model_type.ok() && *model_type == "mamba") {
     absl::StatusOr<std::unique_ptr<MambaModel>> mamba = MambaModel::Load(source, options);
     if (!mamba.ok()) return mamba.status();

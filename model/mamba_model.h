@@ -72,7 +72,7 @@ class MambaModel final : public Model {
 };
 
 // Loads `source` as the model its config.json's model_type names: MambaModel for "mamba",
-// Transformer otherwise. Errors as the two Load functions.
+// BartModel for "bart" (bart_model.h), Transformer otherwise. Errors as their Load functions.
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const base::ModelSource& source,
                                                  const TransformerOptions& options);
 

@@ -1,10 +1,12 @@
-// Model: the interface every decoder implementation (the real Transformer, a test FakeModel)
-// offers to the engine: one forward over a ragged batch of sequences, each with its own cache.
+// Model: the interface every model implementation (the real Transformer, Mamba, BART's
+// encoder-decoder, a test FakeModel) offers to the engine: one forward over a ragged batch of
+// sequences, each with its own cache.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +33,13 @@ struct SequenceInput {
   // cache holds `rows` batch rows. The logits are then [rows, vocab] (all_logits: [rows, n,
   // vocab]).
   int64_t rows = 1;
+  // Encoder-decoder models (ModelInfo::encoder_decoder()): the request's encoder input (its
+  // prompt), which every step of the request passes; token_ids are then decoder tokens.
+  // Empty for decoder-only models.
+  absl::Span<const int32_t> encoder_token_ids;
+  // With encoder_token_ids: their encoder output and cross K/V when already computed (a named
+  // prefix's), which a cache without them then takes instead of computing them.
+  std::shared_ptr<const cache::CrossAttentionState> encoder_state;
 };
 
 struct Batch {
@@ -65,6 +74,11 @@ struct ModelInfo {
   // (TransformerOptions::bf16_compute resolved to kNative with bfloat16 weights).
   bool bf16_activations = false;
   c10::Device device = c10::Device(c10::kCPU);
+  // Encoder-decoder models (BART): the decoder's first tokens when the request names none
+  // (decoder_start_token_id, then forced_bos_token_id when set); empty: a decoder-only model.
+  std::vector<int32_t> decoder_start_ids;
+
+  bool encoder_decoder() const { return !decoder_start_ids.empty(); }
 };
 
 class Model {

@@ -210,7 +210,8 @@ absl::StatusOr<ModelConfig> PresetConfig(const std::string& arch, const std::str
   if (std::find(std::begin(kArchs), std::end(kArchs), arch) == std::end(kArchs)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "arch '", arch,
-        "' is unknown; supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3, mamba"));
+        "' is unknown; supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3, mamba, "
+        "bart"));
   }
   // Assemble a config.json and parse it, so presets get exactly the defaults real
   // checkpoints of the architecture get.
@@ -391,7 +392,92 @@ absl::StatusOr<std::map<std::string, std::string>> MakeMambaModelFiles(const Mam
   return files;
 }
 
+absl::StatusOr<BartConfig> BartPresetConfig(const std::string& preset) {
+  struct Sizes {
+    const char* name;
+    int64_t vocab, d_model, layers, heads, ffn;
+    bool scale_embedding;
+  };
+  constexpr Sizes kBartPresets[] = {{"tiny", 320, 64, 2, 4, 128, true},
+                                    {"small", 512, 256, 3, 8, 1024, false},
+                                    {"bench-small", 32000, 512, 4, 8, 2048, false}};
+  for (const Sizes& p : kBartPresets) {
+    if (preset != p.name) continue;
+    return BartConfig::Parse(absl::StrCat(
+        "{\"model_type\": \"bart\", \"vocab_size\": ", p.vocab, ", \"d_model\": ", p.d_model,
+        ", \"encoder_layers\": ", p.layers, ", \"decoder_layers\": ", p.layers,
+        ", \"encoder_attention_heads\": ", p.heads, ", \"decoder_attention_heads\": ", p.heads,
+        ", \"encoder_ffn_dim\": ", p.ffn, ", \"decoder_ffn_dim\": ", p.ffn,
+        ", \"max_position_embeddings\": 1024, \"activation_function\": \"gelu\"",
+        ", \"scale_embedding\": ", p.scale_embedding ? "true" : "false",
+        ", \"tie_word_embeddings\": false, \"pad_token_id\": null, \"bos_token_id\": ",
+        tokenizer::kTinyBosId, ", \"eos_token_id\": ", tokenizer::kTinyEosId,
+        ", \"decoder_start_token_id\": ", tokenizer::kTinyEosId,
+        ", \"forced_bos_token_id\": ", tokenizer::kTinyBosId,
+        ", \"forced_eos_token_id\": ", tokenizer::kTinyEosId, ", \"torch_dtype\": \"float32\"}"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "preset '", preset, "' is unknown for bart; supported: tiny, small, bench-small"));
+}
+
+absl::StatusOr<std::map<std::string, std::string>> MakeBartModelFiles(const BartConfig& c,
+                                                                      uint64_t seed,
+                                                                      WeightsDtype weights_dtype) {
+  if (c.vocab_size < tokenizer::kTinyEosId + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_size must be at least ", tokenizer::kTinyEosId + 1, " for the tiny tokenizer"));
+  }
+  const int64_t d = c.d_model;
+  auto normal = [](double stddev) { return [stddev](Rng& r) { return r.Normal() * stddev; }; };
+  const double unit = 1.0 / std::sqrt(static_cast<double>(d));
+  WeightWriter w(seed, weights_dtype);
+  auto layer_norm = [&](const std::string& name) {
+    w.Draw(name + ".weight", {d}, [](Rng& r) { return 1.0 + 0.1 * r.Normal(); });
+    w.Draw(name + ".bias", {d}, normal(0.1));
+  };
+  auto linear = [&](const std::string& name, int64_t out, int64_t in) {
+    w.Draw(name + ".weight", {out, in}, normal(1.0 / std::sqrt(static_cast<double>(in))));
+    w.Draw(name + ".bias", {out}, normal(0.1));
+  };
+  w.Draw("model.shared.weight", {c.vocab_size, d}, normal(4 * unit));
+  for (const char* side : {"encoder", "decoder"}) {
+    const bool decoder = std::string(side) == "decoder";
+    const std::string p = absl::StrCat("model.", side, ".");
+    const int64_t ffn = decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim;
+    w.Draw(p + "embed_positions.weight", {c.max_position_embeddings + 2, d}, normal(4 * unit));
+    layer_norm(p + "layernorm_embedding");
+    const int64_t layers = decoder ? c.decoder_layers : c.encoder_layers;
+    for (int64_t i = 0; i < layers; ++i) {
+      const std::string l = absl::StrCat(p, "layers.", i, ".");
+      for (const char* attention : {"self_attn.", "encoder_attn."}) {
+        if (!decoder && std::string(attention) == "encoder_attn.") continue;
+        for (const char* proj : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+          linear(absl::StrCat(l, attention, proj), d, d);
+        }
+        layer_norm(std::string(attention) == "self_attn." ? l + "self_attn_layer_norm"
+                                                          : l + "encoder_attn_layer_norm");
+      }
+      linear(l + "fc1", ffn, d);
+      linear(l + "fc2", d, ffn);
+      layer_norm(l + "final_layer_norm");
+    }
+  }
+  w.Draw("final_logits_bias", {1, c.vocab_size}, normal(0.1));
+  if (!c.tie_word_embeddings) w.Draw("lm_head.weight", {c.vocab_size, d}, normal(4 * unit));
+  std::map<std::string, std::string> files;
+  files["config.json"] = c.ToJson();
+  files["model.safetensors"] = w.Serialize();
+  files["tokenizer.json"] = tokenizer::MakeTinyTokenizerJson(static_cast<int32_t>(c.vocab_size));
+  files["tokenizer_config.json"] = tokenizer::MakeTinyTokenizerConfigJson();
+  return files;
+}
+
 absl::StatusOr<std::map<std::string, std::string>> MakeTinyModel(const TinyModelOptions& options) {
+  if (options.arch == "bart") {
+    absl::StatusOr<BartConfig> bart = BartPresetConfig(options.preset);
+    if (!bart.ok()) return bart.status();
+    return MakeBartModelFiles(*bart, options.seed, options.weights_dtype);
+  }
   if (options.arch == "mamba") {
     absl::StatusOr<MambaConfig> mamba = MambaPresetConfig(options.preset);
     if (!mamba.ok()) return mamba.status();

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "model/bart_config.h"
 #include "model/mamba_config.h"
 #include "model/model_config.h"
 
@@ -16,7 +17,7 @@ namespace kvserve::model {
 enum class WeightsDtype { kF32, kBF16, kF16 };
 
 struct TinyModelOptions {
-  // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3 | mamba
+  // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3 | mamba | bart
   std::string arch = "llama";
   std::string preset = "tiny";  // tiny | small | bench-small | bench-medium
   uint64_t seed = 0;            // same seed, same bytes
@@ -54,7 +55,25 @@ absl::StatusOr<std::map<std::string, std::string>> MakeMambaModelFiles(const Mam
                                                                        uint64_t seed,
                                                                        WeightsDtype weights_dtype);
 
-// PresetConfig + MakeModelFiles (MambaPresetConfig + MakeMambaModelFiles for arch mamba).
+// The config of a BART preset (BartForConditionalGeneration, GELU, an untied LM head (random
+// weights tied to the embedding make greedy decoding repeat its input token), the tiny
+// tokenizer's <bos>/<eos> as bos, eos, decoder_start (eos, as BART's </s>), forced_bos and
+// forced_eos): tiny (vocab 320, d_model 64, 2 encoder and 2 decoder layers, 4 heads, ffn 128,
+// scale_embedding on), small (512, 256, 3 + 3, 8 heads, ffn 1024) and bench-small (32000, 512,
+// 4 + 4, 8 heads, ffn 2048: 63 M parameters, against the Llama bench-small's 56 M);
+// max_position_embeddings 1024. InvalidArgument naming an unknown preset (bench-medium has none).
+absl::StatusOr<BartConfig> BartPresetConfig(const std::string& preset);
+
+// The files of a BART model with `config`, seeded as MakeModelFiles: unit-scale projections,
+// layer norms near (1, 0), the shared embedding and lm_head (when untied) with std
+// 4/sqrt(d_model) (logits near 4), a small final_logits_bias; the tiny byte-level BPE
+// tokenizer.
+absl::StatusOr<std::map<std::string, std::string>> MakeBartModelFiles(const BartConfig& config,
+                                                                      uint64_t seed,
+                                                                      WeightsDtype weights_dtype);
+
+// PresetConfig + MakeModelFiles (MambaPresetConfig + MakeMambaModelFiles for arch mamba,
+// BartPresetConfig + MakeBartModelFiles for arch bart).
 absl::StatusOr<std::map<std::string, std::string>> MakeTinyModel(const TinyModelOptions& options);
 
 // Writes `files` into `dir` (created if needed).

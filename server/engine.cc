@@ -198,7 +198,7 @@ void Engine::Cancel(RequestId id) {
 
 void Engine::RegisterPrefix(std::string name, std::vector<int32_t> token_ids,
                             cache::CacheSpec strategy, cache::NamedPrefixOptions options,
-                            RegisterCallback done) {
+                            RegisterCallback done, std::vector<int32_t> encoder_ids) {
   {
     absl::MutexLock lock(&mu_);
     if (!draining_) {
@@ -206,7 +206,7 @@ void Engine::RegisterPrefix(std::string name, std::vector<int32_t> token_ids,
       ++num_live_;
       registrations_.emplace_back(
           id, Registration{std::move(name), std::move(token_ids), std::move(strategy),
-                           std::move(options), std::move(done)});
+                           std::move(options), std::move(done), std::move(encoder_ids)});
       return;
     }
   }
@@ -394,6 +394,7 @@ void Engine::AddRegistration(RequestId id, Registration registration) {
   auto live = std::make_unique<Live>();
   live->registration_done = std::move(registration.done);
   live->prompt = registration.token_ids;
+  live->request.encoder_ids = std::move(registration.encoder_ids);
   live->request.arrival_time = clock_->Now();
   const int64_t num_prompt = static_cast<int64_t>(registration.token_ids.size());
   cache::SequenceRequest sequence;
@@ -505,6 +506,8 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
         input.cache = cache;
         with_cache.push_back(s.id);
       }
+      input.encoder_token_ids = live.request.encoder_ids;  // encoder-decoder models only
+      input.encoder_state = live.request.cross_attention;
       result.batch_index[i] = static_cast<int>(batch.sequences.size());
       batch.sequences.push_back(input);
     }
@@ -693,7 +696,9 @@ void Engine::Finish(RequestId id, FinishReason reason) {
   const std::optional<cache::SequenceInfo> info = kv_->info(id);
   GenerationSummary summary;
   summary.finish_reason = reason;
-  summary.prompt_tokens = static_cast<int64_t>(live.prompt.size());
+  // An encoder-decoder request's prompt is its encoder input and its decoder prompt.
+  summary.prompt_tokens =
+      static_cast<int64_t>(live.prompt.size() + live.request.encoder_ids.size());
   summary.cached_tokens = live.num_cached_tokens;
   summary.completion_tokens = live.output != nullptr ? live.output->completion_tokens() : 0;
   summary.num_sequences = live.request.num_return_sequences;

@@ -109,9 +109,11 @@ class Engine {
   // once, from the engine thread or (with persistence, once the prefix is durable) the
   // persistence's thread, with the store's answer (see PrefixStore::PutNamed), Unavailable
   // after Shutdown began, the forward's error, or Internal when it could not be recorded
-  // (the prefix is then deleted again).
+  // (the prefix is then deleted again). `encoder_ids`: an encoder-decoder model's prefix
+  // content (token_ids are then its decoder start tokens; see PrefixRegistration).
   void RegisterPrefix(std::string name, std::vector<int32_t> token_ids, cache::CacheSpec strategy,
-                      cache::NamedPrefixOptions options, RegisterCallback done);
+                      cache::NamedPrefixOptions options, RegisterCallback done,
+                      std::vector<int32_t> encoder_ids = {});
   // Deletes the named prefix (qualified) on the engine thread and replies once the deletion is
   // durable; a deletion that cannot be recorded is undone (see PrefixRegistrar::Delete).
   // `done` is called once, from any thread.
@@ -152,6 +154,7 @@ class Engine {
     cache::CacheSpec strategy;
     cache::NamedPrefixOptions options;
     RegisterCallback done;
+    std::vector<int32_t> encoder_ids;  // encoder-decoder models: the prefix's encoder input
   };
   class Admission;  // the scheduler's admission policy: the cache manager's answer
 

@@ -19,14 +19,22 @@
 
 namespace kvserve::cache {
 class Snapshot;
+struct CrossAttentionState;
 }  // namespace kvserve::cache
 
 namespace kvserve::server {
 
 // Every default applied and every field checked (RequestBuilder builds it).
 struct GenerationRequest {
-  // The whole prompt (a prefix's tokens included), >= 1 token, each in [0, vocab).
+  // The whole prompt (a prefix's tokens included), >= 1 token, each in [0, vocab). For an
+  // encoder-decoder model, the decoder prompt (its start tokens when the caller names none).
   std::vector<int32_t> prompt_ids;
+  // Encoder-decoder models only: the encoder input (the caller's prompt, or a named prefix's);
+  // empty otherwise.
+  std::vector<int32_t> encoder_ids;
+  // Encoder-decoder models on a named prefix: the prefix's encoder output and cross K/V (its
+  // snapshot's), which the request reads instead of computing them; null otherwise.
+  std::shared_ptr<const cache::CrossAttentionState> cross_attention;
   // The caller's tenant: its namespace for automatic prefix reuse, and its per-tenant limits.
   std::string tenant = kDefaultTenant;
   // Qualified name (cache::QualifiedPrefixName) of the registered prefix the prompt starts

@@ -636,11 +636,13 @@ absl::Status KvServer::RegisterAtStartup(const v1::RegisterPrefixRequest& reques
   if (!parsed.ok()) return parsed.status();
   absl::Notification done;
   absl::Status status;
-  engine_->RegisterPrefix(parsed->name, parsed->token_ids, parsed->strategy, parsed->options,
-                          [&](absl::StatusOr<cache::PrefixInfo> info) {
-                            status = info.status();
-                            done.Notify();
-                          });
+  engine_->RegisterPrefix(
+      parsed->name, parsed->token_ids, parsed->strategy, parsed->options,
+      [&](absl::StatusOr<cache::PrefixInfo> info) {
+        status = info.status();
+        done.Notify();
+      },
+      parsed->encoder_ids);
   done.WaitForNotification();
   return status;
 }

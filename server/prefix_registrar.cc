@@ -146,9 +146,8 @@ void PrefixRegistrar::PublishWith(PendingReply* reply) {
     reply->on_saved(absl::OkStatus());
     return;
   }
-  persistence_->RecordPut(
-      reply->name, std::vector<int32_t>(snapshot->token_ids().begin(), snapshot->token_ids().end()),
-      it->second.info.options, it->second.info.created_at, std::move(reply->on_saved));
+  persistence_->RecordPut(reply->name, snapshot->content_ids(), it->second.info.options,
+                          it->second.info.created_at, std::move(reply->on_saved));
 }
 
 }  // namespace kvserve::server

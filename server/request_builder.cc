@@ -16,6 +16,7 @@
 #include "cache/retention.h"
 #include "cache/snapshot.h"
 #include "model/model.h"
+#include "server/encoder_decoder_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvserve::server {
@@ -726,6 +727,7 @@ absl::StatusOr<GenerationRequest> RequestBuilder::SessionTurn(const GenerationIn
 
 absl::StatusOr<GenerationRequest> RequestBuilder::Generation(const GenerationInput& input,
                                                              const BuildContext& context) const {
+  if (absl::Status s = CheckEncoderDecoderInput(model_info_, input); !s.ok()) return s;
   if (!input.session.empty()) return SessionTurn(input, context);
   GenerationRequest out;
   out.tenant = context.caller.tenant;
@@ -753,6 +755,7 @@ absl::StatusOr<GenerationRequest> RequestBuilder::Generation(const GenerationInp
     out.prefix_snapshot = std::move(prefix->snapshot);
   }
   out.prompt_ids = *std::move(ids);
+  if (absl::Status s = ApplyEncoderDecoderInput(model_info_, input, &out); !s.ok()) return s;
   absl::Status sampling = BuildSampling(input.sampling, &out);
   if (!sampling.ok()) return sampling;
   if (absl::Status size = CheckSize(out, InputField(input.input, "prompt")); !size.ok()) {
@@ -760,6 +763,7 @@ absl::StatusOr<GenerationRequest> RequestBuilder::Generation(const GenerationInp
   }
   absl::Status cache = BuildCache(input.cache.value_or(CacheInput{}), &out);
   if (!cache.ok()) return cache;
+  if (absl::Status s = CheckEncoderDecoderCache(model_info_, &out); !s.ok()) return s;
   if (!out.cache_spec.use_cache() && (out.num_beams > 1 || out.num_return_sequences > 1)) {
     return FieldError("cache.use_cache",
                       "beams and several sequences are rows of one cache; use_cache must be true");
@@ -846,6 +850,7 @@ absl::StatusOr<PrefixRegistration> RequestBuilder::Registration(const Registrati
                       Cat(fits.message(), " (model_type ", model_info_.model_type, ")"));
   }
   out.strategy = *std::move(spec);
+  if (absl::Status s = ApplyEncoderDecoderRegistration(model_info_, &out); !s.ok()) return s;
   return out;
 }
 

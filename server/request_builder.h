@@ -44,6 +44,9 @@ struct PrefixRegistration {
   std::vector<int32_t> token_ids;     // >= 1 token, within the model's context
   cache::CacheSpec strategy;          // cache_implementation, checked against the model
   cache::NamedPrefixOptions options;  // what the store keeps (defaults applied)
+  // Encoder-decoder models: the content, the prefix's encoder input (token_ids are then the
+  // decoder's start tokens, which the registration runs after it); empty otherwise.
+  std::vector<int32_t> encoder_ids;
 };
 
 // The named prefixes the builder resolves names against: the engine's published catalog.

@@ -94,6 +94,9 @@ struct GenerationInput {
   std::string session;  // an open session's id (empty: none)
   SamplingInput sampling;
   std::optional<CacheInput> cache;  // unset: the defaults (a session turn must leave it unset)
+  // Encoder-decoder models only: the decoder's first tokens (the prompt is the encoder input);
+  // unset: the model's decoder start tokens.
+  std::optional<std::vector<int32_t>> decoder_prompt_ids;
 };
 
 // A named prefix to register.

@@ -17,6 +17,7 @@
 #include "cache/cache_spec.h"
 #include "cache/kv_cache.h"
 #include "cache/torch_compat.h"
+#include "model/bart_model.h"
 #include "model/device_check.h"
 #include "model/embedded_model.h"
 #include "model/generator.h"
@@ -33,6 +34,10 @@ std::vector<kvserve::base::FlagSpec> Flags() {
       {"model", "Hugging Face model folder", "the embedded tiny model"},
       {"prompt", "prompt text (tokenized with the model's tokenizer.json)", ""},
       {"prompt-ids", "prompt as comma-separated token ids instead of text", ""},
+      {"decoder-prompt-ids",
+       "encoder-decoder models (bart): the decoder's first ids, comma-separated (the prompt is "
+       "the encoder input)",
+       "decoder_start_token_id"},
       {"max-new-tokens", "tokens to generate", "32"},
       {"threads", "CPU threads for LibTorch", "all cores"},
       {"dtype", "float32 | bfloat16 | float16", "float32"},
@@ -99,15 +104,27 @@ absl::Status Run(const CommandLine& cl) {
       cl.Has("model") ? kvserve::base::ModelSource::FromDirectory(cl.GetString("model"))
                       : m::EmbeddedDefaultModel();
   if (!source.ok()) return source.status();
-  absl::StatusOr<std::unique_ptr<m::Model>> model = m::LoadModel(*source, options);
-  if (!model.ok()) return model.status();
+  absl::StatusOr<std::string> config_text = source->ReadText("config.json");
+  if (!config_text.ok()) return config_text.status();
+  const absl::StatusOr<std::string> model_type = m::ReadModelType(*config_text);
+  std::unique_ptr<m::BartModel> bart;
+  absl::StatusOr<std::unique_ptr<m::Model>> model = std::unique_ptr<m::Model>();
+  if (model_type.ok() && *model_type == "bart") {
+    absl::StatusOr<std::unique_ptr<m::BartModel>> loaded = m::BartModel::Load(*source, options);
+    if (!loaded.ok()) return loaded.status();
+    bart = *std::move(loaded);
+  } else {
+    model = m::LoadModel(*source, options);
+    if (!model.ok()) return model.status();
+  }
+  const m::ModelInfo& info = bart != nullptr ? bart->info() : (*model)->info();
 
   std::unique_ptr<kvserve::tokenizer::Tokenizer> tokenizer;
   if (source->Has("tokenizer.json")) {
     absl::StatusOr<std::unique_ptr<kvserve::tokenizer::Tokenizer>> t =
         kvserve::tokenizer::Tokenizer::FromModelSource(*source);
     if (!t.ok()) return t.status();
-    if (absl::Status fits = (*t)->CheckFitsModel((*model)->info().vocab_size); !fits.ok()) {
+    if (absl::Status fits = (*t)->CheckFitsModel(info.vocab_size); !fits.ok()) {
       return fits;
     }
     tokenizer = *std::move(t);
@@ -176,14 +193,39 @@ absl::Status Run(const CommandLine& cl) {
       c::CacheSpec::Parse(cl.GetString("cache-implementation", ""), quantization,
                           !cl.GetBool("no-cache"), max_cache_len);
   if (!spec.ok()) return spec.status();
-  if (spec->is_static()) {
-    spec->max_cache_len = c::StaticCacheLength(
-        static_cast<int64_t>(prompt.size()) + gen.max_new_tokens, spec->max_cache_len);
+  std::vector<int32_t> decoder_prompt;
+  if (cl.Has("decoder-prompt-ids")) {
+    if (bart == nullptr) {
+      return absl::InvalidArgumentError(
+          "--decoder-prompt-ids is for encoder-decoder models (model_type bart) only");
+    }
+    absl::StatusOr<std::vector<int32_t>> ids = cl.GetIntList("decoder-prompt-ids");
+    if (!ids.ok()) return ids.status();
+    decoder_prompt = *std::move(ids);
   }
-  absl::StatusOr<std::unique_ptr<c::KvCache>> cache =
-      c::MakeCache(*spec, (*model)->info().layer_specs);
-  if (!cache.ok()) return cache.status();
-  absl::StatusOr<m::GenerateResult> result = m::Generate(**model, prompt, cache->get(), gen);
+  // The self-attention cache holds the decoder's tokens: the decoder prompt (or its start
+  // token) and the generated ones.
+  const int64_t cached_prompt =
+      bart != nullptr ? std::max<int64_t>(1, static_cast<int64_t>(decoder_prompt.size()))
+                      : static_cast<int64_t>(prompt.size());
+  if (spec->is_static()) {
+    spec->max_cache_len =
+        c::StaticCacheLength(cached_prompt + gen.max_new_tokens, spec->max_cache_len);
+  }
+  absl::StatusOr<m::GenerateResult> result;
+  int64_t kv_bytes = 0;
+  if (bart != nullptr) {
+    absl::StatusOr<std::unique_ptr<c::EncoderDecoderCache>> cache =
+        c::MakeEncoderDecoderCache(*spec, info.layer_specs, static_cast<int64_t>(prompt.size()));
+    if (!cache.ok()) return cache.status();
+    result = m::GenerateBart(*bart, prompt, decoder_prompt, cache->get(), gen);
+    if (*cache) kv_bytes = (*cache)->Memory().total();
+  } else {
+    absl::StatusOr<std::unique_ptr<c::KvCache>> cache = c::MakeCache(*spec, info.layer_specs);
+    if (!cache.ok()) return cache.status();
+    result = m::Generate(**model, prompt, cache->get(), gen);
+    if (*cache) kv_bytes = (*cache)->Memory().total();
+  }
   if (!result.ok()) return result.status();
 
   if (cl.Has("logits-out")) {
@@ -205,7 +247,7 @@ absl::Status Run(const CommandLine& cl) {
     j["finish_reason"] = result->finish_reason;
     j["prompt_tokens"] = result->prompt_tokens;
     j["cache_implementation"] = std::string(c::CacheImplementationName(spec->implementation));
-    j["kv_bytes"] = *cache ? (*cache)->Memory().total() : 0;
+    j["kv_bytes"] = kv_bytes;
     j["timings"] = {{"prefill_ms", result->prefill_ms},
                     {"decode_ms", result->decode_ms},
                     {"prefill_tokens_per_s", prefill_tps},

@@ -9,7 +9,7 @@ int main(int argc, char** argv) {
   using kvserve::base::CommandLine;
   absl::StatusOr<CommandLine> cl = CommandLine::Parse(
       argc, argv,
-      {{"arch", "llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3 | mamba", "llama"},
+      {{"arch", "llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3 | mamba | bart", "llama"},
        {"preset", "tiny | small | bench-small | bench-medium", "tiny"},
        {"seed", "weights seed; the same seed writes the same bytes", "0"},
        {"weights-dtype", "f32 | bf16 | f16: the dtype stored in model.safetensors", "f32"},

@@ -99,7 +99,8 @@ grpc::ServerUnaryReactor* PrefixService::RegisterPrefix(grpc::CallbackServerCont
           return;
         }
         reactor->Finish(ToGrpcStatus(SerializeWireMessage(ToProto(*info), raw_response)));
-      });
+      },
+      parsed->encoder_ids);
   return reactor;
 }
 

@@ -101,6 +101,10 @@ GenerationInput ToInput(const v1::GenerateRequest& request) {
   out.session = request.session();
   out.sampling = ToInput(request.sampling());
   if (request.has_cache()) out.cache = ToInput(request.cache());
+  if (request.has_decoder_prompt_ids()) {
+    out.decoder_prompt_ids.emplace(request.decoder_prompt_ids().ids().begin(),
+                                   request.decoder_prompt_ids().ids().end());
+  }
   return out;
 }
 

@@ -187,12 +187,13 @@ void RegisterBreakpoints(const OpenAiRequest& request, GenerationRequest& genera
     }
     auto done = std::make_shared<absl::Notification>();
     auto status = std::make_shared<absl::Status>();
-    served.engine->RegisterPrefix(registration->name, registration->token_ids,
-                                  registration->strategy, registration->options,
-                                  [done, status](absl::StatusOr<cache::PrefixInfo> info) {
-                                    *status = info.status();
-                                    done->Notify();
-                                  });
+    served.engine->RegisterPrefix(
+        registration->name, registration->token_ids, registration->strategy, registration->options,
+        [done, status](absl::StatusOr<cache::PrefixInfo> info) {
+          *status = info.status();
+          done->Notify();
+        },
+        registration->encoder_ids);
     while (!done->WaitForNotificationWithTimeout(kWatchInterval)) {
       if ((context.cancelled && context.cancelled()) || absl::Now() > context.deadline) return;
     }

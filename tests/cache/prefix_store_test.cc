@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cache/cross_attention_state.h"
 #include "cache/kv_cache.h"
 #include "cache/snapshot.h"
 
@@ -763,6 +764,32 @@ TEST_F(PrefixStoreTest, DroppedNamesAreReportedForEvictionsAndExpirationsOnly) {
   EXPECT_THAT(DroppedNames(*store), ElementsAre("e"));
   EXPECT_EQ(store->stats().evictions, 1);
   EXPECT_TRUE(store->Info("r").has_value());
+}
+
+// An encoder-decoder model's named prefix: its events name its encoder input, and the same
+// name put again with the same decoder tokens but another encoder input replaces it.
+TEST_F(PrefixStoreTest, AnEncoderDecoderPrefixIsItsEncoderInput) {
+  auto store = Make(200);
+  (void)store->events().Drain();
+  auto with_encoder = [](const Tokens& encoder_ids) {
+    auto cache = *KvCache::CreateDynamic({LayerSpec{}});
+    const at::Tensor k = at::ones({1, 1, 2, 2});
+    EXPECT_TRUE(cache->Update(0, k, -k).ok());
+    auto state = std::make_shared<CrossAttentionState>();
+    state->encoder_ids = encoder_ids;
+    cache->set_cross_attention(state);
+    return *Snapshot::Capture(*cache, {257, 256}, kModel);
+  };
+  ASSERT_TRUE(store->PutNamed("ten/doc", with_encoder({5, 6, 7})).ok());
+  ASSERT_TRUE(store->PutNamed("ten/doc", with_encoder({5, 6, 7})).ok());  // idempotent
+  ASSERT_TRUE(store->PutNamed("ten/doc", with_encoder({8, 9})).ok());     // replaces
+  std::vector<PrefixEvent> events = store->events().Drain();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].kind, PrefixEventKind::kStored);
+  EXPECT_THAT(events[0].tokens, ElementsAre(5, 6, 7));
+  EXPECT_EQ(events[1].cause, RemovalCause::kReplaced);
+  EXPECT_THAT(events[2].tokens, ElementsAre(8, 9));
+  EXPECT_THAT(store->GetNamed("ten/doc")->cross_attention()->encoder_ids, ElementsAre(8, 9));
 }
 
 // Every change, named or automatic, is logged in order with its cause, the tokens it covers

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cache/cache_factory.h"
+#include "cache/cross_attention_state.h"
 #include "cache/dynamic_layer.h"
 #include "cache/fp8_layer.h"
 #include "cache/kv_cache.h"
@@ -99,6 +100,26 @@ TEST(SnapshotTest, CaptureCopiesEveryLayer) {
     EXPECT_TRUE(at::equal(s.keys(i), Kv(i, kPrefix, false)));
     EXPECT_TRUE(at::equal(s.values(i), Kv(i, kPrefix, true)));
   }
+}
+
+// An encoder-decoder capture keeps the cache's cross-attention state (shared, not copied) and
+// names its encoder input as its content; a decoder-only one names its tokens.
+TEST(SnapshotTest, CaptureKeepsAnEncoderDecoderCrossState) {
+  EXPECT_EQ(MakeSnapshot(2)->cross_attention(), nullptr);
+  EXPECT_EQ(MakeSnapshot(2)->content_ids(), TokenIds(kPrefix));
+  std::unique_ptr<KvCache> capture = CaptureCache(2, kPrefix);
+  auto state = std::make_shared<CrossAttentionState>();
+  state->encoder_ids = {7, 8, 9};
+  capture->set_cross_attention(state);
+  absl::StatusOr<std::shared_ptr<const Snapshot>> snapshot =
+      Snapshot::Capture(*capture, TokenIds(kPrefix), "fingerprint");
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ((*snapshot)->cross_attention().get(), state.get());
+  EXPECT_THAT((*snapshot)->content_ids(), ElementsAre(7, 8, 9));
+  EXPECT_EQ((*snapshot)->num_tokens(), kPrefix);
+  EXPECT_EQ(capture->Clone()->cross_attention().get(), state.get());
+  capture->Reset();
+  EXPECT_EQ(capture->cross_attention(), nullptr);
 }
 
 TEST(SnapshotTest, CaptureRefusesWhatIsNotAFullDynamicCapture) {
