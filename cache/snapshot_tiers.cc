@@ -312,7 +312,9 @@ void SnapshotTiers::MakeHostRoomLocked(int64_t bytes, EntryId keep) {
 void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> snapshot,
                            int64_t hits, RetentionClass retention,
                            std::optional<PrefixInfo> named) {
-  if (snapshot == nullptr) return;
+  // An encoder-decoder capture (BART) is not tiered: its entry is keyed by the encoder input,
+  // which a tier's token index does not hold, and its cross state has no file form.
+  if (snapshot == nullptr || snapshot->cross_attention() != nullptr) return;
   if (options_.host_bytes <= 0 && options_.disk_bytes <= 0) return;
   // With CUDA the host tier's copy leaves the device; on a CPU build this is the same snapshot.
   if (options_.host_bytes > 0 && !snapshot->keys(0).device().is_cpu()) {
@@ -355,7 +357,10 @@ void SnapshotTiers::Demote(std::string space, std::shared_ptr<const Snapshot> sn
 void SnapshotTiers::Persist(std::string space, std::shared_ptr<const Snapshot> snapshot,
                             int64_t hits, RetentionClass retention,
                             std::optional<PrefixInfo> named) {
-  if (snapshot == nullptr || options_.disk_bytes <= 0 || snapshot->holds_states()) return;
+  if (snapshot == nullptr || options_.disk_bytes <= 0 || snapshot->holds_states() ||
+      snapshot->cross_attention() != nullptr) {
+    return;
+  }
   absl::MutexLock lock(&mu_);
   EntryId id = FindExactLocked(space, snapshot->token_ids());
   if (id == 0) {

@@ -128,7 +128,8 @@ class SnapshotTiers {
   // on the host tier, or written to disk when there is no host tier or it does not fit there.
   // Host entries of lower priority leave for disk (or are dropped) to make room. A snapshot
   // larger than every tier is dropped (counted in too_large).
-  // A named prefix's entry keeps its description (`named`): it is listed by NamedEntries, its
+  // Encoder-decoder captures (Snapshot::cross_attention) are not kept (dropped as without
+  // tiers). A named prefix's entry keeps its description (`named`): it is listed by NamedEntries, its
   // file keeps the name, class, TTL and creation time, and it leaves every tier when its TTL
   // runs out.
   void Demote(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits,

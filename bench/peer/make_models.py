@@ -81,13 +81,13 @@ def write_safetensors(path, tensors, dtype):
             f.write(data)
 
 
-def write_config(folder, shape, dtype):
+def write_config(folder, shape, dtype, context):
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": shape["hidden"], "intermediate_size": shape["inter"],
         "num_hidden_layers": shape["layers"], "num_attention_heads": shape["heads"],
         "num_key_value_heads": shape["kv_heads"], "head_dim": HEAD_DIM, "vocab_size": VOCAB,
-        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "max_position_embeddings": context, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
         "rope_scaling": None, "hidden_act": "silu", "tie_word_embeddings": False,
         "attention_bias": False, "mlp_bias": False, "bos_token_id": 1, "eos_token_id": 2,
         "torch_dtype": "bfloat16" if dtype == "bf16" else "float32",
@@ -102,7 +102,7 @@ def permute(w, n_head):
     return w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def write_gguf(path, peer, tensors, shape, dtype, name):
+def write_gguf(path, peer, tensors, shape, dtype, name, context):
     sys.path.insert(0, os.path.join(peer, "llama.cpp", "gguf-py"))
     import gguf  # pylint: disable=import-outside-toplevel
     vocab = gguf.GGUFReader(os.path.join(peer, "llama.cpp", "models", "ggml-vocab-llama-spm.gguf"))
@@ -115,7 +115,7 @@ def write_gguf(path, peer, tensors, shape, dtype, name):
     w = gguf.GGUFWriter(path, "llama")
     w.add_name(name)
     w.add_block_count(shape["layers"])
-    w.add_context_length(4096)
+    w.add_context_length(context)
     w.add_embedding_length(shape["hidden"])
     w.add_feed_forward_length(shape["inter"])
     w.add_head_count(shape["heads"])
@@ -171,15 +171,19 @@ def main():
     parser.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--context", type=int, default=4096,
+                        help="max_position_embeddings and the GGUF's context length (16384 for "
+                             "8,000-token prefixes)")
     args = parser.parse_args()
     shape = SHAPES[args.preset]
     tensors = draw(args.seed, shape)
     name = f"{args.preset}-{args.dtype}"
     folder = os.path.join(args.out, name + "-hf")
     os.makedirs(folder, exist_ok=True)
-    write_config(folder, shape, args.dtype)
+    write_config(folder, shape, args.dtype, args.context)
     write_safetensors(os.path.join(folder, "model.safetensors"), tensors, args.dtype)
-    write_gguf(os.path.join(args.out, name + ".gguf"), args.peer, tensors, shape, args.dtype, name)
+    write_gguf(os.path.join(args.out, name + ".gguf"), args.peer, tensors, shape, args.dtype, name,
+               args.context)
     print(f"{folder} and {os.path.join(args.out, name + '.gguf')}")
 
 
