@@ -129,8 +129,8 @@ class SnapshotTiers {
   // Host entries of lower priority leave for disk (or are dropped) to make room. A snapshot
   // larger than every tier is dropped (counted in too_large).
   // Encoder-decoder captures (Snapshot::cross_attention) are not kept (dropped as without
-  // tiers). A named prefix's entry keeps its description (`named`): it is listed by NamedEntries, its
-  // file keeps the name, class, TTL and creation time, and it leaves every tier when its TTL
+  // tiers). A named prefix's entry keeps its description (`named`): it is listed by NamedEntries,
+  // its file keeps the name, class, TTL and creation time, and it leaves every tier when its TTL
   // runs out.
   void Demote(std::string space, std::shared_ptr<const Snapshot> snapshot, int64_t hits,
               RetentionClass retention = RetentionClass::kNormal,

@@ -476,6 +476,20 @@ const std::vector<std::string>& ModelConfig::SupportedModelTypes() {
   return *kTypes;
 }
 
+namespace {
+
+// Every model_type kvserve serves, for the messages that list them: the Transformer families
+// parsed here, and those whose own loaders LoadModel dispatches to first (bart_model.h,
+// mamba_model.h).
+std::string ServedModelTypes() {
+  std::vector<std::string> types = ModelConfig::SupportedModelTypes();
+  types.insert(types.end(), {"bart", "mamba"});
+  std::sort(types.begin(), types.end());
+  return absl::StrJoin(types, ", ");
+}
+
+}  // namespace
+
 absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   if (absl::Status s = tokenizer::CheckJsonDepth(json_text, tokenizer::kMaxJsonDepth); !s.ok()) {
     return absl::InvalidArgumentError(Cat("config.json: ", s.message()));
@@ -509,15 +523,13 @@ absl::StatusOr<ModelConfig> ParseObject(const Json& json) {
   std::optional<std::string> model_type = fields.OptionalString("model_type");
   if (!status.ok()) return status;
   if (!model_type.has_value()) {
-    return absl::InvalidArgumentError(
-        Cat("config.json: required field 'model_type' is missing; supported: ",
-            absl::StrJoin(ModelConfig::SupportedModelTypes(), ", ")));
+    return absl::InvalidArgumentError(Cat(
+        "config.json: required field 'model_type' is missing; supported: ", ServedModelTypes()));
   }
   const ArchDefaults* arch = FindArch(*model_type);
   if (arch == nullptr) {
     return absl::InvalidArgumentError(Cat("config.json: model_type '", *model_type,
-                                          "' is not supported; supported: ",
-                                          absl::StrJoin(ModelConfig::SupportedModelTypes(), ", ")));
+                                          "' is not supported; supported: ", ServedModelTypes()));
   }
   c.model_type = *model_type;
 

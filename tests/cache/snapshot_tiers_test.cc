@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/cross_attention_state.h"
+#include "cache/dynamic_layer.h"
+#include "cache/kv_cache.h"
 #include "cache/snapshot.h"
 
 namespace kvserve::cache {
@@ -301,6 +304,36 @@ TEST_F(SnapshotTiersTest, NamedEntriesKeepTheirNameClassAndTtl) {
   EXPECT_FALSE(tiers->Find("tenant", Prompt(Eight(0)), 1, 0, false));
   EXPECT_EQ(NumFiles(), 1);
   EXPECT_FALSE(tiers->ForgetNamed("tenant/sys").has_value());
+}
+
+// An encoder-decoder capture (a BART named prefix, keyed by its encoder input, with a cross
+// state that has no file form) is not tiered: dropped as without tiers.
+TEST_F(SnapshotTiersTest, EncoderDecoderCapturesAreNotKept) {
+  auto tiers = Make(10 * kSnapshotBytes, 10 * kSnapshotBytes);
+  std::vector<std::unique_ptr<CacheLayer>> layers;
+  for (int i = 0; i < 2; ++i) layers.push_back(std::make_unique<DynamicLayer>());
+  KvCache capture(std::move(layers));
+  std::shared_ptr<const Snapshot> plain = MakeSnapshot(Eight(0), 1);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(capture.Update(i, plain->keys(i), plain->values(i)).ok());
+  auto state = std::make_shared<CrossAttentionState>();
+  state->encoder_ids = {7, 8, 9};
+  capture.set_cross_attention(state);
+  absl::StatusOr<std::shared_ptr<const Snapshot>> snapshot =
+      Snapshot::Capture(capture, Eight(0), "m");
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  PrefixInfo named;
+  named.name = "summarize";
+  named.options.pinned = false;
+  tiers->Demote("", *snapshot, 0, RetentionClass::kNormal, named);
+  tiers->Persist("", *snapshot, 0);
+  tiers->WaitIdle();
+  EXPECT_EQ(Where(*tiers, Eight(0)), "none");
+  EXPECT_TRUE(tiers->NamedEntries().empty());
+  EXPECT_EQ(tiers->stats().demotions, 0);
+  EXPECT_EQ(NumFiles(), 0);
+  // The same K/V without the cross state is kept.
+  tiers->Demote("", plain, 0);
+  EXPECT_EQ(Where(*tiers, Eight(0)), "host");
 }
 
 TEST_F(SnapshotTiersTest, ForgetNamedRemovesTheEntryAndItsFile) {

@@ -351,14 +351,14 @@ TEST(ModelConfigTest, MissingRequiredFieldsAreNamed) {
   Json json = BaseConfig("llama");
   json.erase("model_type");
   ExpectError(json,
-              "required field 'model_type' is missing; supported: gemma2, gemma3_text, llama, "
-              "mistral, phi3, qwen2, qwen3");
+              "required field 'model_type' is missing; supported: bart, gemma2, gemma3_text, "
+              "llama, mamba, mistral, phi3, qwen2, qwen3");
 }
 
 TEST(ModelConfigTest, UnknownModelTypeListsSupported) {
   ExpectError(BaseConfig("gpt2"),
-              "model_type 'gpt2' is not supported; supported: gemma2, gemma3_text, llama, "
-              "mistral, phi3, qwen2, qwen3");
+              "model_type 'gpt2' is not supported; supported: bart, gemma2, gemma3_text, llama, "
+              "mamba, mistral, phi3, qwen2, qwen3");
   EXPECT_EQ(ModelConfig::SupportedModelTypes(),
             (std::vector<std::string>{"gemma2", "gemma3_text", "llama", "mistral", "phi3", "qwen2",
                                       "qwen3"}));
