@@ -230,9 +230,10 @@ def main():
                 ctx = (args.prefix_tokens + args.own_tokens + args.new_tokens + 16 + 255) // 256 * 256
                 llama = LlamaServer(args.peer, args.gguf, 2, parallel=n, ctx_per_slot=ctx)
                 kv_bytes = llama_kv_bytes(args, n, ctx)
-                # Every slot computes the prefix once (its prompt cache), unmeasured.
-                run_llama_once(args, llama, n, rng, prefix, kv_bytes, new_tokens=1)
             try:
+                if llama is not None:
+                    # Every slot computes the prefix once (its prompt cache), unmeasured.
+                    run_llama_once(args, llama, n, rng, prefix, kv_bytes, new_tokens=1)
                 for _ in range(args.rounds):
                     for mode in modes + (["llama-server"] if llama else []):
                         if mode == "llama-server":
