@@ -24,8 +24,9 @@ std::shared_ptr<const PrefixCatalog> BuildCatalog(PrefixStore& store, SnapshotTi
   auto catalog = std::make_shared<PrefixCatalog>();
   for (PrefixInfo& info : store.List()) {
     std::string name = info.name;
-    catalog->emplace(std::move(name),
-                     CatalogEntry{.info = std::move(info), .snapshot = store.PeekNamed(name)});
+    catalog->emplace(
+        std::move(name),
+        CatalogEntry{.info = std::move(info), .snapshot = store.PeekNamed(name), .tokens = {}});
   }
   if (tiers != nullptr) {
     for (DemotedPrefix& demoted : tiers->NamedEntries()) {
@@ -33,6 +34,7 @@ std::shared_ptr<const PrefixCatalog> BuildCatalog(PrefixStore& store, SnapshotTi
       demoted.info.tier = demoted.tier == SnapshotTier::kHost ? "host" : "disk";
       // emplace keeps the store's entry of the same name.
       catalog->emplace(std::move(name), CatalogEntry{.info = std::move(demoted.info),
+                                                     .snapshot = {},
                                                      .tokens = std::move(demoted.tokens)});
     }
   }

@@ -606,7 +606,8 @@ std::vector<AutomaticEntry> PrefixStore::AutomaticEntries() {
   for (EntryId id : lru_) {
     const Entry& entry = entries_.at(id);
     if (!entry.named) {
-      automatic.push_back({entry.space, entry.snapshot, entry.hits, entry.options.retention});
+      automatic.push_back(
+          {entry.space, entry.snapshot, entry.hits, entry.options.retention, std::nullopt});
     }
   }
   return automatic;
