@@ -1,46 +1,19 @@
 // Parses and writes Hugging Face config.json of model_type "bart" (see bart_config.h).
 #include "model/bart_config.h"
 
-#include <nlohmann/json.hpp>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "tokenizer/tokenizer_json_util.h"
+#include "model/config_json.h"
 
 namespace kvserve::model {
 namespace {
 
-using BartJson = nlohmann::json;
-
-// Reads json[key] as an integer in [lo, hi] into *out when present (null keeps the default).
-absl::Status BartReadInt(const BartJson& json, const char* key, int64_t lo, int64_t hi,
-                         int64_t* out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_number_integer()) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: ", key, " must be an integer"));
-  }
-  const int64_t v = it->get<int64_t>();
-  if (v < lo || v > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: ", key, " must be in [", lo, ", ", hi, "], got ", v));
-  }
-  *out = v;
-  return absl::OkStatus();
-}
-
-absl::Status BartReadBool(const BartJson& json, const char* key, bool* out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_boolean()) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: ", key, " must be a boolean"));
-  }
-  *out = it->get<bool>();
-  return absl::OkStatus();
-}
+using config_json::Json;
+using config_json::ReadBool;
+using config_json::ReadInt;
 
 // A token id field: absent keeps the default, null clears it, else an id below vocab_size.
-absl::Status BartReadTokenId(const BartJson& json, const char* key, int64_t vocab_size,
+absl::Status BartReadTokenId(const Json& json, const char* key, int64_t vocab_size,
                              std::optional<int32_t>* out) {
   auto it = json.find(key);
   if (it == json.end()) return absl::OkStatus();
@@ -49,7 +22,7 @@ absl::Status BartReadTokenId(const BartJson& json, const char* key, int64_t voca
     return absl::OkStatus();
   }
   int64_t id = 0;
-  if (absl::Status s = BartReadInt(json, key, 0, vocab_size - 1, &id); !s.ok()) return s;
+  if (absl::Status s = ReadInt(json, key, 0, vocab_size - 1, &id); !s.ok()) return s;
   *out = static_cast<int32_t>(id);
   return absl::OkStatus();
 }
@@ -57,14 +30,9 @@ absl::Status BartReadTokenId(const BartJson& json, const char* key, int64_t voca
 }  // namespace
 
 absl::StatusOr<BartConfig> BartConfig::Parse(std::string_view json_text) {
-  if (absl::Status s = tokenizer::CheckJsonDepth(json_text, tokenizer::kMaxJsonDepth); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: ", s.message()));
-  }
-  const BartJson json =
-      BartJson::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object()) {
-    return absl::InvalidArgumentError("config.json is not a JSON object");
-  }
+  absl::StatusOr<Json> parsed = config_json::ParseObject(json_text);
+  if (!parsed.ok()) return parsed.status();
+  const Json& json = *parsed;
   auto type = json.find("model_type");
   if (type == json.end() || !type->is_string() || type->get<std::string>() != "bart") {
     return absl::InvalidArgumentError("config.json: model_type must be 'bart'");
@@ -73,17 +41,17 @@ absl::StatusOr<BartConfig> BartConfig::Parse(std::string_view json_text) {
   constexpr int64_t kMaxVocab = int64_t{1} << 22, kMaxHidden = int64_t{1} << 16;
   constexpr int64_t kMaxFfn = int64_t{1} << 18, kMaxPositions = int64_t{1} << 20;
   for (absl::Status s :
-       {BartReadInt(json, "vocab_size", 1, kMaxVocab, &c.vocab_size),
-        BartReadInt(json, "d_model", 1, kMaxHidden, &c.d_model),
-        BartReadInt(json, "encoder_layers", 1, 1024, &c.encoder_layers),
-        BartReadInt(json, "decoder_layers", 1, 1024, &c.decoder_layers),
-        BartReadInt(json, "encoder_attention_heads", 1, 1024, &c.encoder_attention_heads),
-        BartReadInt(json, "decoder_attention_heads", 1, 1024, &c.decoder_attention_heads),
-        BartReadInt(json, "encoder_ffn_dim", 1, kMaxFfn, &c.encoder_ffn_dim),
-        BartReadInt(json, "decoder_ffn_dim", 1, kMaxFfn, &c.decoder_ffn_dim),
-        BartReadInt(json, "max_position_embeddings", 1, kMaxPositions, &c.max_position_embeddings),
-        BartReadBool(json, "scale_embedding", &c.scale_embedding),
-        BartReadBool(json, "tie_word_embeddings", &c.tie_word_embeddings)}) {
+       {ReadInt(json, "vocab_size", 1, kMaxVocab, &c.vocab_size),
+        ReadInt(json, "d_model", 1, kMaxHidden, &c.d_model),
+        ReadInt(json, "encoder_layers", 1, 1024, &c.encoder_layers),
+        ReadInt(json, "decoder_layers", 1, 1024, &c.decoder_layers),
+        ReadInt(json, "encoder_attention_heads", 1, 1024, &c.encoder_attention_heads),
+        ReadInt(json, "decoder_attention_heads", 1, 1024, &c.decoder_attention_heads),
+        ReadInt(json, "encoder_ffn_dim", 1, kMaxFfn, &c.encoder_ffn_dim),
+        ReadInt(json, "decoder_ffn_dim", 1, kMaxFfn, &c.decoder_ffn_dim),
+        ReadInt(json, "max_position_embeddings", 1, kMaxPositions, &c.max_position_embeddings),
+        ReadBool(json, "scale_embedding", &c.scale_embedding),
+        ReadBool(json, "tie_word_embeddings", &c.tie_word_embeddings)}) {
     if (!s.ok()) return s;
   }
   for (const auto& [key, heads] :
@@ -120,9 +88,8 @@ absl::StatusOr<BartConfig> BartConfig::Parse(std::string_view json_text) {
   c.decoder_start_token_id = *start;
   if (auto it = json.find("eos_token_id"); it != json.end()) {
     c.eos_token_ids.clear();
-    const BartJson list =
-        it->is_array() ? *it : (it->is_null() ? BartJson::array() : BartJson::array({*it}));
-    for (const BartJson& id : list) {
+    const Json list = it->is_array() ? *it : (it->is_null() ? Json::array() : Json::array({*it}));
+    for (const Json& id : list) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= c.vocab_size) {
         return absl::InvalidArgumentError(
             "config.json: eos_token_id must be token ids below vocab_size");
@@ -140,25 +107,25 @@ absl::StatusOr<BartConfig> BartConfig::Parse(std::string_view json_text) {
 }
 
 std::string BartConfig::ToJson() const {
-  auto id = [](const std::optional<int32_t>& v) { return v ? BartJson(*v) : BartJson(); };
-  BartJson json = {{"architectures", {"BartForConditionalGeneration"}},
-                   {"model_type", "bart"},
-                   {"is_encoder_decoder", true},
-                   {"vocab_size", vocab_size},
-                   {"d_model", d_model},
-                   {"encoder_layers", encoder_layers},
-                   {"decoder_layers", decoder_layers},
-                   {"encoder_attention_heads", encoder_attention_heads},
-                   {"decoder_attention_heads", decoder_attention_heads},
-                   {"encoder_ffn_dim", encoder_ffn_dim},
-                   {"decoder_ffn_dim", decoder_ffn_dim},
-                   {"max_position_embeddings", max_position_embeddings},
-                   {"activation_function", activation_function},
-                   {"scale_embedding", scale_embedding},
-                   {"tie_word_embeddings", tie_word_embeddings},
-                   {"decoder_start_token_id", decoder_start_token_id},
-                   {"eos_token_id", eos_token_ids.size() == 1 ? BartJson(eos_token_ids[0])
-                                                              : BartJson(eos_token_ids)}};
+  auto id = [](const std::optional<int32_t>& v) { return v ? Json(*v) : Json(); };
+  Json json = {
+      {"architectures", {"BartForConditionalGeneration"}},
+      {"model_type", "bart"},
+      {"is_encoder_decoder", true},
+      {"vocab_size", vocab_size},
+      {"d_model", d_model},
+      {"encoder_layers", encoder_layers},
+      {"decoder_layers", decoder_layers},
+      {"encoder_attention_heads", encoder_attention_heads},
+      {"decoder_attention_heads", decoder_attention_heads},
+      {"encoder_ffn_dim", encoder_ffn_dim},
+      {"decoder_ffn_dim", decoder_ffn_dim},
+      {"max_position_embeddings", max_position_embeddings},
+      {"activation_function", activation_function},
+      {"scale_embedding", scale_embedding},
+      {"tie_word_embeddings", tie_word_embeddings},
+      {"decoder_start_token_id", decoder_start_token_id},
+      {"eos_token_id", eos_token_ids.size() == 1 ? Json(eos_token_ids[0]) : Json(eos_token_ids)}};
   json["pad_token_id"] = id(pad_token_id);
   json["bos_token_id"] = id(bos_token_id);
   json["forced_bos_token_id"] = id(forced_bos_token_id);

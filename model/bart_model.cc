@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/attention.h"
 #include "model/checkpoint.h"
+#include "model/family_loading.h"
 #include "model/multi_row_gemv.h"
 #include "model/onednn_gemm.h"
 #include "model/sampler.h"
@@ -102,19 +103,9 @@ BartModel::BartModel(BartConfig config, ModelInfo info)
 
 absl::StatusOr<std::unique_ptr<BartModel>> BartModel::Load(const base::ModelSource& source,
                                                            const TransformerOptions& options) {
-  absl::StatusOr<std::string> text = source.ReadText("config.json");
-  if (!text.ok()) return text.status();
-  absl::StatusOr<BartConfig> config = BartConfig::Parse(*text);
-  if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(source.Describe(), "/", config.status().message()));
-  }
-  if (options.dtype != at::kFloat || !options.device.is_cpu() ||
-      (options.weight_dtype.has_value() && *options.weight_dtype != at::kFloat)) {
-    return absl::InvalidArgumentError(
-        "model_type 'bart' runs in float32 on the CPU only (dtype float32, weight_dtype auto "
-        "or float32, device cpu)");
-  }
+  absl::StatusOr<BartConfig> config = LoadFamilyConfig<BartConfig>(source);
+  if (!config.ok()) return config.status();
+  if (absl::Status s = CheckFloat32OnCpu("bart", options); !s.ok()) return s;
   const BartConfig& c = *config;
   ModelInfo info;
   info.model_type = "bart";

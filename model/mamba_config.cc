@@ -1,53 +1,17 @@
 // Parses and writes Hugging Face config.json of model_type "mamba" (see mamba_config.h).
 #include "model/mamba_config.h"
 
-#include <nlohmann/json.hpp>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "tokenizer/tokenizer_json_util.h"
+#include "model/config_json.h"
 
 namespace kvserve::model {
 namespace {
 
-using Json = nlohmann::json;
-
-absl::StatusOr<Json> ParseObject(std::string_view json_text) {
-  if (absl::Status s = tokenizer::CheckJsonDepth(json_text, tokenizer::kMaxJsonDepth); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: ", s.message()));
-  }
-  Json json = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object()) {
-    return absl::InvalidArgumentError("config.json is not a JSON object");
-  }
-  return json;
-}
-
-// Reads json[key] as an integer in [lo, hi] into *out when present (null keeps the default).
-absl::Status ReadInt(const Json& json, const char* key, int64_t lo, int64_t hi, int64_t* out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_number_integer()) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: ", key, " must be an integer"));
-  }
-  const int64_t v = it->get<int64_t>();
-  if (v < lo || v > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: ", key, " must be in [", lo, ", ", hi, "], got ", v));
-  }
-  *out = v;
-  return absl::OkStatus();
-}
-
-absl::Status ReadBool(const Json& json, const char* key, bool* out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_boolean()) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: ", key, " must be a boolean"));
-  }
-  *out = it->get<bool>();
-  return absl::OkStatus();
-}
+using config_json::Json;
+using config_json::ParseObject;
+using config_json::ReadBool;
+using config_json::ReadInt;
 
 }  // namespace
 

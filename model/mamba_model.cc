@@ -12,6 +12,7 @@
 #include "cache/mamba_state_layer.h"
 #include "model/bart_model.h"
 #include "model/checkpoint.h"
+#include "model/family_loading.h"
 #include "model/multi_row_gemv.h"
 #include "model/onednn_gemm.h"
 #include "model/worker_pool.h"
@@ -116,19 +117,9 @@ MambaModel::MambaModel(MambaConfig config, ModelInfo info)
 
 absl::StatusOr<std::unique_ptr<MambaModel>> MambaModel::Load(const base::ModelSource& source,
                                                              const TransformerOptions& options) {
-  absl::StatusOr<std::string> text = source.ReadText("config.json");
-  if (!text.ok()) return text.status();
-  absl::StatusOr<MambaConfig> config = MambaConfig::Parse(*text);
-  if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(source.Describe(), "/", config.status().message()));
-  }
-  if (options.dtype != at::kFloat || !options.device.is_cpu() ||
-      (options.weight_dtype.has_value() && *options.weight_dtype != at::kFloat)) {
-    return absl::InvalidArgumentError(
-        "model_type 'mamba' runs in float32 on the CPU only (dtype float32, weight_dtype auto "
-        "or float32, device cpu)");
-  }
+  absl::StatusOr<MambaConfig> config = LoadFamilyConfig<MambaConfig>(source);
+  if (!config.ok()) return config.status();
+  if (absl::Status s = CheckFloat32OnCpu("mamba", options); !s.ok()) return s;
   const MambaConfig& c = *config;
   ModelInfo info;
   info.model_type = "mamba";
