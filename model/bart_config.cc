@@ -86,23 +86,11 @@ absl::StatusOr<BartConfig> BartConfig::Parse(std::string_view json_text) {
         "config.json: decoder_start_token_id must be a token id (decoding starts from it)");
   }
   c.decoder_start_token_id = *start;
-  if (auto it = json.find("eos_token_id"); it != json.end()) {
-    c.eos_token_ids.clear();
-    const Json list = it->is_array() ? *it : (it->is_null() ? Json::array() : Json::array({*it}));
-    for (const Json& id : list) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= c.vocab_size) {
-        return absl::InvalidArgumentError(
-            "config.json: eos_token_id must be token ids below vocab_size");
-      }
-      c.eos_token_ids.push_back(id.get<int32_t>());
-    }
+  if (absl::Status s = config_json::ReadEosTokenIds(json, c.vocab_size, &c.eos_token_ids);
+      !s.ok()) {
+    return s;
   }
-  for (const char* key : {"torch_dtype", "dtype"}) {
-    if (auto it = json.find(key); it != json.end() && it->is_string()) {
-      c.torch_dtype = it->get<std::string>();
-      break;
-    }
-  }
+  config_json::ReadDtypeName(json, &c.torch_dtype);
   return c;
 }
 

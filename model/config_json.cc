@@ -42,4 +42,28 @@ absl::Status ReadBool(const Json& json, const char* key, bool* out) {
   return absl::OkStatus();
 }
 
+absl::Status ReadEosTokenIds(const Json& json, int64_t vocab_size, std::vector<int32_t>* out) {
+  auto it = json.find("eos_token_id");
+  if (it == json.end()) return absl::OkStatus();
+  out->clear();
+  const Json list = it->is_array() ? *it : (it->is_null() ? Json::array() : Json::array({*it}));
+  for (const Json& id : list) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
+      return absl::InvalidArgumentError(
+          "config.json: eos_token_id must be token ids below vocab_size");
+    }
+    out->push_back(id.get<int32_t>());
+  }
+  return absl::OkStatus();
+}
+
+void ReadDtypeName(const Json& json, std::string* out) {
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (auto it = json.find(key); it != json.end() && it->is_string()) {
+      *out = it->get<std::string>();
+      return;
+    }
+  }
+}
+
 }  // namespace kvserve::model::config_json

@@ -10,6 +10,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "base/model_source.h"
+#include "model/generation_config.h"
+#include "model/model.h"
 #include "model/transformer.h"
 
 namespace kvserve::model {
@@ -26,6 +28,23 @@ absl::StatusOr<Config> LoadFamilyConfig(const base::ModelSource& source) {
                         absl::StrCat(source.Describe(), "/", config.status().message()));
   }
   return config;
+}
+
+// `source`'s generation_config.json, when it has one, into info->generation (its eos_token_id,
+// when set, replacing config.json's); errors name the source.
+inline absl::Status ApplyFamilyGenerationConfig(const base::ModelSource& source, int64_t vocab_size,
+                                                ModelInfo* info) {
+  if (!source.Has("generation_config.json")) return absl::OkStatus();
+  absl::StatusOr<std::string> text = source.ReadText("generation_config.json");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<GenerationConfig> generation = GenerationConfig::Parse(*text, vocab_size);
+  if (!generation.ok()) {
+    return absl::Status(generation.status().code(),
+                        absl::StrCat(source.Describe(), "/", generation.status().message()));
+  }
+  info->generation = *std::move(generation);
+  if (!info->generation.eos_token_ids.empty()) info->eos_token_ids = info->generation.eos_token_ids;
+  return absl::OkStatus();
 }
 
 // InvalidArgument naming `model_type` unless `options` ask for float32 weights and compute on

@@ -134,17 +134,7 @@ absl::StatusOr<std::unique_ptr<MambaModel>> MambaModel::Load(const base::ModelSo
                           cache::LayerSpec{.type = cache::LayerType::kMambaState, .window = 0});
   info.eos_token_ids = c.eos_token_ids;
   info.bos_token_id = c.bos_token_id;
-  if (source.Has("generation_config.json")) {
-    absl::StatusOr<std::string> gen_text = source.ReadText("generation_config.json");
-    if (!gen_text.ok()) return gen_text.status();
-    absl::StatusOr<GenerationConfig> generation = GenerationConfig::Parse(*gen_text, c.vocab_size);
-    if (!generation.ok()) {
-      return absl::Status(generation.status().code(),
-                          absl::StrCat(source.Describe(), "/", generation.status().message()));
-    }
-    info.generation = *std::move(generation);
-    if (!info.generation.eos_token_ids.empty()) info.eos_token_ids = info.generation.eos_token_ids;
-  }
+  if (absl::Status s = ApplyFamilyGenerationConfig(source, c.vocab_size, &info); !s.ok()) return s;
   info.dtype = at::kFloat;
   info.weight_dtype = at::kFloat;
   info.device = options.device;
