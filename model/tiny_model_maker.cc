@@ -17,6 +17,15 @@
 namespace kvserve::model {
 namespace {
 
+// The tiny tokenizer's ids (its special tokens last) must fit the vocabulary.
+absl::Status CheckTinyVocab(int64_t vocab_size) {
+  if (vocab_size < tokenizer::kTinyEosId + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_size must be at least ", tokenizer::kTinyEosId + 1, " for the tiny tokenizer"));
+  }
+  return absl::OkStatus();
+}
+
 // splitmix64: a small, portable generator, so the same seed gives the same bytes with any
 // compiler, standard library or LibTorch version.
 class Rng {
@@ -244,10 +253,7 @@ absl::StatusOr<ModelConfig> PresetConfig(const std::string& arch, const std::str
 absl::StatusOr<std::map<std::string, std::string>> MakeModelFiles(const ModelConfig& c,
                                                                   uint64_t seed,
                                                                   WeightsDtype weights_dtype) {
-  if (c.vocab_size < tokenizer::kTinyEosId + 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocab_size must be at least ", tokenizer::kTinyEosId + 1, " for the tiny tokenizer"));
-  }
+  if (absl::Status s = CheckTinyVocab(c.vocab_size); !s.ok()) return s;
   constexpr double kStd = 0.02;
   constexpr double kGemmaNormStd = 0.1;
   const double head_std = 4.0 / std::sqrt(static_cast<double>(c.hidden_size));
@@ -348,10 +354,7 @@ absl::StatusOr<MambaConfig> MambaPresetConfig(const std::string& preset) {
 absl::StatusOr<std::map<std::string, std::string>> MakeMambaModelFiles(const MambaConfig& c,
                                                                        uint64_t seed,
                                                                        WeightsDtype weights_dtype) {
-  if (c.vocab_size < tokenizer::kTinyEosId + 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocab_size must be at least ", tokenizer::kTinyEosId + 1, " for the tiny tokenizer"));
-  }
+  if (absl::Status s = CheckTinyVocab(c.vocab_size); !s.ok()) return s;
   const int64_t h = c.hidden_size, inner = c.intermediate_size(), rank = c.time_step_rank;
   const int64_t width = c.state_size, kernel = c.conv_kernel;
   // Unit-scale projections, so that every mixer's output moves the residual stream and the
@@ -423,10 +426,7 @@ absl::StatusOr<BartConfig> BartPresetConfig(const std::string& preset) {
 absl::StatusOr<std::map<std::string, std::string>> MakeBartModelFiles(const BartConfig& c,
                                                                       uint64_t seed,
                                                                       WeightsDtype weights_dtype) {
-  if (c.vocab_size < tokenizer::kTinyEosId + 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocab_size must be at least ", tokenizer::kTinyEosId + 1, " for the tiny tokenizer"));
-  }
+  if (absl::Status s = CheckTinyVocab(c.vocab_size); !s.ok()) return s;
   const int64_t d = c.d_model;
   auto normal = [](double stddev) { return [stddev](Rng& r) { return r.Normal() * stddev; }; };
   const double unit = 1.0 / std::sqrt(static_cast<double>(d));
