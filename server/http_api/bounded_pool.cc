@@ -9,6 +9,14 @@ thread_local bool t_refusing = false;
 }  // namespace
 
 BoundedPool::BoundedPool(int workers, int overflow_workers) {
+  {
+    // A worker is idle from its creation, before its thread first waits: connections accepted
+    // while the threads are still starting (a busy machine can take a while to run 160 new
+    // threads) wait for them instead of being refused.
+    absl::MutexLock lock(&mu_);
+    main_.idle = workers;
+    overflow_.idle = overflow_workers;
+  }
   for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { Work(&main_, false); });
   for (int i = 0; i < overflow_workers; ++i) {
     threads_.emplace_back([this] { Work(&overflow_, true); });
@@ -51,7 +59,6 @@ void BoundedPool::Work(Queue* queue, bool overflow) {
     std::function<void()> task;
     {
       absl::MutexLock lock(&mu_);
-      ++queue->idle;
       auto ready = [this, queue]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return stopping_ || !queue->tasks.empty();
       };
@@ -62,6 +69,8 @@ void BoundedPool::Work(Queue* queue, bool overflow) {
       queue->tasks.pop_front();
     }
     task();
+    absl::MutexLock lock(&mu_);
+    ++queue->idle;
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -50,35 +51,33 @@ class HttpApiServer::Handlers {
   }
 
   void Install(httplib::Server& http) {
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!BoundedPool::refusing()) return httplib::Server::HandlerResponse::Unhandled;
-      CallLog log = Begin(req, res);
-      res.set_header("Connection", "close");
-      Fail(log, res,
-           ToHttpError(absl::ResourceExhaustedError(
-               "every HTTP worker is busy (--http-workers); retry later")));
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    // Every route refuses first when its connection came while all workers were busy. The
+    // refusal comes after httplib has read the request's body: closing a socket whose body is
+    // still unread resets the connection, and the client would see that instead of the 429.
+    http.Post("/v1/chat/completions", Route([this](const httplib::Request& req,
+                                                   httplib::Response& res) {
       Generation(Endpoint::kChatCompletions, req, res);
-    });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      Generation(Endpoint::kCompletions, req, res);
-    });
-    http.Get("/v1/models",
-             [this](const httplib::Request& req, httplib::Response& res) { Models(req, res, ""); });
-    http.Get(R"(/v1/models/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      Models(req, res, req.matches[1].str());
-    });
-    http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
-      CallLog log = Begin(req, res);
-      if (served() == nullptr) {
-        Fail(log, res, ToHttpError(absl::UnavailableError("the model is still loading")));
-        return;
-      }
-      res.set_content(R"({"status":"ok"})", "application/json");
-      log.Finish(200, "OK", "ok");
-    });
+    }));
+    http.Post("/v1/completions",
+              Route([this](const httplib::Request& req, httplib::Response& res) {
+                Generation(Endpoint::kCompletions, req, res);
+              }));
+    http.Get("/v1/models", Route([this](const httplib::Request& req, httplib::Response& res) {
+               Models(req, res, "");
+             }));
+    http.Get(R"(/v1/models/([^/]+))",
+             Route([this](const httplib::Request& req, httplib::Response& res) {
+               Models(req, res, req.matches[1].str());
+             }));
+    http.Get("/health", Route([this](const httplib::Request& req, httplib::Response& res) {
+               CallLog log = Begin(req, res);
+               if (served() == nullptr) {
+                 Fail(log, res, ToHttpError(absl::UnavailableError("the model is still loading")));
+                 return;
+               }
+               res.set_content(R"({"status":"ok"})", "application/json");
+               log.Finish(200, "OK", "ok");
+             }));
     // Statuses httplib answers itself (404 no route, 413 body too large, 400 malformed) get
     // the OpenAI error object too.
     http.set_error_handler(httplib::Server::HandlerWithResponse(
@@ -116,6 +115,22 @@ class HttpApiServer::Handlers {
   }
 
  private:
+  // `handler`, or a 429 that closes the connection on an overflow worker.
+  httplib::Server::Handler Route(httplib::Server::Handler handler) {
+    return [this, handler = std::move(handler)](const httplib::Request& req,
+                                                httplib::Response& res) {
+      if (!BoundedPool::refusing()) {
+        handler(req, res);
+        return;
+      }
+      CallLog log = Begin(req, res);
+      res.set_header("Connection", "close");
+      Fail(log, res,
+           ToHttpError(absl::ResourceExhaustedError(
+               "every HTTP worker is busy (--http-workers); retry later")));
+    };
+  }
+
   CallLog Begin(const httplib::Request& req, httplib::Response& res) {
     CallLog log(req, options_.metrics, http_requests_);
     res.set_header("x-request-id", log.request_id());
@@ -262,9 +277,13 @@ absl::StatusOr<std::unique_ptr<HttpApiServer>> HttpApiServer::Start(HttpApiOptio
   http.set_write_timeout(30);
   // httplib's own options add SO_REUSEPORT: a second server on a taken port would silently
   // share its connections. Only SO_REUSEADDR, as the gRPC port.
-  http.set_socket_options([](auto sock) {
+  // The listening socket is the last one these options are applied to (httplib tries each
+  // address of the host until one binds).
+  auto listener = std::make_shared<int>(-1);
+  http.set_socket_options([listener](auto sock) {
     const int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    *listener = static_cast<int>(sock);
   });
   server->handlers_->Install(http);
   const std::string host = address->host;
@@ -276,6 +295,15 @@ absl::StatusOr<std::unique_ptr<HttpApiServer>> HttpApiServer::Start(HttpApiOptio
   if (server->port_ <= 0) {
     return absl::UnavailableError(
         base::Cat("--http-listen '", o.listen, "': cannot listen (is the port taken?)"));
+  }
+  // httplib 0.11 listens with a backlog of 5 (fixed when the library was built): a burst of
+  // connections beyond it has its handshakes dropped and retried a second or more later.
+  // Listening again on the bound socket raises the backlog to the system's limit.
+  int accepting = 0;
+  socklen_t size = sizeof(accepting);
+  if (*listener >= 0 &&
+      ::getsockopt(*listener, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &size) == 0 && accepting) {
+    ::listen(*listener, SOMAXCONN);
   }
   server->thread_ = std::thread([&http] { http.listen_after_bind(); });
   return server;

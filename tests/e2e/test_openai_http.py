@@ -328,6 +328,11 @@ class OpenAiHttpTest(unittest.TestCase):
             self.assertEqual(status, 429, body)
             self.assertEqual(body["error"]["type"], "rate_limit_error")
             self.assertIn("--http-workers", body["error"]["message"])
+            # A refused request with a large body still reads its 429 (the body is read before
+            # the answer: a connection closed with its body unread is reset instead).
+            status, body, _ = server.request("POST", "/v1/chat/completions",
+                                             server.chat_body("word " * 400_000))
+            self.assertEqual(status, 429, body)
             for conn, _ in (running, queued):
                 conn.sock.close()
             server.wait_idle()

@@ -183,7 +183,7 @@ class SharedPrefixTest(unittest.TestCase):
         server.register("long", [(i * 29 + 5) % 250 + 3 for i in range(1000)])
         prefix_bytes = server.prefix_bytes(other_than=before) - before
         self.assertGreater(prefix_bytes, 0)
-        base = server.other_bytes()
+        base = self.settled_other_bytes(server)
         grown = {}
         for mode in ("shared", "copy"):
             calls = [server.gen.GenerateStream(
@@ -236,6 +236,23 @@ class SharedPrefixTest(unittest.TestCase):
             value = server.other_bytes()
         return value
 
+    @staticmethod
+    def settled_other_bytes(server):
+        """other_bytes() once nothing runs or waits and two scrapes 0.2 s apart agree: a
+        request's answer reaches its client before the engine publishes the step that freed
+        its cache, so a scrape right after a call may still count it."""
+        deadline = time.monotonic() + 10 * TIME_SCALE
+        last = None
+        while time.monotonic() < deadline:
+            m = server.metrics()
+            value = m["kvserve_kv_device_bytes_used"] - m["kvserve_prefix_cache_bytes"]
+            idle = m["kvserve_num_requests_running"] == 0 and m["kvserve_num_requests_waiting"] == 0
+            if idle and value == last:
+                return value
+            last = value if idle else None
+            time.sleep(0.2)
+        raise AssertionError("the server's KV bytes did not settle in 10 s")
+
     def wait_for_other_bytes(self, server, expected):
         deadline = time.monotonic() + 10 * TIME_SCALE
         while server.other_bytes() != expected and time.monotonic() < deadline:
@@ -248,7 +265,7 @@ class SharedPrefixTest(unittest.TestCase):
         # count in the store's bytes.
         server = self.server("llama")
         server.generate(server.request("shared", own_tokens(7), prefix="sys", max_new=2))
-        base = server.other_bytes()
+        base = self.settled_other_bytes(server)
         # A stream cancelled mid-way lets go of the segment.
         call = server.gen.GenerateStream(server.request("shared", own_tokens(8), prefix="sys",
                                                         max_new=3000), timeout=CALL_TIMEOUT_S)
