@@ -54,12 +54,11 @@ class HttpApiServer::Handlers {
     // Every route refuses first when its connection came while all workers were busy. The
     // refusal comes after httplib has read the request's body: closing a socket whose body is
     // still unread resets the connection, and the client would see that instead of the 429.
-    http.Post("/v1/chat/completions", Route([this](const httplib::Request& req,
-                                                   httplib::Response& res) {
-      Generation(Endpoint::kChatCompletions, req, res);
-    }));
-    http.Post("/v1/completions",
+    http.Post("/v1/chat/completions",
               Route([this](const httplib::Request& req, httplib::Response& res) {
+                Generation(Endpoint::kChatCompletions, req, res);
+              }));
+    http.Post("/v1/completions", Route([this](const httplib::Request& req, httplib::Response& res) {
                 Generation(Endpoint::kCompletions, req, res);
               }));
     http.Get("/v1/models", Route([this](const httplib::Request& req, httplib::Response& res) {
@@ -117,18 +116,18 @@ class HttpApiServer::Handlers {
  private:
   // `handler`, or a 429 that closes the connection on an overflow worker.
   httplib::Server::Handler Route(httplib::Server::Handler handler) {
-    return [this, handler = std::move(handler)](const httplib::Request& req,
-                                                httplib::Response& res) {
-      if (!BoundedPool::refusing()) {
-        handler(req, res);
-        return;
-      }
-      CallLog log = Begin(req, res);
-      res.set_header("Connection", "close");
-      Fail(log, res,
-           ToHttpError(absl::ResourceExhaustedError(
-               "every HTTP worker is busy (--http-workers); retry later")));
-    };
+    return
+        [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+          if (!BoundedPool::refusing()) {
+            handler(req, res);
+            return;
+          }
+          CallLog log = Begin(req, res);
+          res.set_header("Connection", "close");
+          Fail(log, res,
+               ToHttpError(absl::ResourceExhaustedError(
+                   "every HTTP worker is busy (--http-workers); retry later")));
+        };
   }
 
   CallLog Begin(const httplib::Request& req, httplib::Response& res) {
