@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Compiles every C++ file of the tree (-fsyntax-only) with Debian trixie's g++ 14 against
 # trixie's headers (libstdc++ 14, abseil, gRPC, protobuf, LibTorch 2.6, spdlog, fmt, nlohmann,
-# yaml-cpp, prometheus-cpp, GoogleTest, oneDNN, ...), the compiler and libraries the container
-# images build with: a file that uses a name from a header it does not include, which Debian
-# 12's headers happen to bring in and trixie's no longer do, fails here instead of an hour into
-# an image build. Run it before submitting a change to #includes or build files.
+# yaml-cpp, prometheus-cpp, cpp-httplib, GoogleTest, oneDNN, ...), the compiler and libraries
+# the container images build with: a file that uses a name from a header it does not include,
+# which Debian 12's headers happen to bring in and trixie's no longer do, fails here instead of
+# an hour into an image build. Run it before submitting a change to #includes or build files.
 #
 #   scripts/check_trixie_includes.sh [--build-dir DIR] [--jobs N] [--mirror URL] [FILE...]
 #   scripts/check_trixie_includes.sh --fetch [--mirror URL]
@@ -39,7 +39,7 @@ readonly packages=(
   "g++-$gcc_version" libtorch-dev libdnnl-dev libopenblas-dev
   libgrpc++-dev libprotobuf-dev libspdlog-dev libfmt-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libre2-dev prometheus-cpp-dev
-  libonig-dev libutf8proc-dev libyaml-cpp-dev
+  libonig-dev libutf8proc-dev libyaml-cpp-dev libcpp-httplib-dev
 )
 
 die() {

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "base/model_source.h"
 #include "cache/cache_factory.h"
 #include "cache/cache_spec.h"
