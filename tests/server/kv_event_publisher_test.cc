@@ -93,7 +93,7 @@ TEST(KvEventPublisherTest, EntriesBecomeWholeBlocksChainedToTheirParents) {
   KvEventRead r = p->Read(2, KvEventView::kAll);
   ASSERT_EQ(r.kind, KvEventRead::Kind::kBatch);
   ASSERT_EQ(r.batch.events.size(), 1u);
-  const KvBlockEvent& stored = r.batch.events[0];
+  const KvBlockEvent stored = r.batch.events[0];  // a copy: `r` is read again below
   EXPECT_EQ(stored.kind, KvBlockEvent::Kind::kStored);
   EXPECT_FALSE(stored.parent_hash.has_value());
   ASSERT_EQ(stored.blocks.size(), 2u);
