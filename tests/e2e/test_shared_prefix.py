@@ -95,10 +95,11 @@ class Server(KvserveProcess):
                 return value
             time.sleep(0.02)
 
-    def other_bytes(self):
+    def other_bytes(self, m=None):
         """KV bytes in use outside the prefix store's entries (live caches, idle sessions,
-        snapshots the store dropped that caches still read), from one scrape."""
-        m = self.metrics()
+        snapshots the store dropped that caches still read), from one scrape (`m`, else a new
+        one)."""
+        m = m or self.metrics()
         return m["kvserve_kv_device_bytes_used"] - m["kvserve_prefix_cache_bytes"]
 
 
@@ -245,7 +246,7 @@ class SharedPrefixTest(unittest.TestCase):
         last = None
         while time.monotonic() < deadline:
             m = server.metrics()
-            value = m["kvserve_kv_device_bytes_used"] - m["kvserve_prefix_cache_bytes"]
+            value = server.other_bytes(m)
             idle = m["kvserve_num_requests_running"] == 0 and m["kvserve_num_requests_waiting"] == 0
             if idle and value == last:
                 return value
