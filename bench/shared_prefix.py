@@ -83,6 +83,17 @@ def llama_kv_bytes(args, slots, ctx_per_slot):
             head_dim * 4)
 
 
+def run_together(n, one):
+    """Runs one(0) .. one(n - 1) on n threads started together; the wall time in seconds."""
+    start = time.monotonic()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - start
+
+
 def run_llama_once(args, llama, n, rng, prefix, kv_bytes, new_tokens=None):
     """N streamed /completion requests at once on llama-server: the same figures as run_once."""
     import http.client  # pylint: disable=import-outside-toplevel
@@ -133,13 +144,7 @@ def run_llama_once(args, llama, n, rng, prefix, kv_bytes, new_tokens=None):
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    start_t = time.monotonic()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.monotonic() - start_t
+    wall = run_together(n, one)
     done.set()
     sampler.join()
     if errors:
@@ -160,7 +165,6 @@ def run_once(args, server, stub, gen, n, rng):
     errors = []
     sampler = Sampler(server)
     sampler.start()
-    start_t = time.monotonic()
 
     def one(i):
         try:
@@ -174,12 +178,7 @@ def run_once(args, server, stub, gen, n, rng):
         except Exception as e:  # pylint: disable=broad-except
             errors.append(repr(e))
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.monotonic() - start_t
+    wall = run_together(n, one)
     sampler.stop.set()
     sampler.join()
     if errors:
