@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 """`make serve`'s demo prints text: scripts/serve.sh is started as `make serve` starts it (on
-127.0.0.1 port 0 instead of 50051), and every kvctl generate, stream and health command it
-prints is run against it. Each generation must print text with letters in it: the embedded
+127.0.0.1 port 0 instead of 50051, and the HTTP API on port 0 instead of 8000), and every kvctl
+generate, stream and health command it prints, and its curl command to the OpenAI-compatible
+HTTP API, is run against it. Each generation must print text with letters in it: the embedded
 model samples ids from its whole vocabulary, and ids its tokenizer lacks would decode to
-nothing (issue 27: `generate --prompt 'Hello'` printed an empty line).
+nothing (issue 27: `generate --prompt 'Hello'` printed an empty line). Without arguments
+serve.sh turns the HTTP API on at 127.0.0.1:8000 (issue 46: the README's first curl works
+after `make serve`), checked with a stand-in kvserve that prints its arguments.
 
 Needs PYTHONPATH=<build>/proto/python; run:
   test_serve_demo.py --serve scripts/serve.sh --build-dir build
@@ -11,6 +14,7 @@ Needs PYTHONPATH=<build>/proto/python; run:
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -38,7 +42,7 @@ class ServeDemoTest(unittest.TestCase):
     def test_printed_commands_show_text(self):
         log = tempfile.TemporaryFile(mode="w+b")
         proc = subprocess.Popen([ARGS.serve, ARGS.build_dir, "--listen", "127.0.0.1:0",
-                                 "--threads", "1"],
+                                 "--http-listen", "127.0.0.1:0", "--threads", "1"],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
         try:
             port, first = listening_port(proc, STARTUP_TIMEOUT_S)
@@ -58,6 +62,15 @@ class ServeDemoTest(unittest.TestCase):
                     continue  # bench prints numbers, not text
                 with self.subTest(command=" ".join(args)):
                     self.check_command(kvctl, args, port)
+            log.seek(0)
+            stderr = log.read().decode("utf-8", "replace")
+            http_port = re.search(r"OpenAI-compatible HTTP API on 127\.0\.0\.1:0 \(port (\d+)\)",
+                                  stderr)
+            self.assertIsNotNone(http_port, stderr[-4000:])
+            curls = [shlex.split(line) for line in stderr.splitlines()
+                     if line.startswith("  curl ")]
+            self.assertEqual(len(curls), 1, stderr[:2000])
+            self.check_curl(curls[0], http_port.group(1))
             proc.send_signal(signal.SIGTERM)
             self.assertEqual(proc.wait(timeout=STARTUP_TIMEOUT_S), 0)
         finally:
@@ -65,6 +78,38 @@ class ServeDemoTest(unittest.TestCase):
                 proc.kill()
             proc.wait()
             log.close()
+
+    def test_http_api_on_by_default(self):
+        with tempfile.TemporaryDirectory() as build:
+            os.makedirs(os.path.join(build, "server"))
+            fake = os.path.join(build, "server", "kvserve")
+            with open(fake, "w", encoding="utf-8") as f:
+                f.write('#!/bin/sh\necho "$@"\n')
+            os.chmod(fake, 0o755)
+            for extra, http in (([], "127.0.0.1:8000"),
+                                (["--http-listen", "127.0.0.1:9000"], "127.0.0.1:9000"),
+                                (["--http-listen=127.0.0.1:9001"], "127.0.0.1:9001")):
+                with self.subTest(args=extra):
+                    result = subprocess.run([ARGS.serve, build, *extra], stdin=subprocess.DEVNULL,
+                                            capture_output=True, text=True,
+                                            timeout=CALL_TIMEOUT_S, check=True)
+                    # kvserve takes a flag's last value: the caller's --http-listen wins.
+                    self.assertEqual(result.stdout.split(),
+                                     ["--http-listen", "127.0.0.1:8000", *extra])
+                    self.assertIn(f"  curl -s http://{http}/v1/chat/completions ",
+                                  result.stderr)
+
+    def check_curl(self, args, http_port):
+        self.assertEqual(args[:2], ["curl", "-s"])
+        url = args[2]
+        self.assertTrue(url.startswith("http://127.0.0.1:0/v1/"), url)
+        args = args[:2] + [url.replace(":0/", f":{http_port}/", 1)] + args[3:]
+        result = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True,
+                                timeout=CALL_TIMEOUT_S, check=False)
+        self.assertEqual(result.returncode, 0, result.stderr.decode("utf-8", "replace"))
+        body = json.loads(result.stdout)
+        text = body["choices"][0]["message"]["content"]
+        self.assertTrue(any(c.isalpha() for c in text), f"curl printed no text: {body!r}")
 
     def wait_until_serving(self, target):
         # Health is NOT_SERVING while the model warms up: Watch streams each change.
