@@ -23,10 +23,7 @@ import os
 import random
 import statistics
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "client", "python"))
 from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -58,7 +55,6 @@ def main():
     parser.add_argument("--prefix-tokens", type=int, default=2000)
     parser.add_argument("--suffix-tokens", type=int, default=32)
     args = parser.parse_args()
-    sys.path.insert(0, os.path.join(args.build, "proto", "python"))  # the stubs
     rng = random.Random(7)
     sides = ["avx512", "avx2"]
     servers = {}

@@ -27,12 +27,9 @@ import argparse
 import os
 import random
 import statistics
-import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "client", "python"))
 from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -202,7 +199,6 @@ def main():
     args = parser.parse_args()
     if bool(args.peer) != bool(args.gguf):
         parser.error("--peer and --gguf go together")
-    sys.path.insert(0, os.path.join(args.build, "proto", "python"))
     from kvserve_stubs import (  # pylint: disable=import-outside-toplevel
         generation_pb2 as gen, generation_pb2_grpc as gen_grpc, prefix_pb2, prefix_pb2_grpc)
     rng = random.Random(7)
@@ -224,7 +220,6 @@ def main():
                 run_once(args, servers[mode], stubs[mode], gen, min(n, 2), rng)
             llama = None
             if args.peer and n in llama_ns:
-                sys.path.insert(0, os.path.join(HERE, "peer"))
                 from servers import LlamaServer  # pylint: disable=import-outside-toplevel
                 ctx = (args.prefix_tokens + args.own_tokens + args.new_tokens + 16 + 255) // 256 * 256
                 llama = LlamaServer(args.peer, args.gguf, 2, parallel=n, ctx_per_slot=ctx)

@@ -28,10 +28,7 @@ function). --json FILE keeps every sample (row, side, round, values).
       [--rows single,concurrent] [--json server_rows.json]
 """
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import servers  # noqa: E402  pylint: disable=wrong-import-position
 
 PREFIX_TOKENS = 2000

@@ -28,10 +28,7 @@ keeps every sample: {"row": "ttft_cold" | "ttft_prefix_hit" (with "length") | "c
       --json server_sweep.json
 """
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import servers  # noqa: E402  pylint: disable=wrong-import-position
 
 NEW_IN_HIT = 32

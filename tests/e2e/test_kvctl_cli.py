@@ -14,7 +14,7 @@ processes (embedded tiny model, 127.0.0.1, port 0).
   beams examples take the --tls-* flags too.
 
 The certificates are tests/client/testdata's (no openssl needed). Needs
-PYTHONPATH=<build>/proto/python; run:
+ctest's PYTHONPATH (scripts/python.sh sets it); run:
   test_kvctl_cli.py --kvserve build/server/kvserve --kvctl build/client/kvctl
 """
 import argparse
@@ -31,7 +31,6 @@ import unittest
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 CLIENT_DIR = os.path.join(ROOT, "client", "python")
 CERTS = os.path.join(ROOT, "tests", "client", "testdata")
-sys.path.insert(0, CLIENT_DIR)
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     grpc,
     health_pb2,

@@ -15,7 +15,8 @@
   metrics, request histograms reaching the longest generation;
 - kvserve --version agrees with kvserve_build_info and names the git revision.
 
-Needs PYTHONPATH=<build>/proto/python; run: test_observability.py --kvserve build/server/kvserve
+Needs ctest's PYTHONPATH; run:
+  scripts/python.sh tests/e2e/test_observability.py --kvserve build/server/kvserve
 """
 import argparse
 import hashlib
@@ -30,8 +31,6 @@ import time
 import unittest
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: E402
 from grpc_reflection.v1 import reflection_pb2  # noqa: E402  pylint: disable=wrong-import-position
 from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position

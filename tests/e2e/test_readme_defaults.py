@@ -18,7 +18,7 @@ The README states defaults in three tables and in prose:
 Any other "default" in the README must be one of the phrases of NOT_DEFAULT_STATEMENTS, which
 state no default of kvserve, kvctl or the API: a new statement of a default cannot go unchecked.
 
-Needs PYTHONPATH=<build>/proto/python; run:
+Needs ctest's PYTHONPATH (scripts/python.sh sets it); run:
   test_readme_defaults.py --readme README.md --proto-dir proto/kvserve/v1 \\
       --kvserve build/server/kvserve --kvctl build/client/kvctl \\
       --generate build/model/kvserve-generate
@@ -31,8 +31,6 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,

@@ -5,7 +5,7 @@ prints is run against it. Each generation must print text with letters in it: th
 model samples ids from its whole vocabulary, and ids its tokenizer lacks would decode to
 nothing (issue 27: `generate --prompt 'Hello'` printed an empty line).
 
-Needs PYTHONPATH=<build>/proto/python; run:
+Needs ctest's PYTHONPATH (scripts/python.sh sets it); run:
   test_serve_demo.py --serve scripts/serve.sh --build-dir build
 """
 import argparse
@@ -18,8 +18,6 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     grpc,
     health_pb2,
