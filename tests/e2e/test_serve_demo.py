@@ -12,10 +12,8 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
-import tempfile
 import unittest
 
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
@@ -23,7 +21,7 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     health_pb2,
     health_pb2_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 ARGS = None
 TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
@@ -34,16 +32,16 @@ CALL_TIMEOUT_S = 120 * TIME_SCALE
 class ServeDemoTest(unittest.TestCase):
 
     def test_printed_commands_show_text(self):
-        log = tempfile.TemporaryFile(mode="w+b")
-        proc = subprocess.Popen([ARGS.serve, ARGS.build_dir, "--listen", "127.0.0.1:0",
-                                 "--threads", "1"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
+        # serve.sh is the program (it execs kvserve), started as `make serve` starts it:
+        # BUILD_DIR, then kvserve's flags (listen=None: --listen is among them).
+        server = KvserveProcess(ARGS.serve, [ARGS.build_dir, "--listen", "127.0.0.1:0",
+                                             "--threads", "1"],
+                                listen=None, wait=False, name="serve.sh",
+                                start_timeout_s=STARTUP_TIMEOUT_S)
         try:
-            port, first = listening_port(proc, STARTUP_TIMEOUT_S)
-            log.seek(0)
-            stderr = log.read().decode("utf-8", "replace")
-            self.assertIsNotNone(port, f"the first stdout line is {first!r}\n{stderr[-4000:]}")
-            self.wait_until_serving(f"127.0.0.1:{port}")
+            port = server.port
+            stderr = server.log_text()
+            self.wait_until_serving(server.target)
             # serve.sh prints its hint before it starts kvserve, so it is all there now.
             kvctl = os.path.join(ARGS.build_dir, "client", "kvctl")
             commands = [shlex.split(line)[1:] for line in stderr.splitlines()
@@ -56,13 +54,10 @@ class ServeDemoTest(unittest.TestCase):
                     continue  # bench prints numbers, not text
                 with self.subTest(command=" ".join(args)):
                     self.check_command(kvctl, args, port)
-            proc.send_signal(signal.SIGTERM)
-            self.assertEqual(proc.wait(timeout=STARTUP_TIMEOUT_S), 0)
+            server.terminate()
+            self.assertEqual(server.wait(timeout_s=STARTUP_TIMEOUT_S), 0)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            log.close()
+            server.kill()
 
     def wait_until_serving(self, target):
         # Health is NOT_SERVING while the model warms up: Watch streams each change.

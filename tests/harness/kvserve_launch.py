@@ -37,6 +37,8 @@ TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
 START_TIMEOUT_S = 60 * TIME_SCALE
 STOP_GRACE_S = 30 * TIME_SCALE
 LISTENING = re.compile(r"^kvserve listening on (.*):(\d+)$")
+# "kvserve listening on unix:PATH" (--listen unix:PATH).
+UNIX_LISTENING = re.compile(r"^kvserve listening on (unix:.+)$")
 # "metrics on http://ADDR/metrics (port N)"; older binaries (A/B benchmarks) wrote the port in
 # the URL only.
 METRICS_PORT = re.compile(r"metrics on http://\S+ \(port (\d+)\)"
@@ -63,13 +65,15 @@ class Tls:
     """TLS of one kvserve: the server's certificate and key (--tls-cert-file, --tls-key-file),
     the CA its clients verify it with; for mutual TLS the CA it verifies clients with
     (--tls-client-ca-file) and the client certificate and key the launcher's own calls
-    present."""
+    present; server_name, when set, is the name the server's certificate is checked for
+    instead of the target's host."""
     cert_file: str
     key_file: str
     ca_file: str
     client_ca_file: str = None
     client_cert_file: str = None
     client_key_file: str = None
+    server_name: str = None
 
     def server_flags(self):
         flags = ["--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file]
@@ -129,6 +133,8 @@ def channel_to(target, tls=None, options=()):
     options = CHANNEL_OPTIONS + tuple(options)
     if tls is None:
         return grpc.insecure_channel(target, options=options)
+    if tls.server_name:
+        options += (("grpc.ssl_target_name_override", tls.server_name),)
     return grpc.secure_channel(target, tls.credentials(), options=options)
 
 
@@ -212,16 +218,6 @@ class _Lines:
             return self._closed
 
 
-def listening_port(proc, timeout_s):
-    """(port, first line) of a subprocess.Popen of kvserve with stdout=PIPE started by the
-    caller; port is None when the first line is not the listening line or none came within
-    timeout_s. Drains stdout from now on. New code starts kvserve with KvserveProcess instead;
-    this stays for scripts written against the earlier module."""
-    first = _Lines(proc.stdout).first(timeout_s) or ""
-    match = LISTENING.match(first)
-    return (int(match.group(2)) if match else None), first
-
-
 class KvserveProcess:
     """One kvserve process: `binary --listen LISTEN [TLS flags] FLAGS`.
 
@@ -301,14 +297,17 @@ class KvserveProcess:
             except subprocess.TimeoutExpired:
                 raise KvserveStartError("closed its stdout without a line") from None
             raise KvserveStartError(f"exited with {code} before listening", code)
+        if self.listen and self.listen.startswith("unix:"):
+            if not UNIX_LISTENING.match(first):
+                raise KvserveStartError(f"first stdout line {first!r}, not 'kvserve listening "
+                                        f"on unix:PATH'")
+            self.target = self.listen
+            return
         match = LISTENING.match(first)
         if not match:
             raise KvserveStartError(f"first stdout line {first!r}, not 'kvserve listening on "
                                     f"HOST:PORT'")
         host, port = match.group(1), int(match.group(2))
-        if self.listen and self.listen.startswith("unix:"):
-            self.target = self.listen
-            return
         self.port = port
         host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "": "127.0.0.1"}.get(host, host)
         self.target = f"{host}:{port}"
