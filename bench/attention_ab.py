@@ -14,7 +14,7 @@ matrix); rounds alternate between them. Per round and side:
 
 Prints the median (min-max) per side and the avx512/avx2 ratio of the medians.
 
-  bench/attention_ab.py --build build --model /tmp/bench-small --rounds 5
+  scripts/python.sh bench/attention_ab.py --build build --model /tmp/bench-small --rounds 5
 (make the model with build/model/kvserve-make-model --preset bench-small --seed 1 --out DIR)
 """
 import argparse

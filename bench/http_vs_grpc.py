@@ -9,7 +9,8 @@ token_ids over gRPC, POST /v1/completions with a token-id prompt and stream: tru
 (A/B, B/A, ...) --reps times; each prints the median TTFT of its requests and its tokens/s
 (generated tokens over the run's wall time); the summary gives medians and ranges.
 
-  bench/http_vs_grpc.py --kvserve build/server/kvserve --model DIR [--reps 5] [--threads 2]
+  scripts/python.sh bench/http_vs_grpc.py --kvserve build/server/kvserve --model DIR [--reps 5] \
+      [--threads 2]
 
 through scripts/python.sh (ctest's PYTHONPATH). DIR: kvserve-make-model --arch llama --preset
 bench-small --seed 1 --out DIR (what scripts/bench_server.sh uses).

@@ -42,7 +42,8 @@ Exit status 1 when a workload run failed (its error is printed and kept in --jso
 
 usage (PYTHONPATH: scripts/python.sh bench/kv_workloads.py ..., which
 scripts/bench_kv_workloads.sh runs):
-  bench/kv_workloads.py --kvserve /work/before15/kvserve [--kvserve-b build/server/kvserve]
+  scripts/python.sh bench/kv_workloads.py --kvserve /work/before15/kvserve \
+      [--kvserve-b build/server/kvserve]
       [--model DIR | --make-model BIN --make-preset small] [--threads 2]
       [--workload all|burst|registration|throughput|tight] [--repeat 6] [--json out.json]
 """

@@ -16,7 +16,8 @@ words of its own, so that no run is served from another's cached prompts), inter
 Reported per way (median over rounds, with the range): prompt tokens computed over the 10
 turns (sum of usage.prompt_tokens - usage.cached_tokens), and the last turn's TTFT (the
 server's timings.ttft_ms). Needs ctest's PYTHONPATH (scripts/python.sh sets it). Example:
-  bench/sessions_chat.py --kvserve build/server/kvserve --make-model build/model/kvserve-make-model
+  scripts/python.sh bench/sessions_chat.py --kvserve build/server/kvserve \
+      --make-model build/model/kvserve-make-model
 """
 import argparse
 import json

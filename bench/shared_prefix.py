@@ -11,7 +11,7 @@ message with tokens), and, sampled every 20 ms from the metrics endpoint and /pr
 kvserve_kv_device_bytes_used (live caches + snapshots, what the KV budget counts) and the
 peak RSS. Prints medians with (min-max) over rounds, and shared/copy ratios.
 
-  bench/shared_prefix.py --build build --model /tmp/bench-small --rounds 3
+  scripts/python.sh bench/shared_prefix.py --build build --model /tmp/bench-small --rounds 3
 (make the model with build/model/kvserve-make-model --arch llama --preset bench-small --seed 1
 --out DIR; for --prefix-tokens 8000 raise max_position_embeddings in DIR/config.json)
 
