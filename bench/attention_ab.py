@@ -14,7 +14,7 @@ matrix); rounds alternate between them. Per round and side:
 
 Prints the median (min-max) per side and the avx512/avx2 ratio of the medians.
 
-  bench/attention_ab.py --build build --model /tmp/bench-small --rounds 5
+  scripts/python.sh bench/attention_ab.py --build build --model /tmp/bench-small --rounds 5
 (make the model with build/model/kvserve-make-model --preset bench-small --seed 1 --out DIR)
 """
 import argparse
@@ -23,10 +23,7 @@ import os
 import random
 import statistics
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "client", "python"))
 from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -58,7 +55,6 @@ def main():
     parser.add_argument("--prefix-tokens", type=int, default=2000)
     parser.add_argument("--suffix-tokens", type=int, default=32)
     args = parser.parse_args()
-    sys.path.insert(0, os.path.join(args.build, "proto", "python"))  # the stubs
     rng = random.Random(7)
     sides = ["avx512", "avx2"]
     servers = {}

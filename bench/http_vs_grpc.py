@@ -9,9 +9,10 @@ token_ids over gRPC, POST /v1/completions with a token-id prompt and stream: tru
 (A/B, B/A, ...) --reps times; each prints the median TTFT of its requests and its tokens/s
 (generated tokens over the run's wall time); the summary gives medians and ranges.
 
-  bench/http_vs_grpc.py --kvserve build/server/kvserve --model DIR [--reps 5] [--threads 2]
+  scripts/python.sh bench/http_vs_grpc.py --kvserve build/server/kvserve --model DIR [--reps 5] \
+      [--threads 2]
 
-with PYTHONPATH=<build>/proto/python. DIR: kvserve-make-model --arch llama --preset
+through scripts/python.sh (ctest's PYTHONPATH). DIR: kvserve-make-model --arch llama --preset
 bench-small --seed 1 --out DIR (what scripts/bench_server.sh uses).
 """
 import argparse
@@ -19,12 +20,9 @@ import http.client
 import json
 import os
 import statistics
-import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "client", "python"))
 from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,

@@ -24,23 +24,19 @@ round after round (interleaved). Printed: per run, and the median [min, max] ove
 of each policy's prefix-cache hit rate (cached prompt tokens / prompt tokens) and mean TTFT
 (client-side: send to first response message).
 
-Needs PYTHONPATH=<build>/proto/python. Example (about 3 minutes on 2 busy cores):
-  PYTHONPATH=build/proto/python bench/kv_routing.py --kvserve build/server/kvserve
+Needs ctest's PYTHONPATH (scripts/python.sh sets it). Example (about 3 minutes on 2 busy cores):
+  scripts/python.sh bench/kv_routing.py --kvserve build/server/kvserve
 """
 import argparse
 import concurrent.futures
 import itertools
-import os
 import random
 import statistics
 import struct
-import sys
 import threading
 import time
 import zlib
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "client",
-                                "python"))
 from kvserve_kv_events import (  # noqa: E402  pylint: disable=wrong-import-position
     BLOCK_SIZE,
     KvEventSubscriber,

@@ -40,9 +40,10 @@ median and the min-max range over the repetitions, and B's median over A's.
 
 Exit status 1 when a workload run failed (its error is printed and kept in --json).
 
-usage (PYTHONPATH=<build>/proto/python, else build/proto/python; client/python is found by
-itself; scripts/bench_kv_workloads.sh sets both):
-  bench/kv_workloads.py --kvserve /work/before15/kvserve [--kvserve-b build/server/kvserve]
+usage (PYTHONPATH: scripts/python.sh bench/kv_workloads.py ..., which
+scripts/bench_kv_workloads.sh runs):
+  scripts/python.sh bench/kv_workloads.py --kvserve /work/before15/kvserve \
+      [--kvserve-b build/server/kvserve]
       [--model DIR | --make-model BIN --make-preset small] [--threads 2]
       [--workload all|burst|registration|throughput|tight] [--repeat 6] [--json out.json]
 """
@@ -62,9 +63,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "client", "python"))
-if not any(os.path.isdir(os.path.join(p, "kvserve", "v1")) for p in sys.path if p):
-    sys.path.insert(0, os.path.join(REPO, "build", "proto", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
@@ -74,7 +72,6 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
 )
 from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
-sys.path.insert(0, os.path.join(HERE, "peer"))
 import servers as peer_servers  # noqa: E402  pylint: disable=wrong-import-position
 
 WORKLOADS = ("burst", "registration", "throughput", "tight")

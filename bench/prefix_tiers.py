@@ -3,7 +3,7 @@
 the first warm hit; a Zipf workload larger than the device's prefix budget with tiers on and
 off (interleaved, two servers).
 
-usage: PYTHONPATH=build/proto/python /usr/bin/python3 bench/prefix_tiers.py \\
+usage: scripts/python.sh bench/prefix_tiers.py \\
          --kvserve build/server/kvserve --model DIR [--tokens 2000] [--rounds 3] \\
          [--zipf-prefixes 200 --zipf-device 20 --zipf-tokens 2000 --zipf-requests 400]
 Prints one line per measurement; figures are server-side timings.ttft_ms. The Zipf workload
@@ -15,12 +15,9 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "client",
-                                "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,

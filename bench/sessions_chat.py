@@ -15,20 +15,19 @@ words of its own, so that no run is served from another's cached prompts), inter
 
 Reported per way (median over rounds, with the range): prompt tokens computed over the 10
 turns (sum of usage.prompt_tokens - usage.cached_tokens), and the last turn's TTFT (the
-server's timings.ttft_ms). Needs PYTHONPATH=<build>/proto/python. Example:
-  bench/sessions_chat.py --kvserve build/server/kvserve --make-model build/model/kvserve-make-model
+server's timings.ttft_ms). Needs ctest's PYTHONPATH (scripts/python.sh sets it). Example:
+  scripts/python.sh bench/sessions_chat.py --kvserve build/server/kvserve \
+      --make-model build/model/kvserve-make-model
 """
 import argparse
 import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.normpath(os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(SOURCE, "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,

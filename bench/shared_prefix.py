@@ -11,7 +11,7 @@ message with tokens), and, sampled every 20 ms from the metrics endpoint and /pr
 kvserve_kv_device_bytes_used (live caches + snapshots, what the KV budget counts) and the
 peak RSS. Prints medians with (min-max) over rounds, and shared/copy ratios.
 
-  bench/shared_prefix.py --build build --model /tmp/bench-small --rounds 3
+  scripts/python.sh bench/shared_prefix.py --build build --model /tmp/bench-small --rounds 3
 (make the model with build/model/kvserve-make-model --arch llama --preset bench-small --seed 1
 --out DIR; for --prefix-tokens 8000 raise max_position_embeddings in DIR/config.json)
 
@@ -27,12 +27,9 @@ import argparse
 import os
 import random
 import statistics
-import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "client", "python"))
 from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -202,7 +199,6 @@ def main():
     args = parser.parse_args()
     if bool(args.peer) != bool(args.gguf):
         parser.error("--peer and --gguf go together")
-    sys.path.insert(0, os.path.join(args.build, "proto", "python"))
     from kvserve_stubs import (  # pylint: disable=import-outside-toplevel
         generation_pb2 as gen, generation_pb2_grpc as gen_grpc, prefix_pb2, prefix_pb2_grpc)
     rng = random.Random(7)
@@ -224,7 +220,6 @@ def main():
                 run_once(args, servers[mode], stubs[mode], gen, min(n, 2), rng)
             llama = None
             if args.peer and n in llama_ns:
-                sys.path.insert(0, os.path.join(HERE, "peer"))
                 from servers import LlamaServer  # pylint: disable=import-outside-toplevel
                 ctx = (args.prefix_tokens + args.own_tokens + args.new_tokens + 16 + 255) // 256 * 256
                 llama = LlamaServer(args.peer, args.gguf, 2, parallel=n, ctx_per_slot=ctx)

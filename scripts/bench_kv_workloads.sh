@@ -33,5 +33,5 @@ if ! have --kvserve; then
   have --make-model || defaults+=(--make-model "$build_dir/model/kvserve-make-model")
 fi
 have --threads || defaults+=(--threads 2)
-export PYTHONPATH="$build_dir/proto/python${PYTHONPATH:+:$PYTHONPATH}"
-exec /usr/bin/python3 bench/kv_workloads.py "${defaults[@]}" "${args[@]}"
+export KVSERVE_BUILD_DIR="$build_dir"
+exec scripts/python.sh bench/kv_workloads.py "${defaults[@]}" "${args[@]}"

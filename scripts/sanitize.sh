@@ -156,8 +156,8 @@ for sanitizer in "${sanitizers[@]}"; do
     echo "sanitize: thread: gRPC-transport suites, client_unit, e2e and the soak run under" \
       "address only (Debian's gRPC is not instrumented)"
   elif [[ "$soak_minutes" != 0 ]]; then
-    run "$sanitizer" "soak_${soak_minutes}min" env PYTHONPATH="$root/$tree/proto/python" \
-      /usr/bin/python3 tests/stress/soak.py --kvserve "$tree/server/kvserve" \
+    run "$sanitizer" "soak_${soak_minutes}min" env KVSERVE_BUILD_DIR="$root/$tree" \
+      scripts/python.sh tests/stress/soak.py --kvserve "$tree/server/kvserve" \
       --make-model "$tree/model/kvserve-make-model" --minutes "$soak_minutes" \
       --concurrency 8 --rss-interval 30 --startup-timeout 600 \
       --json "$root/$tree/sanitize-logs/soak_${soak_minutes}min/soak.json" \

@@ -39,6 +39,6 @@ for binary in server/kvserve model/kvserve-make-model; do
   fi
 done
 [[ "$model" == tiny ]] && soak_args+=(--make-model "$build_dir/model/kvserve-make-model")
-export PYTHONPATH="$build_dir/proto/python${PYTHONPATH:+:$PYTHONPATH}"
-exec /usr/bin/python3 tests/stress/soak.py --kvserve "$build_dir/server/kvserve" \
+export KVSERVE_BUILD_DIR="$build_dir"
+exec scripts/python.sh tests/stress/soak.py --kvserve "$build_dir/server/kvserve" \
   "${soak_args[@]}" -- "${server_flags[@]}"

@@ -18,6 +18,7 @@ own gguf-py, PYTHONPATH=PEER/llama.cpp/gguf-py) for llama.cpp, holding the same 
   bench/peer/make_models.py --peer /work/peer --preset bench-small --dtype f32 --out /work/peer/models
 """
 import argparse
+import importlib.util
 import json
 import os
 import struct
@@ -102,9 +103,19 @@ def permute(w, n_head):
     return w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
+def import_gguf(folder):
+    """llama.cpp's gguf package from its checkout's gguf-py/gguf (no pip install, no sys.path
+    edit): loaded from its __init__.py, its submodules found in `folder`."""
+    spec = importlib.util.spec_from_file_location(
+        "gguf", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gguf"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def write_gguf(path, peer, tensors, shape, dtype, name, context):
-    sys.path.insert(0, os.path.join(peer, "llama.cpp", "gguf-py"))
-    import gguf  # pylint: disable=import-outside-toplevel
+    gguf = import_gguf(os.path.join(peer, "llama.cpp", "gguf-py", "gguf"))
     vocab = gguf.GGUFReader(os.path.join(peer, "llama.cpp", "models", "ggml-vocab-llama-spm.gguf"))
     def field(key):
         f = vocab.fields[key]

@@ -24,14 +24,12 @@ Prints median (min-max) per side and the kvserve/llama.cpp ratio of the medians,
 checking that both servers generate the same 8 greedy tokens for one prompt (the same
 function). --json FILE keeps every sample (row, side, round, values).
 
-  bench/peer/server_rows.py --peer /work/peer --build build --model bench-small-f32 --rounds 5 \
+  scripts/python.sh bench/peer/server_rows.py --peer /work/peer --build build \
+      --model bench-small-f32 --rounds 5 \
       [--rows single,concurrent] [--json server_rows.json]
 """
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import servers  # noqa: E402  pylint: disable=wrong-import-position
 
 PREFIX_TOKENS = 2000

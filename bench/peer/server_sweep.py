@@ -23,15 +23,13 @@ Prints median (min-max) per side and the kvserve/llama.cpp ratio of the medians.
 keeps every sample: {"row": "ttft_cold" | "ttft_prefix_hit" (with "length") | "concurrency"
 (with "concurrency"), "side", "round", "values"}.
 
-  bench/peer/server_sweep.py --peer /work/peer --build build --model bench-small-f32 \
+  scripts/python.sh bench/peer/server_sweep.py --peer /work/peer --build build \
+      --model bench-small-f32 \
       --threads 2 --rounds 3 --lengths 128,512,1024,2032 --concurrency 1,2,4,8 \
       --json server_sweep.json
 """
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import servers  # noqa: E402  pylint: disable=wrong-import-position
 
 NEW_IN_HIT = 32

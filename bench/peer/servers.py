@@ -1,7 +1,7 @@
 """Helpers of server_rows.py and server_sweep.py: kvserve and llama-server on one model pair.
 
 - Kvserve / LlamaServer start a server on a loopback port and wait until it serves (kvserve
-  through client/python/kvserve_launch.py, on port 0; llama-server on a free port).
+  through tests/harness/kvserve_launch.py, on port 0; llama-server on a free port).
   Single requests go through kvctl (kvserve) and llama-server's /completion (non-streamed);
   their TTFT is server-side: kvserve's timings.ttft_ms (arrival to first token) and
   llama-server's timings.prompt_ms (its prompt processing; with one request and one slot there
@@ -28,14 +28,10 @@ import random
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, "client", "python"))
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     KvserveProcess,
     free_port,
@@ -245,11 +241,9 @@ def check_same_function(kv, ll, probe=(1, 450, 4996, 17354, 1701, 29916), n=8):
 _STUBS = {}
 
 
-def _kvserve_stubs(path):
+def _kvserve_stubs(path):  # pylint: disable=unused-argument
+    """client/python's kvserve_stubs, imported on first use (PYTHONPATH: scripts/python.sh)."""
     if not _STUBS:
-        for p in (os.path.join(REPO, "client", "python"), path):
-            if p not in sys.path:
-                sys.path.insert(0, p)
         import kvserve_stubs  # pylint: disable=import-outside-toplevel
         _STUBS["m"] = kvserve_stubs
     return _STUBS["m"]

@@ -20,12 +20,9 @@ variable KVSERVE_API_KEY, preferable since the flag shows in the process list) s
 "authorization: Bearer KEY" metadata on every call.
 """
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_stubs import (
     add_api_key_argument,
     add_tls_arguments,
     call_metadata,

@@ -19,12 +19,9 @@ the flag shows in the process list), every call carries gRPC metadata
 "authorization: Bearer KEY", for a server started with --api-keys-file.
 """
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_stubs import (
     generation_pb2,
     generation_pb2_grpc,
     grpc,

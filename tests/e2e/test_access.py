@@ -10,10 +10,11 @@ kvserve process (embedded tiny model, 127.0.0.1, port 0).
 - kvserve_requests_total counts refused requests (INVALID_ARGUMENT, NOT_FOUND) and not the
   start-up warm-up or the start-up prefixes; --log-level warn drops access lines;
 - a request over --max-request-bytes is RESOURCE_EXHAUSTED and the server goes on;
-- the launcher (client/python/kvserve_launch.py): a failed start quotes kvserve's stderr, a
+- the launcher (tests/harness/kvserve_launch.py): a failed start quotes kvserve's stderr, a
   killed server restarts with the same flags.
 
-Needs PYTHONPATH=<build>/proto/python; run: test_access.py --kvserve build/server/kvserve
+Needs ctest's PYTHONPATH; run:
+  scripts/python.sh tests/e2e/test_access.py --kvserve build/server/kvserve
 """
 import argparse
 import json
@@ -25,8 +26,6 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     auth_metadata,
     generation_pb2 as gen,
@@ -36,12 +35,14 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     prefix_pb2_grpc,
 )
 import kvserve_launch  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_fixtures import (  # noqa: E402  pylint: disable=wrong-import-position
+    write_api_keys_file,
+)
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     TIME_SCALE,
     KvserveProcess,
     KvserveStartError,
     parse_metrics,
-    write_api_keys_file,
 )
 
 PATHS = {}
@@ -409,7 +410,7 @@ SERVING_LINE = re.compile(r" serving .* layers, vocab ")
 
 
 class LauncherTest(unittest.TestCase):
-    """client/python/kvserve_launch.py itself: a failed start quotes kvserve's stderr and exit
+    """tests/harness/kvserve_launch.py itself: a failed start quotes kvserve's stderr and exit
     code; kill -9, a restart with the same flags, the current run's log, a clean stop."""
 
     def test_a_failed_start_shows_the_log_tail(self):

@@ -16,7 +16,7 @@ ignoring it fails. Then the sequences, their finish reasons and their order must
 reference's (final scores closer than MARGIN may swap) and the scores agree within
 SCORE_ATOL. Run:
   test_beams.py --kvserve build/server/kvserve --make-model build/model/kvserve-make-model
-with PYTHONPATH=<build>/proto/python.
+through scripts/python.sh (ctest's PYTHONPATH).
 """
 import argparse
 import os
@@ -28,11 +28,7 @@ import threading
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.dont_write_bytecode = True  # keep the source tree clean when ctest runs this
-sys.path.insert(0, os.path.join(SOURCE, "client", "python"))
-sys.path.insert(0, os.path.join(SOURCE, "tests", "reference"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,

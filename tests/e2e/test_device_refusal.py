@@ -8,14 +8,11 @@ empty stdout means it never listened). Registered only for builds without CUDA; 
   test_device_refusal.py --kvserve build/server/kvserve --generate build/model/kvserve-generate
 """
 import argparse
-import os
 import re
 import socket
 import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     free_port,
     refused_start,

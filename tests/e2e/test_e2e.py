@@ -2,9 +2,9 @@
 """End-to-end test: a Python client and kvctl against a real kvserve process.
 
 Starts `kvserve --listen 127.0.0.1:0 --threads 1` (the embedded tiny model) with
-client/python/kvserve_launch.py, which reads the port and waits for health SERVING, then
+tests/harness/kvserve_launch.py, which reads the port and waits for health SERVING, then
 checks unary and streamed generation, cancellation, bad requests, kvctl, and a clean exit on
-SIGTERM. Needs PYTHONPATH=<build>/proto/python; run:
+SIGTERM. Needs ctest's PYTHONPATH (scripts/python.sh sets it); run:
   test_e2e.py --kvserve build/server/kvserve --kvctl build/client/kvctl
 """
 import argparse
@@ -14,8 +14,6 @@ import subprocess
 import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,

@@ -16,7 +16,7 @@ stopped at the end. Then checks, through the gateway:
 Prints a report of the numbers. Exits 77 (ctest: skipped) with the reason when nginx, or its
 gRPC module, is absent (scripts/setup.sh installs Debian's nginx).
 
-  PYTHONPATH=build/proto/python /usr/bin/python3 tests/e2e/test_gateway.py \\
+  scripts/python.sh tests/e2e/test_gateway.py \\
       --kvserve build/server/kvserve --kvctl build/client/kvctl [--model DIR] [--prefix-tokens N]
 """
 import argparse
@@ -35,7 +35,6 @@ import unittest
 import urllib.request
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,

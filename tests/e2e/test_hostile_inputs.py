@@ -4,7 +4,7 @@
 Every case here crashed, aborted or wedged kvserve once. Each now either refuses to start
 with exit code 1 and one error line naming the file (a hostile model folder or flag), or
 answers the one request with a clear error while the process stays up and serves the next
-request. Needs PYTHONPATH=<build>/proto/python; run:
+request. Needs ctest's PYTHONPATH (scripts/python.sh sets it); run:
   test_hostile_inputs.py --kvserve build/server/kvserve --make-model build/model/kvserve-make-model
 """
 import argparse
@@ -18,8 +18,6 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,

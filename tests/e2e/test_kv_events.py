@@ -10,7 +10,8 @@ deletion, a reconnect that replays from a sequence number, a reconnect past the 
 kvserve.v1.CacheAdmin/ListCacheEntries says the store holds at the same batch number. A
 user's subscription shows shared blocks only; GetLoads agrees with the vllm:* metrics.
 
-Needs PYTHONPATH=<build>/proto/python; run: test_kv_events.py --kvserve build/server/kvserve
+Needs ctest's PYTHONPATH; run:
+  scripts/python.sh tests/e2e/test_kv_events.py --kvserve build/server/kvserve
 """
 import argparse
 import os
@@ -20,8 +21,6 @@ import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_kv_events import (  # noqa: E402  pylint: disable=wrong-import-position
     BLOCK_SIZE,
     BlockIndex,
@@ -38,10 +37,12 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     prefix_pb2_grpc,
 )
 from kvserve.v1 import cache_pb2, cache_pb2_grpc  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_fixtures import (  # noqa: E402  pylint: disable=wrong-import-position
+    write_api_keys_file,
+)
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     TIME_SCALE,
     KvserveProcess,
-    write_api_keys_file,
 )
 
 PATHS = {}

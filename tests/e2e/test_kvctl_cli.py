@@ -14,31 +14,22 @@ processes (embedded tiny model, 127.0.0.1, port 0).
   beams examples take the --tls-* flags too.
 
 The certificates are tests/client/testdata's (no openssl needed). Needs
-PYTHONPATH=<build>/proto/python; run:
+ctest's PYTHONPATH (scripts/python.sh sets it); run:
   test_kvctl_cli.py --kvserve build/server/kvserve --kvctl build/client/kvctl
 """
 import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 import unittest
+
+from kvserve_launch import KvserveProcess, Tls
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 CLIENT_DIR = os.path.join(ROOT, "client", "python")
 CERTS = os.path.join(ROOT, "tests", "client", "testdata")
-sys.path.insert(0, CLIENT_DIR)
-from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
-    grpc,
-    health_pb2,
-    health_pb2_grpc,
-    open_channel,
-)
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
 
 PATHS = {}
 TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
@@ -75,37 +66,14 @@ def example(name, *args):
 
 
 class Server:
-    """kvserve on 127.0.0.1:0 with `flags`, SERVING before the constructor returns (checked
-    over TLS with the test CA and client certificate when `tls`)."""
+    """kvserve on 127.0.0.1:0 with `flags` and `tls` (a kvserve_launch.Tls: its server flags
+    are added, and the launcher checks health over TLS with the test CA and client
+    certificate), SERVING before the constructor returns."""
 
-    def __init__(self, *flags, tls=False):
-        self.log = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(
-            [PATHS["kvserve"], "--listen", "127.0.0.1:0", "--threads", "1", *flags],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
-        port, first = listening_port(self.proc, STARTUP_TIMEOUT_S)
-        if port is None:
-            self.stop()
-            raise AssertionError(f"no listening line: {first!r}\n{self.stderr()}")
-        self.target = f"127.0.0.1:{port}"
-        tls_files = (cert("ca.crt"), cert("client.crt"), cert("client.key")) if tls else ()
-        with open_channel(self.target, *tls_files) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            while True:
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"kvserve exited with {self.proc.returncode}\n"
-                                         f"{self.stderr()}")
-                try:
-                    if health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == \
-                            health_pb2.HealthCheckResponse.SERVING:
-                        break
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise AssertionError("not SERVING in time\n" + self.stderr())
-                time.sleep(0.05)  # polling for readiness, not a timed assertion
+    def __init__(self, *flags, tls=None):
+        self.process = KvserveProcess(PATHS["kvserve"], ["--threads", "1", *flags], tls=tls,
+                                      start_timeout_s=STARTUP_TIMEOUT_S)
+        self.target = self.process.target
 
     def kvctl(self, *args, stdin=b""):
         """kvctl --target this server ARGS: (exit code, stdout, stderr)."""
@@ -113,22 +81,19 @@ class Server:
                      stdin=stdin)
 
     def stderr(self):
-        self.log.seek(0)
-        return self.log.read().decode("utf-8", "replace")
+        return self.process.log_text()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30 * TIME_SCALE)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return self.process.stop()
 
 
-def server_tls_flags(*extra):
-    return ["--tls-cert-file", cert("server.crt"), "--tls-key-file", cert("server.key"), *extra]
+def testdata_tls(client_ca=None):
+    """The server certificate of tests/client/testdata, verified with its CA, the launcher's
+    calls presenting its client certificate; `client_ca` ("ca.crt") requires client
+    certificates that CA signs (mutual TLS)."""
+    return Tls(cert_file=cert("server.crt"), key_file=cert("server.key"), ca_file=cert("ca.crt"),
+               client_ca_file=cert(client_ca) if client_ca else None,
+               client_cert_file=cert("client.crt"), client_key_file=cert("client.key"))
 
 
 def ca_flags(ca="ca.crt"):
@@ -140,10 +105,10 @@ def client_cert_flags(name="client"):
 
 
 class ServerTestCase(unittest.TestCase):
-    """One server, started with `flags`, for every test of the class."""
+    """One server, started with `flags` and `tls`, for every test of the class."""
 
     flags = ()
-    tls = False
+    tls = None
 
     @classmethod
     def setUpClass(cls):
@@ -256,8 +221,7 @@ class CommandLineTest(ServerTestCase):
 class TlsTest(ServerTestCase):
     """A TLS port without client certificates."""
 
-    flags = server_tls_flags()
-    tls = True
+    tls = testdata_tls()
 
     def test_kvctl_over_tls(self):
         code, stdout, stderr = self.server.kvctl(*ca_flags(), "health")
@@ -295,8 +259,7 @@ class TlsTest(ServerTestCase):
 class MutualTlsTest(ServerTestCase):
     """A TLS port requiring client certificates signed by the test CA."""
 
-    flags = server_tls_flags("--tls-client-ca-file", cert("ca.crt"))
-    tls = True
+    tls = testdata_tls(client_ca="ca.crt")
 
     def test_kvctl_with_a_client_certificate(self):
         code, stdout, stderr = self.server.kvctl(*ca_flags(), *client_cert_flags(), "health")

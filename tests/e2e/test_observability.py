@@ -15,26 +15,23 @@
   metrics, request histograms reaching the longest generation;
 - kvserve --version agrees with kvserve_build_info and names the git revision.
 
-Needs PYTHONPATH=<build>/proto/python; run: test_observability.py --kvserve build/server/kvserve
+Needs ctest's PYTHONPATH; run:
+  scripts/python.sh tests/e2e/test_observability.py --kvserve build/server/kvserve
 """
 import argparse
 import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
-import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: E402
 from grpc_reflection.v1 import reflection_pb2  # noqa: E402  pylint: disable=wrong-import-position
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import KvserveProcess, Tls  # noqa: E402  pylint: disable=wrong-import-position
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
@@ -58,68 +55,37 @@ KVSERVE_SERVICES = ("kvserve.v1.Generation", "kvserve.v1.PrefixCache", "kvserve.
 
 
 class Server:
-    """A kvserve process with the given flags (on 127.0.0.1:0 unless --listen is among them),
-    SERVING before the constructor returns."""
+    """A kvserve process (KvserveProcess) with the given flags (on 127.0.0.1:0 unless --listen
+    is among them; over TLS when `tls`, a kvserve_launch.Tls, is given), SERVING before the
+    constructor returns, with a channel and stubs to it."""
 
-    def __init__(self, *flags, credentials=None):
-        self.log = tempfile.TemporaryFile(mode="w+b")
-        listen = [] if "--listen" in flags else ["--listen", "127.0.0.1:0"]
-        self.proc = subprocess.Popen(
-            [PATHS["kvserve"], "--threads", "1", *listen, *flags],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log)
-        self.port, self.first_line = listening_port(self.proc, STARTUP_TIMEOUT_S)
-        if not self.first_line.startswith("kvserve listening on "):
-            self.stop()
-            raise AssertionError(f"no listening line: {self.first_line!r}\n{self.stderr()}")
-        self.target = self.first_line[len("kvserve listening on "):]
-        self.channel = (grpc.secure_channel(self.target, credentials, options=(
-            ("grpc.ssl_target_name_override", "localhost"),)) if credentials
-                        else grpc.insecure_channel(self.target))
+    def __init__(self, *flags, tls=None):
+        flags = list(flags)
+        listen = "127.0.0.1:0"
+        if "--listen" in flags:
+            at = flags.index("--listen")
+            listen = flags[at + 1]
+            del flags[at:at + 2]
+        self.process = KvserveProcess(PATHS["kvserve"], ["--threads", "1", *flags],
+                                      listen=listen, tls=tls,
+                                      start_timeout_s=STARTUP_TIMEOUT_S)
+        self.port, self.first_line = self.process.port, self.process.first_line
+        self.target = self.process.target
+        self.channel = self.process.channel()
         self.stub = gen_grpc.GenerationStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"kvserve exited with {self.proc.returncode}\n"
-                                     f"{self.stderr()}")
-            try:
-                if self.health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == \
-                        health_pb2.HealthCheckResponse.SERVING:
-                    break
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("not SERVING in time\n" + self.stderr())
-            time.sleep(0.05)
 
     def raw_stderr(self):
-        self.log.seek(0)
-        return self.log.read()
+        return self.process.log_bytes()
 
     def stderr(self):
-        return self.raw_stderr().decode("utf-8", "replace")
+        return self.process.log_text()
 
     def metrics(self):
-        port = None
-        for line in self.stderr().splitlines():
-            if "metrics on http://" in line and "(port " in line:
-                port = int(line.split("(port ")[1].split(")")[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
-                                    timeout=CALL_TIMEOUT_S) as page:
-            return page.read().decode("utf-8")
+        return self.process.metrics_text(timeout_s=CALL_TIMEOUT_S)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30 * TIME_SCALE)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if hasattr(self, "channel"):
-            self.channel.close()
-        return self.proc.returncode
+        return self.process.stop()
 
 
 def run_kvserve(*flags):
@@ -203,11 +169,10 @@ class JsonLogTest(unittest.TestCase):
                             "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
                             "-keyout", "server.key", "-out", "server.crt"],
                            cwd=folder, check=True, capture_output=True)
-            with open(os.path.join(folder, "server.crt"), "rb") as f:
-                credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
-            server = Server("--log-format", "json", "--tls-cert-file",
-                            os.path.join(folder, "server.crt"), "--tls-key-file",
-                            os.path.join(folder, "server.key"), credentials=credentials)
+            certificate = os.path.join(folder, "server.crt")
+            server = Server("--log-format", "json", tls=Tls(
+                cert_file=certificate, key_file=os.path.join(folder, "server.key"),
+                ca_file=certificate, server_name="localhost"))
             try:
                 # A plaintext client: the server's handshake fails (gRPC logs it, then closes).
                 with grpc.insecure_channel(server.target) as plaintext:

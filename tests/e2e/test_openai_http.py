@@ -21,13 +21,14 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(SOURCE, "client", "python"))
+from kvserve_fixtures import (  # noqa: E402  pylint: disable=wrong-import-position
+    Certificates,
+    write_api_keys_file,
+)
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     TIME_SCALE,
-    Certificates,
     KvserveProcess,
     refused_start,
-    write_api_keys_file,
 )
 
 PATHS = {}

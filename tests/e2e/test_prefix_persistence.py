@@ -1,7 +1,7 @@
 """kill -9 in the middle of a prefix registration: the state journal keeps every completed
 registration in whole lines and every one of them is back after a restart.
 
-usage: PYTHONPATH=build/proto/python /usr/bin/python3 tests/e2e/test_prefix_persistence.py \\
+usage: scripts/python.sh tests/e2e/test_prefix_persistence.py \\
          --kvserve build/server/kvserve
 """
 import argparse
@@ -14,8 +14,6 @@ import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2,
     grpc,

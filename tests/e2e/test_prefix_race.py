@@ -12,11 +12,10 @@ state of one of those. A call the kill cut off (no answer) may or may not have t
 any moment after it began: its state is allowed too. So an acknowledged delete that no
 acknowledged or unanswered registration could follow leaves the name deleted.
 
-usage: PYTHONPATH=build/proto/python /usr/bin/python3 tests/e2e/test_prefix_race.py \\
+usage: scripts/python.sh tests/e2e/test_prefix_race.py \\
          --kvserve build/server/kvserve
 """
 import argparse
-import os
 import random
 import shutil
 import sys
@@ -25,8 +24,6 @@ import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2,
     grpc,

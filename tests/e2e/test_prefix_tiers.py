@@ -5,7 +5,7 @@ log line, not a crash); the tier metrics count each of these; a named prefix's r
 is kept and a bad one refused naming the field; a named prefix demoted to disk is listed there
 and still served by its name, and deleting it there removes it.
 
-usage: PYTHONPATH=build/proto/python /usr/bin/python3 tests/e2e/test_prefix_tiers.py \\
+usage: scripts/python.sh tests/e2e/test_prefix_tiers.py \\
          --kvserve build/server/kvserve
 """
 import argparse
@@ -18,8 +18,6 @@ import unittest
 
 import grpc
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,

@@ -25,7 +25,7 @@ Every relative link in them, ARCHITECTURE.md, DEVELOPERS.md and the READMEs of c
 server/vllm_api and bench must name a file that exists and, with "#anchor", a heading of it:
 the pages moved, their links must not dangle.
 
-Needs PYTHONPATH=<build>/proto/python; run:
+Needs ctest's PYTHONPATH (scripts/python.sh sets it); run:
   test_readme_defaults.py --readme README.md --docs-dir docs --proto-dir proto/kvserve/v1 \\
       --kvserve build/server/kvserve --kvctl build/client/kvctl \\
       --generate build/model/kvserve-generate
@@ -35,15 +35,11 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
-    grpc,
     health_pb2,
     health_pb2_grpc,
     prefix_pb2,
@@ -51,7 +47,7 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     session_pb2,
     session_pb2_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 ARGS = None
 TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
@@ -447,22 +443,13 @@ class ReadmeDefaultsTest(unittest.TestCase):
 
     def test_running_server_answers_the_stated_defaults(self):
         kvserve_table = flag_rows(self.table("kvserve flag"))
-        log = tempfile.TemporaryFile(mode="w+b")
-        proc = subprocess.Popen([ARGS.kvserve, "--listen", "127.0.0.1:0", "--threads", "1"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
+        # wait=False: check_server watches health go to SERVING itself.
+        server = KvserveProcess(ARGS.kvserve, ["--threads", "1"], wait=False,
+                                start_timeout_s=STARTUP_TIMEOUT_S)
         try:
-            port, first = listening_port(proc, STARTUP_TIMEOUT_S)
-            if port is None:
-                log.seek(0)
-                raise AssertionError(f"kvserve's first line is {first!r}\n"
-                                     f"{log.read().decode('utf-8', 'replace')[-4000:]}")
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                self.check_server(channel, port, kvserve_table)
+            self.check_server(server.channel(), server.port, kvserve_table)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            log.close()
+            server.kill()
 
     def check_server(self, channel, port, kvserve_table):
         # Health is NOT_SERVING while the model warms up: Watch streams each change.

@@ -8,7 +8,7 @@ nothing (issue 27: `generate --prompt 'Hello'` printed an empty line). Without a
 serve.sh turns the HTTP API on at 127.0.0.1:8000 (issue 46: the README's first curl works
 after `make serve`), checked with a stand-in kvserve that prints its arguments.
 
-Needs PYTHONPATH=<build>/proto/python; run:
+Needs ctest's PYTHONPATH (scripts/python.sh sets it); run:
   test_serve_demo.py --serve scripts/serve.sh --build-dir build
 """
 import argparse
@@ -16,20 +16,17 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     grpc,
     health_pb2,
     health_pb2_grpc,
 )
-from kvserve_launch import listening_port  # noqa: E402  pylint: disable=wrong-import-position
+from kvserve_launch import KvserveProcess  # noqa: E402  pylint: disable=wrong-import-position
 
 ARGS = None
 TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
@@ -40,16 +37,16 @@ CALL_TIMEOUT_S = 120 * TIME_SCALE
 class ServeDemoTest(unittest.TestCase):
 
     def test_printed_commands_show_text(self):
-        log = tempfile.TemporaryFile(mode="w+b")
-        proc = subprocess.Popen([ARGS.serve, ARGS.build_dir, "--listen", "127.0.0.1:0",
-                                 "--http-listen", "127.0.0.1:0", "--threads", "1"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
+        # serve.sh is the program (it execs kvserve), started as `make serve` starts it:
+        # BUILD_DIR, then kvserve's flags (listen=None: --listen is among them).
+        server = KvserveProcess(ARGS.serve, [ARGS.build_dir, "--listen", "127.0.0.1:0",
+                                             "--http-listen", "127.0.0.1:0", "--threads", "1"],
+                                listen=None, wait=False, name="serve.sh",
+                                start_timeout_s=STARTUP_TIMEOUT_S)
         try:
-            port, first = listening_port(proc, STARTUP_TIMEOUT_S)
-            log.seek(0)
-            stderr = log.read().decode("utf-8", "replace")
-            self.assertIsNotNone(port, f"the first stdout line is {first!r}\n{stderr[-4000:]}")
-            self.wait_until_serving(f"127.0.0.1:{port}")
+            port = server.port
+            stderr = server.log_text()
+            self.wait_until_serving(server.target)
             # serve.sh prints its hint before it starts kvserve, so it is all there now.
             kvctl = os.path.join(ARGS.build_dir, "client", "kvctl")
             commands = [shlex.split(line)[1:] for line in stderr.splitlines()
@@ -62,8 +59,7 @@ class ServeDemoTest(unittest.TestCase):
                     continue  # bench prints numbers, not text
                 with self.subTest(command=" ".join(args)):
                     self.check_command(kvctl, args, port)
-            log.seek(0)
-            stderr = log.read().decode("utf-8", "replace")
+            stderr = server.log_text()
             http_port = re.search(r"OpenAI-compatible HTTP API on 127\.0\.0\.1:0 \(port (\d+)\)",
                                   stderr)
             self.assertIsNotNone(http_port, stderr[-4000:])
@@ -71,13 +67,10 @@ class ServeDemoTest(unittest.TestCase):
                      if line.startswith("  curl ")]
             self.assertEqual(len(curls), 1, stderr[:2000])
             self.check_curl(curls[0], http_port.group(1))
-            proc.send_signal(signal.SIGTERM)
-            self.assertEqual(proc.wait(timeout=STARTUP_TIMEOUT_S), 0)
+            server.terminate()
+            self.assertEqual(server.wait(timeout_s=STARTUP_TIMEOUT_S), 0)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            log.close()
+            server.kill()
 
     def test_http_api_on_by_default(self):
         with tempfile.TemporaryDirectory() as build:

@@ -8,7 +8,7 @@ Mistral whose sliding window (16) is far shorter than the conversations. Every s
 compared with a cold run (skip_prefix_reuse) of the same input. Run:
   test_sessions.py --kvserve build/server/kvserve --kvctl build/client/kvctl \
       --make-model build/model/kvserve-make-model
-with PYTHONPATH=<build>/proto/python.
+through scripts/python.sh (ctest's PYTHONPATH).
 """
 import argparse
 import json
@@ -23,7 +23,6 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(SOURCE, "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,

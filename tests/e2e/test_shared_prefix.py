@@ -12,7 +12,7 @@ reads it, leave the K/V bytes in use where they were; N concurrent streams on on
 their tails to kvserve_kv_device_bytes_used in the shared mode, N copies in the copy mode. Run:
   test_shared_prefix.py --kvserve build/server/kvserve \
       --make-model build/model/kvserve-make-model
-with PYTHONPATH=<build>/proto/python.
+through scripts/python.sh (ctest's PYTHONPATH).
 """
 import argparse
 import os
@@ -22,9 +22,6 @@ import tempfile
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.normpath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(SOURCE, "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,

@@ -25,7 +25,8 @@ names the admins); a valid key decides over the certificate.
 - mutual TLS: certificate CNs are tenants, named in the access log; a certificate with two CNs
   is UNAUTHENTICATED (skipped without openssl).
 
-Needs PYTHONPATH=<build>/proto/python; run: test_tenants.py --kvserve build/server/kvserve
+Needs ctest's PYTHONPATH; run:
+  scripts/python.sh tests/e2e/test_tenants.py --kvserve build/server/kvserve
 """
 import argparse
 import json
@@ -38,8 +39,6 @@ import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     auth_metadata,
     generation_pb2 as gen,
@@ -51,12 +50,14 @@ from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     session_pb2 as ses,
     session_pb2_grpc as ses_grpc,
 )
+from kvserve_fixtures import (  # noqa: E402  pylint: disable=wrong-import-position
+    Certificates,
+    write_api_keys_file,
+)
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     TIME_SCALE,
-    Certificates,
     KvserveProcess,
     refused_start,
-    write_api_keys_file,
 )
 
 PATHS = {}

@@ -13,7 +13,8 @@ port 0), with certificates the test makes with the openssl command in a temporar
 - secure by default: --listen 0.0.0.0:0 without TLS and without --insecure exits 2 naming
   --listen, --tls-cert-file and --insecure; with --insecure it starts (and is stopped).
 
-Exits 77 (skipped) without the openssl command. Needs PYTHONPATH=<build>/proto/python; run:
+Exits 77 (skipped) without the openssl command. Needs ctest's PYTHONPATH
+(scripts/python.sh sets it); run:
   test_tls.py --kvserve build/server/kvserve --kvctl build/client/kvctl
 """
 import argparse
@@ -26,16 +27,15 @@ import unittest
 
 CLIENT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client",
                           "python")
-sys.path.insert(0, CLIENT_DIR)
 from kvserve_stubs import (  # noqa: E402  pylint: disable=wrong-import-position
     generation_pb2 as gen,
     generation_pb2_grpc as gen_grpc,
     grpc,
     open_channel,
 )
+from kvserve_fixtures import Certificates  # noqa: E402  pylint: disable=wrong-import-position
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     TIME_SCALE,
-    Certificates,
     KvserveProcess,
 )
 import kvserve_launch  # noqa: E402  pylint: disable=wrong-import-position

@@ -38,8 +38,6 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
 import reference_forward  # noqa: E402  pylint: disable=wrong-import-position
 from reference_forward import ReferenceError  # noqa: E402  pylint: disable=wrong-import-position
 

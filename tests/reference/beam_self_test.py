@@ -10,7 +10,6 @@ sequence ends at its first end token or at the maximum length.
 """
 
 import math
-import os
 import sys
 import tempfile
 import unittest
@@ -18,7 +17,6 @@ import unittest
 import numpy as np
 
 sys.dont_write_bytecode = True  # keep the source tree clean when ctest runs this
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import beam_reference as br  # noqa: E402
 import make_numpy_model  # noqa: E402

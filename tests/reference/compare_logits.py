@@ -25,7 +25,6 @@ import tempfile
 import numpy as np
 
 sys.dont_write_bytecode = True  # keep the source tree clean when ctest runs this
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bart_reference  # noqa: E402
 import gemma_reference  # noqa: E402

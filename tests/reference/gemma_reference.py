@@ -34,7 +34,6 @@ import sys
 import numpy as np
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from reference_forward import ReferenceError, read_checkpoint  # noqa: E402
 

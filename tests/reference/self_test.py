@@ -19,7 +19,6 @@ import unittest
 import numpy as np
 
 sys.dont_write_bytecode = True  # keep the source tree clean when ctest runs this
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import make_numpy_model  # noqa: E402
 import reference_forward  # noqa: E402

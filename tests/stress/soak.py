@@ -28,7 +28,7 @@ Warm-up ends at the first RSS sample taken after --warmup-fraction of the run (d
 seconds of traffic fill), every cache strategy and batch shape has been allocated, and
 the allocator holds its working set; growth after that point is what a leak looks like.
 
-usage (PYTHONPATH=<build>/proto/python):
+usage (PYTHONPATH: scripts/python.sh soak.py ..., or scripts/soak.sh):
   soak.py --kvserve build/server/kvserve --make-model build/model/kvserve-make-model \\
           --minutes 10 --concurrency 16 --json soak.json -- --prefix-cache-bytes 2097152
   soak.py --target 127.0.0.1:50051 --pid 1234 --seconds 60
@@ -51,8 +51,6 @@ import grpc
 from kvserve.v1 import generation_pb2 as gen
 from kvserve.v1 import generation_pb2_grpc as gen_grpc
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client", "python"))
 from kvserve_launch import (  # noqa: E402  pylint: disable=wrong-import-position
     KvserveProcess,
     wait_until_serving,

@@ -6,16 +6,20 @@ serves TLS and sends an API key, waits until gRPC health says SERVING, keeps its
 log file (whose tail every start-up error quotes), stops it by PID (SIGTERM, a grace period,
 then SIGKILL), kills it (kill -9, for crash tests) and restarts it with the same flags (and
 log). Beside it: free_port() for the few processes that cannot report their port,
-refused_start() for starts that must fail, API-key files and test certificates.
+refused_start() for starts that must fail; kvserve_fixtures.py (beside this file) makes API-key
+files and test certificates.
+
+This is the test harness (tests/harness), not a user example: ctest puts this folder,
+client/python and <build>/proto/python on PYTHONPATH; scripts run by hand use
+scripts/python.sh, which does the same.
 
 Timeouts default to multiples of $KVSERVE_TEST_TIME_SCALE (sanitizer builds are slower).
 Health checks and channels need grpcio and kvserve's Python stubs (<build>/proto/python on
-PYTHONPATH), imported on first use: starting a process, free_port(), refused_start() and the
-certificates need neither.
+PYTHONPATH) and client/python's kvserve_stubs, imported on first use: starting a process,
+free_port() and refused_start() need neither.
 """
 import dataclasses
 import fcntl
-import hashlib
 import os
 import re
 import signal
@@ -33,6 +37,8 @@ TIME_SCALE = float(os.environ.get("KVSERVE_TEST_TIME_SCALE", "1"))
 START_TIMEOUT_S = 60 * TIME_SCALE
 STOP_GRACE_S = 30 * TIME_SCALE
 LISTENING = re.compile(r"^kvserve listening on (.*):(\d+)$")
+# "kvserve listening on unix:PATH" (--listen unix:PATH).
+UNIX_LISTENING = re.compile(r"^kvserve listening on (unix:.+)$")
 # "metrics on http://ADDR/metrics (port N)"; older binaries (A/B benchmarks) wrote the port in
 # the URL only.
 METRICS_PORT = re.compile(r"metrics on http://\S+ \(port (\d+)\)"
@@ -59,13 +65,15 @@ class Tls:
     """TLS of one kvserve: the server's certificate and key (--tls-cert-file, --tls-key-file),
     the CA its clients verify it with; for mutual TLS the CA it verifies clients with
     (--tls-client-ca-file) and the client certificate and key the launcher's own calls
-    present."""
+    present; server_name, when set, is the name the server's certificate is checked for
+    instead of the target's host."""
     cert_file: str
     key_file: str
     ca_file: str
     client_ca_file: str = None
     client_cert_file: str = None
     client_key_file: str = None
+    server_name: str = None
 
     def server_flags(self):
         flags = ["--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file]
@@ -125,9 +133,9 @@ def channel_to(target, tls=None, options=()):
     options = CHANNEL_OPTIONS + tuple(options)
     if tls is None:
         return grpc.insecure_channel(target, options=options)
+    if tls.server_name:
+        options += (("grpc.ssl_target_name_override", tls.server_name),)
     return grpc.secure_channel(target, tls.credentials(), options=options)
-
-
 
 
 def wait_until_serving(target, timeout_s, tls=None, process=None):
@@ -210,16 +218,6 @@ class _Lines:
             return self._closed
 
 
-def listening_port(proc, timeout_s):
-    """(port, first line) of a subprocess.Popen of kvserve with stdout=PIPE started by the
-    caller; port is None when the first line is not the listening line or none came within
-    timeout_s. Drains stdout from now on. New code starts kvserve with KvserveProcess instead;
-    this stays for scripts written against the earlier module."""
-    first = _Lines(proc.stdout).first(timeout_s) or ""
-    match = LISTENING.match(first)
-    return (int(match.group(2)) if match else None), first
-
-
 class KvserveProcess:
     """One kvserve process: `binary --listen LISTEN [TLS flags] FLAGS`.
 
@@ -299,14 +297,17 @@ class KvserveProcess:
             except subprocess.TimeoutExpired:
                 raise KvserveStartError("closed its stdout without a line") from None
             raise KvserveStartError(f"exited with {code} before listening", code)
+        if self.listen and self.listen.startswith("unix:"):
+            if not UNIX_LISTENING.match(first):
+                raise KvserveStartError(f"first stdout line {first!r}, not 'kvserve listening "
+                                        f"on unix:PATH'")
+            self.target = self.listen
+            return
         match = LISTENING.match(first)
         if not match:
             raise KvserveStartError(f"first stdout line {first!r}, not 'kvserve listening on "
                                     f"HOST:PORT'")
         host, port = match.group(1), int(match.group(2))
-        if self.listen and self.listen.startswith("unix:"):
-            self.target = self.listen
-            return
         self.port = port
         host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "": "127.0.0.1"}.get(host, host)
         self.target = f"{host}:{port}"
@@ -472,79 +473,3 @@ class KvserveProcess:
     def metrics(self, timeout_s=10):
         """parse_metrics() of metrics_text()."""
         return parse_metrics(self.metrics_text(timeout_s))
-
-
-# Fixtures: API-key files and certificates.
-
-def api_keys_file_text(entries):
-    """A --api-keys-file in YAML from (plaintext key, tenant, role) entries."""
-    lines = []
-    for key, tenant, role in entries:
-        lines += [f"- key_sha256: {hashlib.sha256(key.encode()).hexdigest()}",
-                  f"  tenant: {tenant}", f"  role: {role}"]
-    return "\n".join(lines) + "\n"
-
-
-def write_api_keys_file(path, entries):
-    """Writes api_keys_file_text(entries) to path; returns path."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(api_keys_file_text(entries))
-    return path
-
-
-class Certificates:
-    """Certificates made with the openssl command in `folder`: a CA "ca"; a server certificate
-    "server" for IP 127.0.0.1 that it signs; a client certificate (subject CN=NAME) for each of
-    `clients` that it signs; with `foreign_clients`, another CA "other-ca" and client
-    certificates it signs. path("NAME.crt") and path("NAME.key") are the files;
-    path("openssl.cnf") is a file that is not PEM."""
-
-    def __init__(self, folder, clients=("client",), foreign_clients=()):
-        self.folder = folder
-        with open(self.path("openssl.cnf"), "w", encoding="utf-8") as f:
-            f.write("[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = unused\n"
-                    "[ca]\nbasicConstraints = critical, CA:TRUE\n"
-                    "keyUsage = critical, keyCertSign, cRLSign\n"
-                    "subjectKeyIdentifier = hash\n"
-                    "[server]\nbasicConstraints = CA:FALSE\nsubjectAltName = IP:127.0.0.1\n"
-                    "keyUsage = critical, digitalSignature, keyEncipherment\n"
-                    "extendedKeyUsage = serverAuth\n"
-                    "[client]\nbasicConstraints = CA:FALSE\n"
-                    "keyUsage = critical, digitalSignature, keyEncipherment\n"
-                    "extendedKeyUsage = clientAuth\n")
-        cas = ("ca", "other-ca") if foreign_clients else ("ca",)
-        for ca in cas:
-            self._openssl("req", "-config", "openssl.cnf", "-x509", *self._new_key(ca),
-                          "-out", f"{ca}.crt", "-subj", f"/CN=kvserve test {ca}", "-days", "2",
-                          "-extensions", "ca")
-        signed = [("server", "ca", "server", "kvserve test server")]
-        signed += [(name, "ca", "client", name) for name in clients]
-        signed += [(name, "other-ca", "client", name) for name in foreign_clients]
-        for name, ca, section, common_name in signed:
-            self._openssl("req", "-config", "openssl.cnf", "-new", *self._new_key(name),
-                          "-out", f"{name}.csr", "-subj", f"/CN={common_name}")
-            self._openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey",
-                          f"{ca}.key", "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
-                          "-extfile", "openssl.cnf", "-extensions", section)
-
-    @staticmethod
-    def _new_key(name):
-        return ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                "-keyout", f"{name}.key"]
-
-    def _openssl(self, *args):
-        subprocess.run(["openssl", *args], cwd=self.folder, check=True,
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
-
-    def path(self, name):
-        return os.path.join(self.folder, name)
-
-    def tls(self, client=None, client_ca=None):
-        """A Tls of the server certificate, verified with "ca"; the launcher's calls present
-        the certificate of `client` when given; `client_ca` ("ca") requires client
-        certificates it signs (mutual TLS)."""
-        return Tls(cert_file=self.path("server.crt"), key_file=self.path("server.key"),
-                   ca_file=self.path("ca.crt"),
-                   client_ca_file=self.path(client_ca + ".crt") if client_ca else None,
-                   client_cert_file=self.path(client + ".crt") if client else None,
-                   client_key_file=self.path(client + ".key") if client else None)
