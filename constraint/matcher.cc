@@ -64,7 +64,8 @@ void Matcher::Close(int32_t start, std::vector<int32_t>* out, bool* accepting) {
     const CompiledGrammar::Slot& slot = slots[node.slot];
     switch (slot.kind) {
       case CompiledGrammar::Slot::Kind::kBytes:
-        out->push_back(n);
+        // A stack waiting on an empty set has no continuation: it is not kept.
+        if (!grammar_->byte_sets()[slot.index].empty()) out->push_back(n);
         break;
       case CompiledGrammar::Slot::Kind::kEnd:
         work.push_back(node.parent);

@@ -51,18 +51,29 @@ bool IsSyntaxChar(char c) {
 
 class RegexParser {
  public:
-  RegexParser(GrammarBuilder& builder, std::string_view pattern, const RegexLimits& limits)
-      : builder_(builder), in_(pattern), limits_(limits) {}
+  RegexParser(GrammarBuilder& builder, std::string_view pattern, const RegexLimits& limits,
+              const RegexMode& mode)
+      : builder_(builder), in_(pattern), limits_(limits), mode_(mode) {}
 
   absl::StatusOr<int32_t> Parse() {
-    in_.Consume('^');
+    const bool anchored_start = in_.Consume('^');
     absl::StatusOr<int32_t> rule = ParseAlternation();
     if (!rule.ok()) return rule.status();
     if (!in_.done()) {
       if (in_.peek() == ')') return in_.Error("unbalanced ')'");
       return in_.Error(absl::StrCat("unexpected '", std::string(1, in_.peek()), "'"));
     }
-    return rule;
+    if (!mode_.search || (anchored_start && anchored_end_)) return rule;
+    // Search: any characters where an end is not anchored.
+    std::vector<Element> any = FromRanges(Complement({}));
+    const int32_t anything = builder_.Repeat(NextName("any"), std::move(any), 0, -1);
+    const int32_t searched = builder_.AddRule(NextName("search"));
+    std::vector<Element> seq;
+    if (!anchored_start) seq.push_back(builder_.RuleRef(anything));
+    seq.push_back(builder_.RuleRef(*rule));
+    if (!anchored_end_) seq.push_back(builder_.RuleRef(anything));
+    builder_.AddAlternative(searched, std::move(seq));
+    return searched;
   }
 
  private:
@@ -89,6 +100,7 @@ class RegexParser {
         if (depth_ > 0 || in_.peek() == '|') {
           return in_.Error("'$' is only supported at the end of the pattern");
         }
+        anchored_end_ = true;
         return seq;
       }
       if (c == '^') return in_.Error("'^' is only supported at the start of the pattern");
@@ -134,13 +146,22 @@ class RegexParser {
       in_.Consume('\\');
       absl::StatusOr<Ranges> escaped = ReadEscape(/*in_class=*/false);
       if (!escaped.ok()) return escaped.status();
+      if (mode_.json_string && escaped->size() == 1 &&
+          (*escaped)[0].first == (*escaped)[0].second && NeedsJsonEscape((*escaped)[0].first)) {
+        return in_.Error("the pattern needs a character a JSON string must escape");
+      }
       return FromRanges(*std::move(escaped));
     }
     bool ok = true;
     const uint32_t cp = in_.NextCodePoint(&ok);
     if (!ok) return in_.Error("malformed UTF-8");
+    if (mode_.json_string && NeedsJsonEscape(cp)) {
+      return in_.Error("the pattern needs a character a JSON string must escape");
+    }
     return builder_.Literal(EncodeUtf8(cp));
   }
+
+  static bool NeedsJsonEscape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
 
   // After a backslash: the code points the escape stands for.
   absl::StatusOr<Ranges> ReadEscape(bool in_class) {
@@ -219,8 +240,26 @@ class RegexParser {
     return Ranges{{cp, cp}};
   }
 
-  // One element for an ASCII set, a rule (UTF-8 expansion) otherwise.
+  // One element for an ASCII set, a rule (UTF-8 expansion) otherwise. In a JSON string, the
+  // characters it must escape are left out.
   std::vector<Element> FromRanges(Ranges ranges) {
+    if (mode_.json_string) {
+      Ranges kept;
+      for (auto [lo, hi] : ranges) {
+        for (uint32_t cut : {uint32_t{'"'}, uint32_t{'\\'}}) {
+          if (lo <= cut && cut <= hi) {
+            if (lo < cut) kept.push_back({std::max<uint32_t>(lo, 0x20), cut - 1});
+            lo = cut + 1;
+          }
+        }
+        lo = std::max<uint32_t>(lo, 0x20);
+        if (lo <= hi) kept.push_back({lo, hi});
+      }
+      kept.erase(std::remove_if(kept.begin(), kept.end(),
+                                [](const auto& r) { return r.first > r.second; }),
+                 kept.end());
+      ranges = std::move(kept);
+    }
     bool ascii = true;
     for (const auto& r : ranges) ascii = ascii && r.second < 0x80;
     if (ascii) {
@@ -293,6 +332,8 @@ class RegexParser {
   GrammarBuilder& builder_;
   TextCursor in_;
   RegexLimits limits_;
+  RegexMode mode_;
+  bool anchored_end_ = false;
   int depth_ = 0;
   int generated_ = 0;
 };
@@ -300,13 +341,13 @@ class RegexParser {
 }  // namespace
 
 absl::StatusOr<int32_t> AddRegexRule(GrammarBuilder& builder, std::string_view pattern,
-                                     const RegexLimits& limits) {
+                                     const RegexLimits& limits, const RegexMode& mode) {
   if (static_cast<int64_t>(pattern.size()) > limits.max_pattern_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("pattern of ", pattern.size(),
                                                    " bytes, more than the limit of ",
                                                    limits.max_pattern_bytes));
   }
-  return RegexParser(builder, pattern, limits).Parse();
+  return RegexParser(builder, pattern, limits, mode).Parse();
 }
 
 absl::StatusOr<Grammar> ParseRegex(std::string_view pattern, const RegexLimits& limits) {

@@ -23,12 +23,22 @@ struct RegexLimits {
   int64_t max_pattern_bytes = 64 << 10;
 };
 
+// How a pattern is matched inside a larger grammar.
+struct RegexMode {
+  // JSON Schema's `pattern`: the pattern may match anywhere in the string; an end without its
+  // anchor (^ at the start, $ at the end) may be preceded or followed by any characters.
+  bool search = false;
+  // The characters are a JSON string's unescaped ones: '"', '\' and U+0000..U+001F are taken
+  // out of every class and `.`; a literal one is refused.
+  bool json_string = false;
+};
+
 // InvalidArgument "line 1, column C: ..." for what is refused.
 absl::StatusOr<Grammar> ParseRegex(std::string_view pattern, const RegexLimits& limits = {});
 
-// Adds to `builder` a rule matching `pattern` whole and returns it (JSON Schema's `pattern`
-// inside a larger grammar). Errors as ParseRegex.
+// Adds to `builder` a rule matching `pattern` (whole unless mode.search) and returns it (JSON
+// Schema's `pattern` inside a larger grammar). Errors as ParseRegex.
 absl::StatusOr<int32_t> AddRegexRule(GrammarBuilder& builder, std::string_view pattern,
-                                     const RegexLimits& limits = {});
+                                     const RegexLimits& limits = {}, const RegexMode& mode = {});
 
 }  // namespace kvserve::constraint
