@@ -559,6 +559,32 @@ class SchemaCompiler {
     if (!branches.is_array() || branches.empty()) return Refuse(where, "must be a non-empty array");
     Json merged = schema;
     merged.erase("allOf");
+    // additionalProperties: false in any part allows only that part's own properties, so the
+    // merged object may hold only the properties every such part lists.
+    std::optional<std::set<std::string>> allowed;
+    const auto restrict = [&](const Json& part, const std::string& where) -> absl::Status {
+      if (!part.contains("additionalProperties") || part["additionalProperties"] == Json(true)) {
+        return absl::OkStatus();
+      }
+      if (part["additionalProperties"] != Json(false)) {
+        return Refuse(where + "/additionalProperties", "inside allOf, only true or false");
+      }
+      std::set<std::string> names;
+      if (part.contains("properties") && part["properties"].is_object()) {
+        for (const auto& [name, sub] : part["properties"].items()) names.insert(name);
+      }
+      if (allowed) {
+        std::set<std::string> both;
+        for (const std::string& n : names) {
+          if (allowed->count(n)) both.insert(n);
+        }
+        names = std::move(both);
+      }
+      allowed = std::move(names);
+      return absl::OkStatus();
+    };
+    if (absl::Status s = restrict(schema, pointer); !s.ok()) return s;
+    merged.erase("additionalProperties");
     for (size_t i = 0; i < branches.size(); ++i) {
       Json branch = branches[i];
       if (branch.is_object() && branch.contains("$ref") && branch["$ref"].is_string()) {
@@ -569,8 +595,9 @@ class SchemaCompiler {
         branch = **resolved;
       }
       if (!branch.is_object()) return Refuse(absl::StrCat(where, "/", i), "must be an object");
+      if (absl::Status s = restrict(branch, absl::StrCat(where, "/", i)); !s.ok()) return s;
       for (const auto& [key, value] : branch.items()) {
-        if (Annotations().count(key)) continue;
+        if (Annotations().count(key) || key == "additionalProperties") continue;
         if (key == "properties") {
           for (const auto& [name, sub] : value.items()) {
             if (merged["properties"].contains(name) && merged["properties"][name] != sub) {
@@ -588,6 +615,24 @@ class SchemaCompiler {
                         "allOf branches that disagree on this keyword do not reduce");
         }
       }
+    }
+    if (allowed) {
+      if (merged.contains("properties")) {
+        Json kept = Json::object();
+        for (const auto& [name, sub] : merged["properties"].items()) {
+          if (allowed->count(name)) kept[name] = sub;
+        }
+        merged["properties"] = kept;
+      }
+      if (merged.contains("required")) {
+        for (const Json& name : merged["required"]) {
+          if (name.is_string() && !allowed->count(name.get<std::string>())) {
+            return Refuse(where, absl::StrCat("the required property '", name.get<std::string>(),
+                                              "' is excluded by additionalProperties: false"));
+          }
+        }
+      }
+      merged["additionalProperties"] = false;
     }
     return merged;
   }

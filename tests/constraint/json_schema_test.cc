@@ -201,11 +201,20 @@ TEST(JsonSchemaTest, RecursiveRefsAndDefs) {
 }
 
 TEST(JsonSchemaTest, AllOfOfObjectsMerges) {
-  Matcher m = MatcherFor(R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
-      "required": ["a"]}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}],
+  auto refused = JsonSchemaGrammar(R"({"allOf": [{"type": "object", "properties": {"a": {"type":
+      "integer"}}, "required": ["a"]}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}],
       "additionalProperties": false})");
-  EXPECT_TRUE(m.Matches(R"({"a":1,"b":"x"})"));
-  EXPECT_FALSE(m.Matches(R"({"a":1})"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("excluded by additionalProperties: false"));
+  EXPECT_TRUE(MatcherFor(R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
+      "required": ["a"]}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})")
+                  .Matches(R"({"a":1,"b":"x"})"));
+  // additionalProperties: false in one part keeps only the properties that part lists.
+  Matcher closed =
+      MatcherFor(R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}, "c": {}},
+      "additionalProperties": false}, {"properties": {"a": {"type": "integer"}, "b": {}}}]})");
+  EXPECT_TRUE(closed.Matches(R"({"a":1})"));
+  EXPECT_FALSE(closed.Matches(R"({"a":1,"b":2})"));
 }
 
 TEST(JsonSchemaTest, MapsAndAnyObjects) {
