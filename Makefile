@@ -10,6 +10,7 @@ setup:
 	./scripts/setup.sh
 	@if [ -x tests/tokenizer_reference/setup.sh ]; then tests/tokenizer_reference/setup.sh; fi
 	@if [ -x tests/openai/setup.sh ]; then tests/openai/setup.sh; fi
+	@if [ -x tests/constraint/validator/setup.sh ]; then tests/constraint/validator/setup.sh; fi
 
 configure: setup
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)

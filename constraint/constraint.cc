@@ -1,0 +1,41 @@
+// CompileConstraint: each kind of constraint to a validated, flattened grammar.
+#include "constraint/constraint.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::constraint {
+
+absl::StatusOr<Grammar> ChoiceGrammar(const std::vector<std::string>& choices,
+                                      int64_t max_choices) {
+  if (choices.empty()) return absl::InvalidArgumentError("must list at least one string");
+  if (static_cast<int64_t>(choices.size()) > max_choices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(choices.size(), " strings, more than the limit of ", max_choices));
+  }
+  GrammarBuilder builder;
+  const int32_t root = builder.AddRule("choice");
+  for (const std::string& choice : choices) builder.AddAlternative(root, builder.Literal(choice));
+  return std::move(builder).Build(root);
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileConstraint(
+    const ConstraintSpec& spec, const ConstraintLimits& limits) {
+  absl::StatusOr<Grammar> grammar;
+  switch (spec.kind) {
+    case ConstraintSpec::Kind::kRegex:
+      grammar = ParseRegex(spec.text, limits.regex);
+      break;
+    case ConstraintSpec::Kind::kGrammar:
+      grammar = ParseGbnf(spec.text, limits.gbnf);
+      break;
+    case ConstraintSpec::Kind::kChoice:
+      grammar = ChoiceGrammar(spec.choices, limits.max_choices);
+      break;
+  }
+  if (!grammar.ok()) return grammar.status();
+  return CompiledGrammar::Create(*std::move(grammar), limits.grammar);
+}
+
+}  // namespace kvserve::constraint

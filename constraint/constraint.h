@@ -1,0 +1,40 @@
+// Constraint: what a request asks its output to match (a regex, a GBNF grammar, one of N
+// strings; JSON Schema and json_object follow) and its compilation to a matcher's grammar.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "constraint/gbnf.h"
+#include "constraint/grammar.h"
+#include "constraint/matcher.h"
+#include "constraint/regex.h"
+
+namespace kvserve::constraint {
+
+struct ConstraintSpec {
+  enum class Kind { kRegex, kGrammar, kChoice };
+  Kind kind = Kind::kRegex;
+  std::string text;                  // kRegex: the pattern; kGrammar: GBNF text
+  std::vector<std::string> choices;  // kChoice: the strings, >= 1, each non-empty or not
+};
+
+struct ConstraintLimits {
+  GrammarLimits grammar;
+  GbnfLimits gbnf;
+  RegexLimits regex;
+  int64_t max_choices = 10000;
+};
+
+// Compiles `spec`; InvalidArgument with the position or the reason for what is refused (the
+// caller prefixes the request field's name).
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileConstraint(
+    const ConstraintSpec& spec, const ConstraintLimits& limits = {});
+
+// A grammar matching exactly one of `choices` (an empty list is refused).
+absl::StatusOr<Grammar> ChoiceGrammar(const std::vector<std::string>& choices,
+                                      int64_t max_choices = 10000);
+
+}  // namespace kvserve::constraint

@@ -1,0 +1,123 @@
+// Tests of TokenTrie and ComputeTokenMask against brute force: a token is allowed exactly when
+// its bytes keep the output a prefix of some string of the language.
+#include "constraint/token_mask.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "constraint/constraint.h"
+#include "gtest/gtest.h"
+
+namespace kvserve::constraint {
+namespace token_mask_test {
+
+// Every string of up to three bytes over a small alphabet, a few longer ones, empty (special)
+// tokens, and duplicates (two ids with the same bytes).
+std::vector<std::string> SmallVocabulary() {
+  const std::string alphabet = "ab{}\":, 1";
+  std::vector<std::string> vocab = {"", "<eos>-placeholder"};
+  vocab[1] = "";  // a special token: decodes to no bytes
+  for (char x : alphabet) {
+    vocab.push_back(std::string(1, x));
+    for (char y : alphabet) {
+      vocab.push_back(std::string{x, y});
+      for (char z : std::string("ab\"}")) vocab.push_back(std::string{x, y, z});
+    }
+  }
+  for (const char* s : {"{\"a\":", "true", "{\"", "\":1}", "aaaa", "abab", "é", "\xC3"}) {
+    vocab.push_back(s);
+  }
+  vocab.push_back("ab");  // a duplicate of an earlier id's bytes
+  return vocab;
+}
+
+// Brute force over a finite language: bytes are allowed after `prefix` when some string of the
+// language starts with prefix + bytes.
+bool LanguageAllows(const std::vector<std::string>& language, const std::string& text) {
+  for (const std::string& s : language) {
+    if (s.compare(0, text.size(), text) == 0 && s.size() >= text.size()) return true;
+  }
+  return false;
+}
+
+TEST(TokenMaskTest, ChoiceMasksEqualTheLanguageByBruteForce) {
+  const std::vector<std::string> language = {"ab", "abab", "{\"a\":1}", "{\"b\":\"ab\"}", "b a"};
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::kChoice;
+  spec.choices = language;
+  auto compiled = CompileConstraint(spec);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  Matcher m(*compiled);
+  const std::vector<std::string> vocab = SmallVocabulary();
+  const TokenTrie trie(vocab);
+  const int32_t eos = 1;
+  std::mt19937 rng(7);
+  for (int walk = 0; walk < 40; ++walk) {
+    std::string text;
+    MatchState state = m.initial();
+    for (int step = 0; step < 10; ++step) {
+      const TokenBitmask mask = ComputeTokenMask(m, state, trie, {eos});
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < static_cast<int32_t>(vocab.size()); ++id) {
+        const bool expected =
+            id == eos ? std::find(language.begin(), language.end(), text) != language.end()
+                      : !vocab[id].empty() && LanguageAllows(language, text + vocab[id]);
+        ASSERT_EQ(MaskAllows(mask, id), expected)
+            << "after '" << text << "', token " << id << " '" << vocab[id] << "'";
+        if (expected) allowed.push_back(id);
+      }
+      ASSERT_FALSE(allowed.empty()) << "after '" << text << "'";
+      const int32_t pick = allowed[rng() % allowed.size()];
+      if (pick == eos) break;
+      text += vocab[pick];
+      state = m.AdvanceAll(state, vocab[pick]);
+      ASSERT_FALSE(state.dead());
+    }
+  }
+}
+
+TEST(TokenMaskTest, RegexMasksEqualTheMatcherTokenByToken) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::kRegex;
+  spec.text = "(ab|b)*\\{\"[ab]+\":1\\}";
+  auto compiled = CompileConstraint(spec);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  Matcher m(*compiled);
+  const std::vector<std::string> vocab = SmallVocabulary();
+  const TokenTrie trie(vocab);
+  std::mt19937 rng(11);
+  for (int walk = 0; walk < 30; ++walk) {
+    MatchState state = m.initial();
+    for (int step = 0; step < 12 && !state.finished(); ++step) {
+      const TokenBitmask mask = ComputeTokenMask(m, state, trie, {});
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < static_cast<int32_t>(vocab.size()); ++id) {
+        const bool expected = !vocab[id].empty() && m.Allows(state, vocab[id]);
+        ASSERT_EQ(MaskAllows(mask, id), expected) << "token '" << vocab[id] << "'";
+        if (expected) allowed.push_back(id);
+      }
+      ASSERT_FALSE(allowed.empty());
+      state = m.AdvanceAll(state, vocab[allowed[rng() % allowed.size()]]);
+    }
+  }
+}
+
+TEST(TokenMaskTest, TrieHoldsEveryNonEmptyTokenOnce) {
+  const std::vector<std::string> vocab = SmallVocabulary();
+  const TokenTrie trie(vocab);
+  std::vector<int> seen(vocab.size(), 0);
+  for (int32_t id : trie.token_ids()) ++seen[id];
+  for (size_t id = 0; id < vocab.size(); ++id) EXPECT_EQ(seen[id], vocab[id].empty() ? 0 : 1);
+  // Depth-first layout: each subtree ends after its last node.
+  const auto& nodes = trie.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    ASSERT_GT(nodes[i].subtree_end, static_cast<int32_t>(i));
+    for (int32_t j = static_cast<int32_t>(i) + 1; j < nodes[i].subtree_end; ++j) {
+      ASSERT_GT(nodes[j].depth, nodes[i].depth);
+    }
+  }
+}
+
+}  // namespace token_mask_test
+}  // namespace kvserve::constraint
