@@ -50,7 +50,9 @@ int32_t Matcher::Intern(int32_t slot, int32_t parent) {
 
 void Matcher::Close(int32_t start, std::vector<int32_t>* out, bool* accepting) {
   const auto& slots = grammar_->slots();
-  std::vector<int32_t> work = {start};
+  std::vector<int32_t>& work = work_;
+  work.clear();
+  work.push_back(start);
   while (!work.empty()) {
     const int32_t n = work.back();
     work.pop_back();

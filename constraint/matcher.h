@@ -91,6 +91,7 @@ class Matcher {
   // Per Close pass: nodes already expanded (epoch-stamped to avoid clearing).
   std::vector<uint32_t> visited_;
   uint32_t epoch_ = 0;
+  std::vector<int32_t> work_;  // Close's worklist, kept to avoid an allocation per byte
   MatchState initial_;
 };
 

@@ -87,4 +87,21 @@ TokenBitmask ComputeTokenMask(Matcher& matcher, const MatchState& state, const T
   return mask;
 }
 
+size_t MaskCache::KeyHash::operator()(const MatchState& s) const {
+  size_t h = s.accepting ? 0x9e3779b97f4a7c15ull : 0;
+  for (int32_t n : s.stacks) h = (h ^ static_cast<size_t>(n)) * 0x100000001b3ull;
+  return h;
+}
+
+const TokenBitmask& MaskCache::Get(Matcher& matcher, const MatchState& state, const TokenTrie& trie,
+                                   absl::Span<const int32_t> end_tokens) {
+  if (auto it = masks_.find(state); it != masks_.end()) {
+    ++hits_;
+    return it->second;
+  }
+  ++misses_;
+  if (static_cast<int64_t>(masks_.size()) >= max_entries_) masks_.clear();
+  return masks_.emplace(state, ComputeTokenMask(matcher, state, trie, end_tokens)).first->second;
+}
+
 }  // namespace kvserve::constraint

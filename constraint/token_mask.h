@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -47,5 +48,27 @@ inline bool MaskAllows(const TokenBitmask& mask, int32_t id) {
 // `end_tokens` (EOS) when `state` is accepting. Engine or mask thread: the matcher is its own.
 TokenBitmask ComputeTokenMask(Matcher& matcher, const MatchState& state, const TokenTrie& trie,
                               absl::Span<const int32_t> end_tokens);
+
+// The masks of the states one matcher has met, so that a state met again (a JSON string's
+// content after each character, a list after each item) costs a lookup. Bounded: past
+// `max_entries` it starts over. One per matcher (states are the matcher's).
+class MaskCache {
+ public:
+  explicit MaskCache(int64_t max_entries = 64) : max_entries_(max_entries) {}
+  // ComputeTokenMask's answer for `state`, computed at its first request.
+  const TokenBitmask& Get(Matcher& matcher, const MatchState& state, const TokenTrie& trie,
+                          absl::Span<const int32_t> end_tokens);
+  int64_t hits() const { return hits_; }
+  int64_t misses() const { return misses_; }
+
+ private:
+  struct KeyHash {
+    size_t operator()(const MatchState& s) const;
+  };
+  int64_t max_entries_;
+  std::unordered_map<MatchState, TokenBitmask, KeyHash> masks_;
+  int64_t hits_ = 0;
+  int64_t misses_ = 0;
+};
 
 }  // namespace kvserve::constraint

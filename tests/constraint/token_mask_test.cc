@@ -121,3 +121,31 @@ TEST(TokenMaskTest, TrieHoldsEveryNonEmptyTokenOnce) {
 
 }  // namespace token_mask_test
 }  // namespace kvserve::constraint
+
+namespace kvserve::constraint {
+namespace token_mask_test {
+
+TEST(TokenMaskTest, CacheAnswersARepeatedStateWithTheSameMask) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::kRegex;
+  spec.text = "\"[ab]*\"";
+  auto compiled = CompileConstraint(spec);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  Matcher m(*compiled);
+  const TokenTrie trie(SmallVocabulary());
+  MaskCache cache(/*max_entries=*/2);
+  const MatchState open = m.Advance(m.initial(), '"');
+  const MatchState after_a = m.Advance(open, 'a');  // the same parses as `open`
+  EXPECT_EQ(cache.Get(m, open, trie, {1}), ComputeTokenMask(m, open, trie, {1}));
+  EXPECT_EQ(cache.Get(m, after_a, trie, {1}), ComputeTokenMask(m, after_a, trie, {1}));
+  EXPECT_EQ(cache.misses(), 1);
+  EXPECT_EQ(cache.hits(), 1);
+  // Past its bound it starts over, and still answers right.
+  const MatchState closed = m.Advance(open, '"');
+  EXPECT_EQ(cache.Get(m, m.initial(), trie, {1}), ComputeTokenMask(m, m.initial(), trie, {1}));
+  EXPECT_EQ(cache.Get(m, closed, trie, {1}), ComputeTokenMask(m, closed, trie, {1}));
+  EXPECT_EQ(cache.misses(), 3);
+}
+
+}  // namespace token_mask_test
+}  // namespace kvserve::constraint
