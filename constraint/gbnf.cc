@@ -221,52 +221,14 @@ class GbnfParser {
         builder_.RuleRef(builder_.CodePointClass(NextName("class"), std::move(ranges), negated))};
   }
 
-  absl::StatusOr<int64_t> ReadCount() {
-    int64_t value = 0;
-    if (!(in_.peek() >= '0' && in_.peek() <= '9')) return in_.Error("expected a number");
-    while (in_.peek() >= '0' && in_.peek() <= '9') {
-      value = value * 10 + (in_.peek() - '0');
-      in_.Consume(in_.peek());
-      if (value > limits_.max_repeat) {
-        return in_.Error(absl::StrCat("repetition bound above the limit of ", limits_.max_repeat));
-      }
-    }
-    return value;
-  }
-
   absl::StatusOr<std::vector<Element>> ParsePostfix(std::vector<Element> atom) {
     for (;;) {
-      int64_t min = 0;
-      int64_t max = 0;
-      const char c = in_.peek();
-      if (c == '*') {
-        max = -1;
-      } else if (c == '+') {
-        min = 1;
-        max = -1;
-      } else if (c == '?') {
-        max = 1;
-      } else if (c == '{') {
-        in_.Consume('{');
-        absl::StatusOr<int64_t> m = ReadCount();
-        if (!m.ok()) return m.status();
-        min = max = *m;
-        if (in_.Consume(',')) {
-          if (in_.peek() == '}') {
-            max = -1;
-          } else {
-            absl::StatusOr<int64_t> n = ReadCount();
-            if (!n.ok()) return n.status();
-            if (*n < min) return in_.Error("repetition {m,n} with n < m");
-            max = *n;
-          }
-        }
-        if (in_.peek() != '}') return in_.Error("expected '}'");
-      } else {
-        return atom;
-      }
-      in_.Consume(in_.peek());
-      atom = {builder_.RuleRef(builder_.Repeat(NextName("repeat"), std::move(atom), min, max))};
+      absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> bounds =
+          in_.ReadQuantifier(limits_.max_repeat);
+      if (!bounds.ok()) return bounds.status();
+      if (!*bounds) return atom;
+      atom = {builder_.RuleRef(builder_.Repeat(NextName("repeat"), std::move(atom),
+                                               (*bounds)->first, (*bounds)->second))};
     }
   }
 

@@ -122,6 +122,46 @@ absl::StatusOr<std::optional<uint32_t>> TextCursor::ReadCommonEscape() {
   return out;
 }
 
+absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> TextCursor::ReadQuantifier(
+    int64_t max_repeat) {
+  using Bounds = std::optional<std::pair<int64_t, int64_t>>;
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  const char c = peek();
+  if (c == '*' || c == '+' || c == '?') {
+    Advance();
+    return Bounds({c == '+' ? 1 : 0, c == '?' ? 1 : -1});
+  }
+  if (c != '{' || !digit(peek(1))) return Bounds();
+  Advance();
+  const auto count = [&]() -> absl::StatusOr<int64_t> {
+    if (!digit(peek())) return Error("expected a number");
+    int64_t value = 0;
+    while (digit(peek())) {
+      value = value * 10 + (peek() - '0');
+      Advance();
+      if (value > max_repeat) {
+        return Error(absl::StrCat("repetition bound above the limit of ", max_repeat));
+      }
+    }
+    return value;
+  };
+  absl::StatusOr<int64_t> min = count();
+  if (!min.ok()) return min.status();
+  int64_t max = *min;
+  if (Consume(',')) {
+    if (peek() == '}') {
+      max = -1;
+    } else {
+      absl::StatusOr<int64_t> n = count();
+      if (!n.ok()) return n.status();
+      if (*n < *min) return Error("repetition {m,n} with n < m (numbers out of order)");
+      max = *n;
+    }
+  }
+  if (!Consume('}')) return Error("expected '}'");
+  return Bounds({*min, max});
+}
+
 absl::Status TextCursor::Error(std::string_view message) const {
   return absl::InvalidArgumentError(
       absl::StrCat("line ", line_, ", column ", column_, ": ", std::string(message)));

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 
@@ -36,6 +37,11 @@ class TextCursor {
   // (n r t f v 0), into `*cp`; nullopt when the next character is none of those (the caller
   // decides what else it means), an error for a malformed hex escape.
   absl::StatusOr<std::optional<uint32_t>> ReadCommonEscape();
+
+  // A quantifier here (* + ? {m} {m,} {m,n}; a '{' counts only when a digit follows it):
+  // consumes it and returns (min, max), max -1 for no bound; nullopt, consuming nothing, when
+  // none starts here. Errors name a bound above `max_repeat`, n < m and a missing '}'.
+  absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> ReadQuantifier(int64_t max_repeat);
 
   // InvalidArgument "line L, column C: message" at the current position.
   absl::Status Error(std::string_view message) const;
