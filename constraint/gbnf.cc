@@ -206,19 +206,8 @@ class GbnfParser {
       }
       ranges.push_back({*lo, hi});
     }
-    // An ASCII class is one byte set; others go through the UTF-8 expansion.
-    bool ascii = !negated;
-    for (const auto& r : ranges) ascii = ascii && r.second < 0x80;
-    if (ascii) {
-      ByteSet set;
-      for (const auto& [lo, hi] : ranges) {
-        set.AddRange(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi));
-      }
-      if (set.empty()) return in_.Error("empty character class");
-      return std::vector<Element>{builder_.Bytes(set)};
-    }
-    return std::vector<Element>{
-        builder_.RuleRef(builder_.CodePointClass(NextName("class"), std::move(ranges), negated))};
+    if (!negated && ranges.empty()) return in_.Error("empty character class");
+    return std::vector<Element>{builder_.CodePoints(NextName("class"), std::move(ranges), negated)};
   }
 
   absl::StatusOr<std::vector<Element>> ParsePostfix(std::vector<Element> atom) {

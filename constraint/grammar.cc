@@ -358,6 +358,19 @@ int32_t GrammarBuilder::CodePointClass(const std::string& name,
   return rule;
 }
 
+Element GrammarBuilder::CodePoints(const std::string& name,
+                                   std::vector<std::pair<uint32_t, uint32_t>> ranges,
+                                   bool negated) {
+  bool ascii = !negated;
+  for (const auto& r : ranges) ascii = ascii && r.second < 0x80;
+  if (!ascii) return RuleRef(CodePointClass(name, std::move(ranges), negated));
+  ByteSet set;
+  for (const auto& [lo, hi] : ranges) {
+    if (lo <= hi) set.AddRange(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi));
+  }
+  return Bytes(set);
+}
+
 Grammar GrammarBuilder::Build(int32_t root) && {
   grammar_.root = root;
   return std::move(grammar_);

@@ -92,6 +92,10 @@ class GrammarBuilder {
   // A rule matching any one code point of `ranges` (pairs lo, hi), or of their complement.
   int32_t CodePointClass(const std::string& name, std::vector<std::pair<uint32_t, uint32_t>> ranges,
                          bool negated);
+  // One element matching a code point of `ranges` (or of their complement): a byte set when
+  // they are ASCII and not negated, else a reference to a new CodePointClass rule `name`.
+  Element CodePoints(const std::string& name, std::vector<std::pair<uint32_t, uint32_t>> ranges,
+                     bool negated);
   int64_t num_rules() const { return static_cast<int64_t>(grammar_.rules.size()); }
   Grammar Build(int32_t root) &&;
 

@@ -240,8 +240,8 @@ class RegexParser {
     return Ranges{{cp, cp}};
   }
 
-  // One element for an ASCII set, a rule (UTF-8 expansion) otherwise. In a JSON string, the
-  // characters it must escape are left out.
+  // One element for the code points of `ranges`; in a JSON string, the characters it must
+  // escape are left out.
   std::vector<Element> FromRanges(Ranges ranges) {
     if (mode_.json_string) {
       Ranges kept;
@@ -260,16 +260,7 @@ class RegexParser {
                  kept.end());
       ranges = std::move(kept);
     }
-    bool ascii = true;
-    for (const auto& r : ranges) ascii = ascii && r.second < 0x80;
-    if (ascii) {
-      ByteSet set;
-      for (const auto& [lo, hi] : ranges) {
-        set.AddRange(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi));
-      }
-      return {builder_.Bytes(set)};
-    }
-    return {builder_.RuleRef(builder_.CodePointClass(NextName("class"), std::move(ranges), false))};
+    return {builder_.CodePoints(NextName("class"), std::move(ranges), false)};
   }
 
   absl::StatusOr<std::vector<Element>> ParseQuantifier(std::vector<Element> atom) {
