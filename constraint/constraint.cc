@@ -20,10 +20,38 @@ absl::StatusOr<Grammar> ChoiceGrammar(const std::vector<std::string>& choices,
   return std::move(builder).Build(root);
 }
 
+const char* ConstraintKindName(ConstraintSpec::Kind kind) {
+  switch (kind) {
+    case ConstraintSpec::Kind::kJsonSchema:
+      return "json_schema";
+    case ConstraintSpec::Kind::kJsonObject:
+      return "json_object";
+    case ConstraintSpec::Kind::kRegex:
+      return "regex";
+    case ConstraintSpec::Kind::kGrammar:
+      return "grammar";
+    case ConstraintSpec::Kind::kChoice:
+      return "choice";
+  }
+  return "unknown";
+}
+
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileConstraint(
     const ConstraintSpec& spec, const ConstraintLimits& limits) {
   absl::StatusOr<Grammar> grammar;
   switch (spec.kind) {
+    case ConstraintSpec::Kind::kJsonSchema: {
+      JsonSchemaOptions json = limits.json;
+      json.regex = limits.regex;
+      grammar = JsonSchemaGrammar(spec.text, json);
+      break;
+    }
+    case ConstraintSpec::Kind::kJsonObject: {
+      JsonSchemaOptions json = limits.json;
+      json.regex = limits.regex;
+      grammar = JsonObjectGrammar(json);
+      break;
+    }
     case ConstraintSpec::Kind::kRegex:
       grammar = ParseRegex(spec.text, limits.regex);
       break;

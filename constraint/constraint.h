@@ -1,5 +1,5 @@
-// Constraint: what a request asks its output to match (a regex, a GBNF grammar, one of N
-// strings; JSON Schema and json_object follow) and its compilation to a matcher's grammar.
+// Constraint: what a request asks its output to match (a JSON Schema, any JSON object, a regex,
+// a GBNF grammar, one of N strings) and its compilation to a matcher's grammar.
 #pragma once
 
 #include <memory>
@@ -9,15 +9,17 @@
 #include "absl/status/statusor.h"
 #include "constraint/gbnf.h"
 #include "constraint/grammar.h"
+#include "constraint/json_schema.h"
 #include "constraint/matcher.h"
 #include "constraint/regex.h"
 
 namespace kvserve::constraint {
 
 struct ConstraintSpec {
-  enum class Kind { kRegex, kGrammar, kChoice };
+  enum class Kind { kJsonSchema, kJsonObject, kRegex, kGrammar, kChoice };
   Kind kind = Kind::kRegex;
-  std::string text;                  // kRegex: the pattern; kGrammar: GBNF text
+  // kJsonSchema: the schema's JSON text; kRegex: the pattern; kGrammar: GBNF text.
+  std::string text;
   std::vector<std::string> choices;  // kChoice: the strings, >= 1, each non-empty or not
 };
 
@@ -25,6 +27,7 @@ struct ConstraintLimits {
   GrammarLimits grammar;
   GbnfLimits gbnf;
   RegexLimits regex;
+  JsonSchemaOptions json;  // kJsonSchema and kJsonObject (its regex limits are `regex`)
   int64_t max_choices = 10000;
 };
 
@@ -32,6 +35,10 @@ struct ConstraintLimits {
 // caller prefixes the request field's name).
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileConstraint(
     const ConstraintSpec& spec, const ConstraintLimits& limits = {});
+
+// The kind's name as the protocols spell it ("json_schema", "json_object", "regex", "grammar",
+// "choice").
+const char* ConstraintKindName(ConstraintSpec::Kind kind);
 
 // A grammar matching exactly one of `choices` (an empty list is refused).
 absl::StatusOr<Grammar> ChoiceGrammar(const std::vector<std::string>& choices,
