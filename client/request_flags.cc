@@ -265,6 +265,65 @@ absl::StatusOr<std::string> TemplateKwargsFlag(const ParsedFlags& flags) {
   return text;
 }
 
+std::vector<base::FlagSpec> ConstraintFlagSpecs() {
+  return {
+      {"json-schema", "the output is JSON valid under the JSON Schema in this file (- reads stdin)",
+       ""},
+      {"json-object", "the output is a JSON object", "", true},
+      {"regex", "the whole output matches this regular expression", ""},
+      {"grammar", "the output matches the GBNF grammar (llama.cpp syntax) in this file", ""},
+      {"choice", "the output is one of these strings; repeat the flag: --choice yes --choice no",
+       ""},
+      {"whitespace-bytes", "--json-schema, --json-object: most whitespace bytes between tokens",
+       "server: 0 (compact)"},
+  };
+}
+
+absl::StatusOr<std::optional<v1::Constraint>> BuildConstraint(const ParsedFlags& flags,
+                                                              std::istream& in) {
+  int given = 0;
+  for (const char* name : {"json-schema", "regex", "grammar"}) given += flags.flags.Has(name);
+  given += flags.GetSwitch("json-object").value_or(false);
+  given += flags.repeated.contains("choice");
+  if (given == 0) {
+    if (flags.flags.Has("whitespace-bytes")) {
+      return absl::InvalidArgumentError("--whitespace-bytes needs --json-schema or --json-object");
+    }
+    return std::optional<v1::Constraint>();
+  }
+  if (given > 1) {
+    return absl::InvalidArgumentError(
+        "give only one of --json-schema, --json-object, --regex, --grammar, --choice");
+  }
+  v1::Constraint c;
+  if (flags.flags.Has("json-schema")) {
+    absl::StatusOr<std::string> text =
+        ReadTextInput("json-schema", flags.flags.GetString("json-schema"), in);
+    if (!text.ok()) return text.status();
+    if (absl::StatusOr<Json> parsed = ParseJson(*text, "--json-schema"); !parsed.ok()) {
+      return parsed.status();
+    }
+    c.set_json_schema(*std::move(text));
+  } else if (flags.flags.Has("grammar")) {
+    absl::StatusOr<std::string> text =
+        ReadTextInput("grammar", flags.flags.GetString("grammar"), in);
+    if (!text.ok()) return text.status();
+    c.set_grammar(*std::move(text));
+  } else if (flags.flags.Has("regex")) {
+    c.set_regex(flags.flags.GetString("regex"));
+  } else if (auto it = flags.repeated.find("choice"); it != flags.repeated.end()) {
+    for (const std::string& choice : it->second) c.mutable_choice()->add_choices(choice);
+  } else {
+    c.set_json_object(true);
+  }
+  if (absl::Status s = SetIfGiven(flags.GetInt32("whitespace-bytes"),
+                                  [&](int32_t v) { c.set_whitespace_bytes(v); });
+      !s.ok()) {
+    return s;
+  }
+  return std::optional<v1::Constraint>(std::move(c));
+}
+
 std::vector<base::FlagSpec> GenerateFlagSpecs() {
   std::vector<base::FlagSpec> specs = {
       {"prompt", "input text (tokenized with the model's special tokens)", ""},
@@ -284,13 +343,15 @@ std::vector<base::FlagSpec> GenerateFlagSpecs() {
   const std::vector<base::FlagSpec> strategy = CacheStrategyFlagSpecs();
   specs.insert(specs.end(), sampling.begin(), sampling.end());
   specs.insert(specs.end(), sequences.begin(), sequences.end());
+  const std::vector<base::FlagSpec> constraints = ConstraintFlagSpecs();
+  specs.insert(specs.end(), constraints.begin(), constraints.end());
   specs.push_back(NoCacheFlagSpec());
   specs.insert(specs.end(), strategy.begin(), strategy.end());
   specs.push_back(NoPrefixReuseFlagSpec());
   return specs;
 }
 
-std::vector<std::string> GenerateRepeatableFlags() { return {"stop"}; }
+std::vector<std::string> GenerateRepeatableFlags() { return {"stop", "choice"}; }
 
 absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flags,
                                                          std::istream& in) {
@@ -305,6 +366,9 @@ absl::StatusOr<v1::GenerateRequest> BuildGenerateRequest(const ParsedFlags& flag
   absl::StatusOr<std::optional<v1::SamplingParams>> sampling = BuildSamplingParams(flags);
   if (!sampling.ok()) return sampling.status();
   if (sampling->has_value()) *request.mutable_sampling() = **std::move(sampling);
+  absl::StatusOr<std::optional<v1::Constraint>> constraint = BuildConstraint(flags, in);
+  if (!constraint.ok()) return constraint.status();
+  if (constraint->has_value()) *request.mutable_constraint() = **std::move(constraint);
   absl::StatusOr<std::optional<v1::CacheOptions>> cache = BuildCacheOptions(flags);
   if (!cache.ok()) return cache.status();
   if (cache->has_value()) *request.mutable_cache() = **std::move(cache);

@@ -47,6 +47,13 @@ absl::StatusOr<std::optional<v1::SamplingParams>> BuildSamplingParams(const Pars
 // --offload-only-non-sliding), as GenerateFlagSpecs() has them.
 std::vector<base::FlagSpec> CacheStrategyFlagSpecs();
 
+// --json-schema FILE, --json-object, --regex, --grammar FILE, --choice (repeated),
+// --whitespace-bytes: the request's output constraint.
+std::vector<base::FlagSpec> ConstraintFlagSpecs();
+// The constraint the flags ask for (at most one kind), files read (- is `in`); nullopt: none.
+absl::StatusOr<std::optional<v1::Constraint>> BuildConstraint(const ParsedFlags& flags,
+                                                              std::istream& in);
+
 // CacheOptions from the flags of CacheStrategyFlagSpecs() and, when `flags` has them,
 // --no-cache and --no-prefix-reuse; nullopt when none is given. InvalidArgument naming the
 // flag for a malformed value.

@@ -32,6 +32,8 @@ const char* ConstraintKindName(ConstraintSpec::Kind kind) {
       return "grammar";
     case ConstraintSpec::Kind::kChoice:
       return "choice";
+    case ConstraintSpec::Kind::kUnset:
+      return "";
   }
   return "unknown";
 }
@@ -39,16 +41,23 @@ const char* ConstraintKindName(ConstraintSpec::Kind kind) {
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileConstraint(
     const ConstraintSpec& spec, const ConstraintLimits& limits) {
   absl::StatusOr<Grammar> grammar;
+  if (spec.whitespace_bytes < 0 || spec.whitespace_bytes > limits.max_whitespace_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("whitespace_bytes must be in [0, ",
+                                                   limits.max_whitespace_bytes, "], got ",
+                                                   spec.whitespace_bytes));
+  }
   switch (spec.kind) {
     case ConstraintSpec::Kind::kJsonSchema: {
       JsonSchemaOptions json = limits.json;
       json.regex = limits.regex;
+      json.whitespace_bytes = spec.whitespace_bytes;
       grammar = JsonSchemaGrammar(spec.text, json);
       break;
     }
     case ConstraintSpec::Kind::kJsonObject: {
       JsonSchemaOptions json = limits.json;
       json.regex = limits.regex;
+      json.whitespace_bytes = spec.whitespace_bytes;
       grammar = JsonObjectGrammar(json);
       break;
     }
@@ -61,6 +70,9 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileConstraint(
     case ConstraintSpec::Kind::kChoice:
       grammar = ChoiceGrammar(spec.choices, limits.max_choices);
       break;
+    case ConstraintSpec::Kind::kUnset:
+      return absl::InvalidArgumentError(
+          "names no kind: set one of json_schema, json_object, regex, grammar, choice");
   }
   if (!grammar.ok()) return grammar.status();
   return CompiledGrammar::Create(*std::move(grammar), limits.grammar);

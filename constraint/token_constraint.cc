@@ -15,7 +15,8 @@ namespace {
 // The cache key: the kind, then every text the spec carries, each length-prefixed so that no
 // two specs share a key.
 std::string KeyOf(const ConstraintSpec& spec) {
-  std::string key = absl::StrCat(static_cast<int>(spec.kind), ":", spec.text.size(), ":",
+  std::string key = absl::StrCat(static_cast<int>(spec.kind), ":", spec.whitespace_bytes, ":",
+                                 spec.text.size(), ":",
                                  spec.text);
   for (const std::string& choice : spec.choices) absl::StrAppend(&key, choice.size(), ":", choice);
   return key;

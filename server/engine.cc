@@ -567,9 +567,11 @@ Engine::ForwardResult Engine::RunForward(const StepPlan& plan, std::vector<bool>
 
 absl::StatusOr<std::optional<FinishReason>> Engine::HandOut(RequestId id, Live& live,
                                                             const at::Tensor& logits,
-                                                            absl::Time now) {
+                                                            absl::Time now, int64_t* forced) {
   absl::StatusOr<OutputStep> step = live.output->OnLogits(logits);
   if (!step.ok()) return step.status();
+  *forced = step->forced_tokens;
+  if (step->forced_tokens > 0) metrics_->AddForcedTokens(step->forced_tokens);
   // Timings and counts of a step that sampled.
   if (live.output->num_generated() == 1) {
     live.first_token_at = now;
@@ -660,15 +662,17 @@ bool Engine::Step() {
         prefilled.push_back(s.id);
       }
     }
+    int64_t forced = 0;
     absl::StatusOr<std::optional<FinishReason>> reason =
-        HandOut(s.id, live, forward.output->logits[forward.batch_index[i]], now);
+        HandOut(s.id, live, forward.output->logits[forward.batch_index[i]], now, &forced);
     if (!reason.ok()) {
       Fail(s.id, reason.status());
       results.push_back({s.id, true});
       continue;
     }
     if (*reason) finished.emplace_back(s.id, **reason);
-    results.push_back({s.id, reason->has_value()});
+    results.push_back(
+        {.id = s.id, .finished = reason->has_value(), .forced_tokens = forced});
   }
   for (RequestId id : prefilled) kv_->OnPrefilled(id);
   for (const auto& [id, reason] : finished) Finish(id, reason);
@@ -701,6 +705,7 @@ void Engine::Finish(RequestId id, FinishReason reason) {
       static_cast<int64_t>(live.prompt.size() + live.request.encoder_ids.size());
   summary.cached_tokens = live.num_cached_tokens;
   summary.completion_tokens = live.output != nullptr ? live.output->completion_tokens() : 0;
+  summary.forced_tokens = live.output != nullptr ? live.output->forced_tokens() : 0;
   summary.num_sequences = live.request.num_return_sequences;
   const absl::Time arrival = live.request.arrival_time;
   summary.queue_ms = live.admitted ? Ms(live.admitted_at - arrival) : 0;

@@ -186,9 +186,11 @@ class Engine {
   struct ForwardResult;
   ForwardResult RunForward(const StepPlan& plan, std::vector<bool>& ended);
   // Hands a sequence's logits to its output and applies what changed (rows, timings); why
-  // the request finished, if it did, or the error that must end it.
+  // the request finished, if it did, or the error that must end it. *forced: tokens the
+  // output appended without sampling (jump-forward), which the next step runs.
   absl::StatusOr<std::optional<FinishReason>> HandOut(RequestId id, Live& live,
-                                                      const at::Tensor& logits, absl::Time now);
+                                                      const at::Tensor& logits, absl::Time now,
+                                                      int64_t* forced);
   // Ends a request: reports to its sink, counts it, frees its cache. Scheduler state is the
   // caller's business.
   void Finish(RequestId id, FinishReason reason);

@@ -17,6 +17,10 @@
 #include "model/sampling_params.h"
 #include "server/api_keys.h"
 
+namespace kvserve::constraint {
+struct CompiledConstraint;
+}  // namespace kvserve::constraint
+
 namespace kvserve::cache {
 class Snapshot;
 struct CrossAttentionState;
@@ -61,6 +65,9 @@ struct GenerationRequest {
   double length_penalty = 1.0;
   // Log-probabilities of the generated tokens with this many alternatives; -1: none.
   int top_logprobs = -1;
+  // What every returned sequence must match, compiled for the model's vocabulary; null: none.
+  // Never part of a cache key: the prompt's cache is the same with or without it.
+  std::shared_ptr<const constraint::CompiledConstraint> constraint;
   // The request's own cache; a static one has its max_cache_len resolved.
   cache::CacheSpec cache_spec;
   // Compute the whole prompt even when a cached prefix matches.
@@ -103,6 +110,8 @@ struct GenerationSummary {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t completion_tokens = 0;
+  // Of completion_tokens, those the constraint forced (jump-forward).
+  int64_t forced_tokens = 0;
   double queue_ms = 0;
   double ttft_ms = 0;
   double decode_ms = 0;

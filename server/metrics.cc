@@ -128,6 +128,12 @@ ServerMetrics::ServerMetrics(int64_t max_new_tokens_limit)
                            .Help("Tokens generated")
                            .Register(*registry_)
                            .Add({});
+  forced_tokens_ = &prometheus::BuildCounter()
+                        .Name("kvserve_constraint_forced_tokens_total")
+                        .Help("Tokens an output constraint appended without sampling them "
+                              "(jump-forward), computed with the next step")
+                        .Register(*registry_)
+                        .Add({});
   ttft_ = &prometheus::BuildHistogram()
                .Name("kvserve_time_to_first_token_seconds")
                .Help("From arrival to the first generated token")
@@ -464,6 +470,14 @@ void ServerMetrics::AddGeneratedTokens(int64_t num_tokens) {
 
 int64_t ServerMetrics::generated_tokens() const {
   return static_cast<int64_t>(generated_tokens_->Value());
+}
+
+void ServerMetrics::AddForcedTokens(int64_t num_tokens) {
+  forced_tokens_->Increment(static_cast<double>(num_tokens));
+}
+
+int64_t ServerMetrics::forced_tokens() const {
+  return static_cast<int64_t>(forced_tokens_->Value());
 }
 
 void ServerMetrics::ObserveTimeToFirstToken(double seconds) { ttft_->Observe(seconds); }

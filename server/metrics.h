@@ -91,6 +91,9 @@ class ServerMetrics {
   void AddGeneratedTokens(int64_t num_tokens);
   // Its value so far (benchmarks).
   int64_t generated_tokens() const;
+  // Tokens an output constraint appended without sampling (jump-forward).
+  void AddForcedTokens(int64_t num_tokens);
+  int64_t forced_tokens() const;
   // kvserve_time_to_first_token_seconds, kvserve_inter_token_latency_seconds,
   // kvserve_request_queue_time_seconds.
   void ObserveTimeToFirstToken(double seconds);
@@ -184,6 +187,7 @@ class ServerMetrics {
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* cached_tokens_;
   prometheus::Counter* generated_tokens_;
+  prometheus::Counter* forced_tokens_;
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;
   prometheus::Histogram* queue_time_;

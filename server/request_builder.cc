@@ -152,6 +152,13 @@ RequestBuilder::RequestBuilder(const model::ModelInfo& model_info,
     : model_info_(model_info),
       tokenizer_(tokenizer),
       limits_(limits),
+      constraints_(tokenizer == nullptr
+                       ? nullptr
+                       : std::make_unique<constraint::ConstraintCompiler>(
+                             tokenizer, model_info.eos_token_ids, model_info.vocab_size,
+                             constraint::ConstraintCompilerOptions{
+                                 .limits = limits.constraint,
+                                 .cache_entries = limits.constraint_cache_entries})),
       catalog_(std::move(catalog)),
       sessions_(std::move(sessions)),
       max_input_bytes_(MaxInputBytes(model_info, tokenizer)) {}
@@ -265,7 +272,24 @@ absl::StatusOr<std::vector<int32_t>> RequestBuilder::InputIds(const PromptInput&
   return FieldError("input", "one of prompt, token_ids or messages is required");
 }
 
+absl::Status RequestBuilder::BuildConstraint(const constraint::ConstraintSpec& spec,
+                                             GenerationRequest* out) const {
+  const std::string kind = constraint::ConstraintKindName(spec.kind);
+  const std::string field = kind.empty() ? std::string("constraint") : Cat("constraint.", kind);
+  if (constraints_ == nullptr) {
+    return FieldError(field, "constraints need the model's tokenizer.json, which it lacks");
+  }
+  absl::StatusOr<std::shared_ptr<const constraint::CompiledConstraint>> compiled =
+      constraints_->Compile(spec);
+  if (!compiled.ok()) return FieldError(field, std::string(compiled.status().message()));
+  out->constraint = *std::move(compiled);
+  return absl::OkStatus();
+}
+
 absl::Status RequestBuilder::BuildSampling(const SamplingInput& s, GenerationRequest* out) const {
+  if (s.constraint) {
+    if (absl::Status c = BuildConstraint(*s.constraint, out); !c.ok()) return c;
+  }
   if (s.max_new_tokens) {
     if (*s.max_new_tokens < 1) {
       return FieldError("sampling.max_new_tokens",

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "cache/prefix_catalog.h"
 #include "cache/session_table.h"
+#include "constraint/token_constraint.h"
 #include "model/model.h"
 #include "server/api_keys.h"
 #include "server/generation_request.h"
@@ -76,6 +77,10 @@ struct RequestLimits {
   // --max-response-bytes: an estimate of the largest answer a request may ask for (every
   // returned sequence's tokens, with their log-probabilities), refused up front; 0: no bound.
   int64_t max_response_bytes = int64_t{16} << 20;
+  // Output constraints: the bounds of one (schema, regex and grammar size, rules, states,
+  // nesting), and how many compiled ones the server keeps for reuse.
+  constraint::ConstraintLimits constraint;
+  int64_t constraint_cache_entries = 256;
 };
 
 // The most alternatives top_logprobs may ask for.
@@ -165,6 +170,9 @@ class RequestBuilder {
   // Ids of `text` (the input named `field`), refused unread when over max_input_bytes().
   absl::StatusOr<std::vector<int32_t>> TextIds(const std::string& text, const std::string& field,
                                                bool add_special_tokens) const;
+  // Compiles the output constraint (errors name "constraint.<kind>").
+  absl::Status BuildConstraint(const constraint::ConstraintSpec& spec,
+                               GenerationRequest* out) const;
   absl::Status BuildSampling(const SamplingInput& sampling, GenerationRequest* out) const;
   // Beams, returned sequences and log-probabilities (after the sampling fields).
   absl::Status BuildSequences(const SamplingInput& sampling, GenerationRequest* out) const;
@@ -183,6 +191,8 @@ class RequestBuilder {
   const model::ModelInfo& model_info_;
   const tokenizer::Tokenizer* tokenizer_;
   RequestLimits limits_;
+  // Null without a tokenizer (constraints need the vocabulary's bytes).
+  std::unique_ptr<constraint::ConstraintCompiler> constraints_;
   CatalogSource catalog_;
   SessionSource sessions_;
   int64_t max_input_bytes_;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "constraint/constraint.h"
 #include "tokenizer/chat_template.h"
 
 namespace kvserve::server {
@@ -65,6 +66,8 @@ struct SamplingInput {
   std::optional<double> length_penalty;
   bool logprobs = false;
   int64_t top_logprobs = 0;
+  // What the output must match (errors name "constraint.<kind>"); unset: nothing.
+  std::optional<constraint::ConstraintSpec> constraint;
 };
 
 struct QuantizationInput {

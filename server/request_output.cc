@@ -4,9 +4,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "constraint/token_constraint.h"
 #include "tokenizer/incremental_detokenizer.h"
 
 namespace kvserve::server {
@@ -52,6 +54,11 @@ absl::StatusOr<std::unique_ptr<RequestOutput>> RequestOutput::Start(const Genera
     return absl::InvalidArgumentError(absl::StrCat("sampling: ", sampling.message()));
   }
   std::unique_ptr<RequestOutput> out(new RequestOutput(r, std::move(prompt), model, sink));
+  if (r.constraint != nullptr) {
+    // Samples keep their row by sample index; beams start from the prompt's one row.
+    const int rows = r.num_beams <= 1 && r.num_return_sequences > 1 ? r.num_return_sequences : 1;
+    out->constraint_ = std::make_unique<constraint::SequenceConstraint>(r.constraint, rows);
+  }
   auto detokenizer = [model]() -> std::unique_ptr<tokenizer::IncrementalDetokenizer> {
     if (model->tokenizer == nullptr) return nullptr;
     return std::make_unique<tokenizer::IncrementalDetokenizer>(model->tokenizer,
@@ -128,6 +135,26 @@ std::vector<model::PositionLogprobs> RequestOutput::LogprobsOf(absl::Span<const 
   return out;
 }
 
+absl::Span<const float> RequestOutput::Masked(int constraint_row, absl::Span<const float> row,
+                                              bool* allowed) {
+  *allowed = true;
+  if (constraint_ == nullptr) return row;
+  masked_.assign(row.begin(), row.end());
+  *allowed = constraint_->ApplyMask(constraint_row, absl::MakeSpan(masked_));
+  return masked_;
+}
+
+absl::Status RequestOutput::AfterConstrained(int constraint_row, int32_t token,
+                                             std::optional<FinishReason>* reason) {
+  if (constraint_ == nullptr) return absl::OkStatus();
+  if (!constraint_->Accept(constraint_row, token)) {
+    return absl::InternalError(
+        absl::StrCat("constraint: token ", token, " was sampled outside the mask"));
+  }
+  if (!*reason && constraint_->Finished(constraint_row)) *reason = FinishReason::kStop;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<OutputStep> RequestOutput::OnLogits(const at::Tensor& logits) {
   if (!multi_row()) return StepOneRow(logits);
   const int64_t vocab = model_->vocab_size;
@@ -143,18 +170,52 @@ absl::StatusOr<OutputStep> RequestOutput::OnLogits(const at::Tensor& logits) {
 
 absl::StatusOr<OutputStep> RequestOutput::StepOneRow(const at::Tensor& logits) {
   OutputStep step;
-  const int32_t token = sampler_->Sample(logits, tokens_);
+  int32_t token;
+  at::Tensor holder;
+  if (constraint_ != nullptr) {
+    bool allowed;
+    const absl::Span<const float> masked = Masked(0, FloatRow(logits, &holder), &allowed);
+    if (!allowed) {
+      return absl::InternalError("constraint: no token of the vocabulary continues the output");
+    }
+    token = sampler_->Sample(masked, tokens_);
+  } else {
+    token = sampler_->Sample(logits, tokens_);
+  }
   tokens_.push_back(token);
   ++num_generated_;
   step.tokens_sampled = 1;
   std::optional<FinishReason> reason = EndAfter(token, num_generated_);
-  const std::string text = TextOf(detokenizer_.get(), stop_, token, &reason);
+  if (absl::Status s = AfterConstrained(0, token, &reason); !s.ok()) return s;
+  std::vector<int32_t> ids = {token};
   std::vector<model::PositionLogprobs> logprobs;
   if (request_.top_logprobs >= 0) {
-    at::Tensor holder;
-    logprobs = LogprobsOf(FloatRow(logits, &holder), token);
+    logprobs = LogprobsOf(holder.defined() ? absl::Span<const float>(
+                                                 holder.data_ptr<float>(),
+                                                 static_cast<size_t>(holder.numel()))
+                                           : FloatRow(logits, &holder),
+                          token);
   }
-  const int32_t ids[1] = {token};
+  std::string text = TextOf(detokenizer_.get(), stop_, token, &reason);
+  // Jump-forward: what the constraint alone decides next is appended without sampling (no
+  // log-probabilities: the model did not choose them).
+  if (constraint_ != nullptr && !reason && model_->max_forced_tokens > 0 &&
+      request_.top_logprobs < 0) {
+    const int64_t room = request_.max_new_tokens - num_generated_;
+    const std::vector<int32_t> forced = constraint_->ForcedTokens(
+        0, static_cast<int>(std::min<int64_t>(room, model_->max_forced_tokens)));
+    for (int32_t f : forced) {
+      tokens_.push_back(f);
+      ++num_generated_;
+      ++forced_tokens_;
+      ++step.forced_tokens;
+      ids.push_back(f);
+      reason = EndAfter(f, num_generated_);
+      if (absl::Status s = AfterConstrained(0, f, &reason); !s.ok()) return s;
+      text += TextOf(detokenizer_.get(), stop_, f, &reason);
+      if (reason) break;
+    }
+  }
   SequenceOutput output;
   output.text = text;
   output.token_ids = ids;
@@ -167,6 +228,16 @@ absl::StatusOr<OutputStep> RequestOutput::StepOneRow(const at::Tensor& logits) {
 absl::StatusOr<OutputStep> RequestOutput::StepBeams(absl::Span<const float> all) {
   const int64_t vocab = model_->vocab_size;
   const bool first = num_generated_ == 0;
+  if (constraint_ != nullptr) {
+    // Every beam under its own state; a beam the constraint cannot continue gets no
+    // candidate (all -inf), so finite-scored beams always win over it.
+    masked_.assign(all.begin(), all.end());
+    for (int64_t r = 0; r < rows_; ++r) {
+      constraint_->ApplyMask(static_cast<int>(r),
+                             absl::MakeSpan(masked_).subspan(r * vocab, vocab));
+    }
+    all = masked_;
+  }
   model::BeamSearch::Step beam_step;
   if (absl::Status s = beams_->Advance(all, vocab, &beam_step); !s.ok()) {
     return absl::InternalError(absl::StrCat("beam search: ", s.message()));
@@ -185,6 +256,18 @@ absl::StatusOr<OutputStep> RequestOutput::StepBeams(absl::Span<const float> all)
     step.row_changes.push_back({.parents = beam_step.parents});
   }
   rows_ = request_.num_beams;
+  if (constraint_ != nullptr) {
+    if (first) {
+      constraint_->Reorder(std::vector<int64_t>(static_cast<size_t>(rows_), 0));
+    } else {
+      constraint_->Reorder(beam_step.parents);
+    }
+    // A beam taking a token outside its mask (only when fewer tokens than beams were
+    // allowed: its score is -inf) is dead and stays out of the results.
+    for (int64_t r = 0; r < rows_; ++r) {
+      (void)constraint_->Accept(static_cast<int>(r), beam_step.tokens[r]);
+    }
+  }
   row_tokens_ = std::move(beam_step.tokens);
   return step;
 }
@@ -206,11 +289,17 @@ absl::StatusOr<OutputStep> RequestOutput::StepSamples(absl::Span<const float> al
     const absl::Span<const float> row = first ? all : all.subspan(r * vocab, vocab);
     const int index = row_sample_[r];
     Sample& sample = samples_[index];
-    const int32_t token = sample.sampler->Sample(row, sample.context);
+    bool allowed;
+    const absl::Span<const float> masked = Masked(index, row, &allowed);
+    if (!allowed) {
+      return absl::InternalError("constraint: no token of the vocabulary continues the output");
+    }
+    const int32_t token = sample.sampler->Sample(masked, sample.context);
     sample.context.push_back(token);
     ++sample.num_generated;
     ++completion_tokens_;
     std::optional<FinishReason> reason = EndAfter(token, sample.num_generated);
+    if (absl::Status s = AfterConstrained(index, token, &reason); !s.ok()) return s;
     const std::string text = TextOf(sample.detokenizer.get(), sample.stop, token, &reason);
     const std::vector<model::PositionLogprobs> logprobs = LogprobsOf(row, token);
     sample.finish = reason;
@@ -250,6 +339,11 @@ FinishReason RequestOutput::EndBeams(FinishReason cut) {
   // The best hypotheses, each sent whole with its score.
   std::vector<model::BeamHypothesis> best = beams_->Finalize();
   std::optional<FinishReason> first;
+  if (constraint_ != nullptr) {
+    // Beams that left their constraint (score -inf: fewer tokens were allowed than beams
+    // ran) are not values; fewer sequences come back instead.
+    std::erase_if(best, [](const model::BeamHypothesis& h) { return !std::isfinite(h.score); });
+  }
   for (size_t j = 0; j < best.size(); ++j) {
     const model::BeamHypothesis& h = best[j];
     FinishReason reason = cut;

@@ -23,6 +23,10 @@ namespace at {
 class Tensor;
 }  // namespace at
 
+namespace kvserve::constraint {
+class SequenceConstraint;
+}  // namespace kvserve::constraint
+
 namespace kvserve::tokenizer {
 class IncrementalDetokenizer;
 class Tokenizer;
@@ -34,6 +38,8 @@ namespace kvserve::server {
 struct OutputModel {
   std::vector<int32_t> eos_token_ids;
   int64_t vocab_size = 0;
+  // Most tokens a constraint may force after one sampled token (jump-forward); 0: off.
+  int max_forced_tokens = 16;
   // Null: outputs carry token ids and no text. Must outlive every RequestOutput.
   const tokenizer::Tokenizer* tokenizer = nullptr;
 };
@@ -49,6 +55,9 @@ struct OutputStep {
   std::optional<int64_t> new_rows;
   // Tokens sampled in this step, over every row.
   int64_t tokens_sampled = 0;
+  // One-row requests under a constraint: tokens appended after the sampled one without
+  // sampling (jump-forward); the next step runs them with it.
+  int64_t forced_tokens = 0;
 };
 
 // Engine thread only. Built at admission; fed each step's logits; ended by finish or cut.
@@ -83,6 +92,8 @@ class RequestOutput {
   int64_t num_generated() const { return num_generated_; }
   // Tokens handed out over every returned sequence.
   int64_t completion_tokens() const { return multi_row() ? completion_tokens_ : num_generated_; }
+  // Of those, tokens a constraint forced (jump-forward).
+  int64_t forced_tokens() const { return forced_tokens_; }
 
  private:
   struct Sample;
@@ -103,6 +114,13 @@ class RequestOutput {
                      int32_t token, std::optional<FinishReason>* reason) const;
   // The log-probabilities of `token` under the logits `row` when the request asks for them.
   std::vector<model::PositionLogprobs> LogprobsOf(absl::Span<const float> row, int32_t token);
+  // `row` with the constraint's mask of `constraint_row` applied (into masked_), or `row`
+  // itself without a constraint. *allowed: some token may come next.
+  absl::Span<const float> Masked(int constraint_row, absl::Span<const float> row, bool* allowed);
+  // After a constrained row took `token`: a complete value with nothing more allowed ends the
+  // sequence (kStop), and a row the constraint could not follow is an Internal error.
+  absl::Status AfterConstrained(int constraint_row, int32_t token,
+                                std::optional<FinishReason>* reason);
 
   const GenerationRequest& request_;
   const OutputModel* const model_;
@@ -121,6 +139,11 @@ class RequestOutput {
   int64_t rows_ = 1;
   int64_t completion_tokens_ = 0;
   std::vector<float> log_probs_;  // scratch
+  // The output constraint's state: one row per sample, per beam, or the one row; null
+  // without a constraint.
+  std::unique_ptr<constraint::SequenceConstraint> constraint_;
+  std::vector<float> masked_;  // scratch: logits under the mask
+  int64_t forced_tokens_ = 0;
 };
 
 }  // namespace kvserve::server

@@ -187,6 +187,17 @@ absl::StatusOr<StepPlan> Scheduler::Schedule() {
     budget -= rows;
   }
   KVSERVE_DCHECK(budget >= 0) << "the running decodes exceed max_batch_tokens";
+  // Forced tokens ride along with their decode from what the budget has left; a decode that
+  // cannot run all of them this step does not sample (its last position is not the end).
+  for (ScheduledSequence& s : plan.sequences) {
+    const Request& r = requests_.at(s.id);
+    const int64_t unrun = r.num_prompt_tokens + r.num_generated - r.num_computed;
+    if (r.rows != 1 || unrun <= 1) continue;
+    const int64_t extra = std::min(unrun - 1, budget);
+    s.num_tokens += extra;
+    s.samples = extra == unrun - 1;
+    budget -= extra;
+  }
   // Schedules the next prompt chunk of `r` that fits in the remaining budget (all of the
   // prompt for PrefillMode::kWhole, which is admitted only when it fits or runs alone).
   auto add_prefill_chunk = [&](RequestId id, const Request& r, bool newly_admitted) {
@@ -289,7 +300,13 @@ absl::Status Scheduler::Update(absl::Span<const SequenceResult> results) {
     KVSERVE_CHECK(held != requests_.end())
         << "request " << s.id << " is in the plan in flight but no longer held";
     const Request& r = held->second;
-    if (s.samples && r.num_generated + 1 >= r.max_new_tokens && !result.finished) {
+    if (result.forced_tokens < 0 || (result.forced_tokens > 0 && (!s.samples || r.rows != 1))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request ", s.id, " forced ", result.forced_tokens,
+          " tokens in a step that did not sample one row"));
+    }
+    if (s.samples && r.num_generated + 1 + result.forced_tokens >= r.max_new_tokens &&
+        !result.finished) {
       return absl::InvalidArgumentError(absl::StrCat(
           "request ", s.id, " sampled its last allowed token (max_new_tokens = ", r.max_new_tokens,
           ") but is not finished"));
@@ -313,6 +330,7 @@ absl::Status Scheduler::Update(absl::Span<const SequenceResult> results) {
     Request& r = held->second;
     r.num_computed += s.num_tokens;
     if (s.samples) ++r.num_generated;
+    r.num_generated += result.forced_tokens;
     if (result.finished) Forget(s.id);
   }
   in_flight_.reset();

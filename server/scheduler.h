@@ -135,6 +135,10 @@ struct SequenceResult {
   // slot is free for the next Schedule. A sequence that sampled its max_new_tokens-th token
   // must be finished.
   bool finished = false;
+  // Tokens the request appended after the one it sampled without sampling them (a
+  // constraint's jump-forward; one-row requests only): they count as generated, and the
+  // request's next decode runs them with the sampled one, in one step.
+  int64_t forced_tokens = 0;
 };
 
 // Continuous batching with FCFS admission. Each step, every running decode gets one token;
@@ -211,7 +215,7 @@ class Scheduler {
     int64_t num_cached_tokens = 0;
     // Tokens the cache holds (cached ones included) once the plans so far have run.
     int64_t num_computed = 0;
-    // Tokens sampled so far.
+    // Tokens generated so far (forced ones included).
     int64_t num_generated = 0;
     bool running = false;
     PrefillMode prefill = PrefillMode::kChunked;

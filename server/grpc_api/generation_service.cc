@@ -47,6 +47,7 @@ void SetSummary(const GenerationSummary& s, Message* m) {
   m->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(s.prompt_tokens));
   m->mutable_usage()->set_cached_tokens(static_cast<int32_t>(s.cached_tokens));
   m->mutable_usage()->set_completion_tokens(static_cast<int32_t>(s.completion_tokens));
+  m->mutable_usage()->set_forced_tokens(static_cast<int32_t>(s.forced_tokens));
   m->mutable_timings()->set_queue_ms(s.queue_ms);
   m->mutable_timings()->set_ttft_ms(s.ttft_ms);
   m->mutable_timings()->set_decode_ms(s.decode_ms);

@@ -100,12 +100,44 @@ GenerationInput ToInput(const v1::GenerateRequest& request) {
   out.prefix = request.prefix();
   out.session = request.session();
   out.sampling = ToInput(request.sampling());
+  if (request.has_constraint()) out.sampling.constraint = ToInput(request.constraint());
   if (request.has_cache()) out.cache = ToInput(request.cache());
   if (request.has_decoder_prompt_ids()) {
     out.decoder_prompt_ids.emplace(request.decoder_prompt_ids().ids().begin(),
                                    request.decoder_prompt_ids().ids().end());
   }
   return out;
+}
+
+constraint::ConstraintSpec ToInput(const v1::Constraint& c) {
+  using Kind = constraint::ConstraintSpec::Kind;
+  constraint::ConstraintSpec spec;
+  spec.whitespace_bytes = c.whitespace_bytes();
+  switch (c.kind_case()) {
+    case v1::Constraint::kJsonSchema:
+      spec.kind = Kind::kJsonSchema;
+      spec.text = c.json_schema();
+      break;
+    case v1::Constraint::kJsonObject:
+      spec.kind = Kind::kJsonObject;
+      break;
+    case v1::Constraint::kRegex:
+      spec.kind = Kind::kRegex;
+      spec.text = c.regex();
+      break;
+    case v1::Constraint::kGrammar:
+      spec.kind = Kind::kGrammar;
+      spec.text = c.grammar();
+      break;
+    case v1::Constraint::kChoice:
+      spec.kind = Kind::kChoice;
+      spec.choices.assign(c.choice().choices().begin(), c.choice().choices().end());
+      break;
+    case v1::Constraint::KIND_NOT_SET:
+      spec.kind = Kind::kUnset;  // refused by the builder, by name
+      break;
+  }
+  return spec;
 }
 
 RegistrationInput ToInput(const v1::RegisterPrefixRequest& request) {

@@ -12,6 +12,8 @@ namespace kvserve::server::grpc_api {
 // Each field as sent: set/unset kept, nothing validated (the builder does that).
 GenerationInput ToInput(const v1::GenerateRequest& request);
 RegistrationInput ToInput(const v1::RegisterPrefixRequest& request);
+// The constraint oneof; a message with no kind is kUnset (the builder refuses it by name).
+constraint::ConstraintSpec ToInput(const v1::Constraint& constraint);
 SessionInput ToInput(const v1::SessionOptions& options);
 TokenizeInput ToInput(const v1::TokenizeRequest& request);
 

@@ -393,7 +393,7 @@ void GenerationCall::Run(Endpoint endpoint, const HttpServedModel& served, const
                   base::Cat("the body is not valid JSON (UTF-8): ", e.what()))));
     return;
   }
-  absl::StatusOr<OpenAiRequest> request = ParseOpenAiRequest(endpoint, body);
+  absl::StatusOr<OpenAiRequest> request = ParseOpenAiRequest(endpoint, body, req.body);
   if (!request.ok()) {
     SendStatus(res, *log, request.status());
     return;

@@ -268,9 +268,151 @@ absl::Status ReadExtension(const json* ext, GenerationInput* generation) {
   return f.Unread();
 }
 
+// The text of the schema at `pointer` in the raw body, its keys in the order sent; `schema`'s
+// own dump when the raw body is absent or does not parse.
+std::string SchemaText(const json& schema, std::string_view raw_body,
+                       const json::json_pointer& pointer) {
+  if (!raw_body.empty()) {
+    nlohmann::ordered_json ordered =
+        nlohmann::ordered_json::parse(raw_body, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::ordered_json::json_pointer at(pointer.to_string());
+    if (!ordered.is_discarded() && ordered.contains(at)) {
+      const nlohmann::ordered_json& value = ordered.at(at);
+      if (value.is_string()) return value.get<std::string>();
+      return value.dump();
+    }
+  }
+  return schema.is_string() ? schema.get<std::string>() : schema.dump();
+}
+
+// Sets the request's one output constraint, refusing a second one by name.
+absl::Status SetConstraint(constraint::ConstraintSpec spec, std::string param, OpenAiRequest* out) {
+  if (out->generation.sampling.constraint) {
+    return FieldError(param, Cat("cannot be combined with ", out->constraint_param,
+                                 ": a request has one output constraint"));
+  }
+  out->generation.sampling.constraint = std::move(spec);
+  out->constraint_param = std::move(param);
+  return absl::OkStatus();
+}
+
+// response_format: {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}}.
+absl::Status ReadResponseFormat(const json* format, std::string_view raw_body,
+                                OpenAiRequest* out) {
+  using Kind = constraint::ConstraintSpec::Kind;
+  if (format == nullptr) return absl::OkStatus();
+  if (!format->is_object()) return FieldError("response_format", "must be an object");
+  Fields f(*format, "response_format.");
+  std::string type;
+  if (absl::Status s = f.String("type", &type, /*required=*/true); !s.ok()) return s;
+  constraint::ConstraintSpec spec;
+  if (type == "text") {
+    return f.Unread();
+  } else if (type == "json_object") {
+    spec.kind = Kind::kJsonObject;
+    if (absl::Status s = f.Unread(); !s.ok()) return s;
+    return SetConstraint(std::move(spec), "response_format", out);
+  } else if (type != "json_schema") {
+    return FieldError("response_format.type",
+                      Cat("must be \"text\", \"json_object\" or \"json_schema\", not \"", type,
+                          "\""));
+  }
+  const json* js = f.Get("json_schema");
+  if (js == nullptr) return FieldError("response_format.json_schema", "is required");
+  if (!js->is_object()) return FieldError("response_format.json_schema", "must be an object");
+  Fields jf(*js, "response_format.json_schema.");
+  std::string name;
+  std::string description;
+  std::optional<bool> strict;
+  if (absl::Status s = jf.String("name", &name, /*required=*/true); !s.ok()) return s;
+  if (absl::Status s = jf.String("description", &description); !s.ok()) return s;
+  if (absl::Status s = jf.Bool("strict", &strict); !s.ok()) return s;
+  const json* schema = jf.Get("schema");
+  spec.kind = Kind::kJsonSchema;
+  if (schema == nullptr) {
+    // OpenAI: no schema is any JSON value; kvserve keeps it to an object, as json_object.
+    spec.kind = Kind::kJsonObject;
+  } else if (!schema->is_object() && !schema->is_boolean()) {
+    return FieldError("response_format.json_schema.schema", "must be a JSON Schema object");
+  } else {
+    spec.text = SchemaText(*schema, raw_body, json::json_pointer("/response_format/json_schema/schema"));
+  }
+  if (absl::Status s = jf.Unread(); !s.ok()) return s;
+  if (absl::Status s = f.Unread(); !s.ok()) return s;
+  return SetConstraint(std::move(spec), "response_format.json_schema.schema", out);
+}
+
+// vLLM's structured_outputs: {"json": schema, "regex": str, "choice": [str], "grammar": str,
+// "json_object": bool}, exactly one of them; and its older guided_json, guided_regex,
+// guided_choice, guided_grammar top-level fields.
+absl::Status ReadStructuredOutputs(Fields& top, std::string_view raw_body, OpenAiRequest* out) {
+  using Kind = constraint::ConstraintSpec::Kind;
+  auto read = [&](Fields& f, const std::string& prefix, const std::string& json_key,
+                  const std::string& regex_key, const std::string& choice_key,
+                  const std::string& grammar_key, const std::string& pointer_base) -> absl::Status {
+    if (const json* v = f.Get(json_key); v != nullptr && !v->is_null()) {
+      if (!v->is_object() && !v->is_string() && !v->is_boolean()) {
+        return FieldError(prefix + json_key, "must be a JSON Schema (an object or its text)");
+      }
+      constraint::ConstraintSpec spec;
+      spec.kind = Kind::kJsonSchema;
+      spec.text = SchemaText(*v, raw_body, json::json_pointer(pointer_base + json_key));
+      if (absl::Status s = SetConstraint(std::move(spec), prefix + json_key, out); !s.ok()) {
+        return s;
+      }
+    }
+    for (const auto& [key, kind] : {std::pair{regex_key, Kind::kRegex},
+                                    std::pair{grammar_key, Kind::kGrammar}}) {
+      std::string text;
+      if (absl::Status s = f.String(key, &text); !s.ok()) return s;
+      if (f.Get(key) == nullptr || f.Get(key)->is_null()) continue;
+      constraint::ConstraintSpec spec;
+      spec.kind = kind;
+      spec.text = std::move(text);
+      if (absl::Status s = SetConstraint(std::move(spec), prefix + key, out); !s.ok()) return s;
+    }
+    if (const json* v = f.Get(choice_key); v != nullptr && !v->is_null()) {
+      if (!v->is_array()) return FieldError(prefix + choice_key, "must be an array of strings");
+      constraint::ConstraintSpec spec;
+      spec.kind = Kind::kChoice;
+      for (const json& c : *v) {
+        if (!c.is_string()) return FieldError(prefix + choice_key, "must be an array of strings");
+        spec.choices.push_back(c.get<std::string>());
+      }
+      if (absl::Status s = SetConstraint(std::move(spec), prefix + choice_key, out); !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (const json* so = top.Get("structured_outputs"); so != nullptr) {
+    if (!so->is_object()) return FieldError("structured_outputs", "must be an object");
+    Fields f(*so, "structured_outputs.");
+    if (absl::Status s = read(f, "structured_outputs.", "json", "regex", "choice", "grammar",
+                              "/structured_outputs/");
+        !s.ok()) {
+      return s;
+    }
+    std::optional<bool> json_object;
+    if (absl::Status s = f.Bool("json_object", &json_object); !s.ok()) return s;
+    if (json_object.value_or(false)) {
+      constraint::ConstraintSpec spec;
+      spec.kind = Kind::kJsonObject;
+      if (absl::Status s = SetConstraint(std::move(spec), "structured_outputs.json_object", out);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = f.Unread(); !s.ok()) return s;
+  }
+  return read(top, "", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "/");
+}
+
 }  // namespace
 
-absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Endpoint endpoint, const json& body) {
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Endpoint endpoint, const json& body,
+                                                 std::string_view raw_body) {
   if (!body.is_object()) return FieldError("body", "must be a JSON object");
   OpenAiRequest out;
   out.endpoint = endpoint;
@@ -364,6 +506,10 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Endpoint endpoint, const json& 
   if (absl::Status s = f.String("user", &out.user); !s.ok()) return s;
   if (absl::Status s = f.String("prompt_cache_key", &out.prompt_cache_key); !s.ok()) return s;
   if (absl::Status s = ReadExtension(f.Get("kvserve"), &out.generation); !s.ok()) return s;
+  if (absl::Status s = ReadResponseFormat(f.Get("response_format"), raw_body, &out); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadStructuredOutputs(f, raw_body, &out); !s.ok()) return s;
   if (!out.breakpoints.empty() && !out.generation.session.empty()) {
     return FieldError(out.breakpoints[0].param, "a session turn cannot register cache breakpoints");
   }
@@ -401,6 +547,8 @@ absl::Status ToOpenAiParam(const absl::Status& status, const OpenAiRequest& requ
     param = "kvserve.session";
   } else if (starts("cache")) {
     param = "kvserve.cache_implementation";
+  } else if (starts("constraint") && !request.constraint_param.empty()) {
+    param = request.constraint_param;
   }
   std::string message(status.message());
   if (message.rfind(path, 0) == 0) message.erase(0, path.size());

@@ -6,6 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,12 +49,18 @@ struct OpenAiRequest {
   std::string user;
   // The names the request used, so that the builder's errors name them.
   std::string max_tokens_param = "max_tokens";
+  // The parameter that carried the output constraint ("response_format.json_schema.schema",
+  // "structured_outputs.regex", ...); empty: none.
+  std::string constraint_param;
 };
 
 // Parses a JSON object into a request for `endpoint`. InvalidArgument whose field path
 // (FieldPathOf) is the OpenAI parameter at fault ("temperature", "messages[1].content",
 // "kvserve.prefix") for a missing, mistyped, out-of-range or unsupported field.
-absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Endpoint endpoint, const nlohmann::json& body);
+// `raw_body` (optional) is the body's text: a JSON schema is taken from it with its keys in the
+// order sent (properties are generated in that order); without it, in sorted order.
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(Endpoint endpoint, const nlohmann::json& body,
+                                                 std::string_view raw_body = {});
 
 // The request builder's error (its field path is kvserve's: "sampling.top_p") with the path and
 // the message's leading path replaced by the OpenAI parameter ("top_p").

@@ -83,7 +83,9 @@ json UsageJson(const GenerationSummary& summary) {
   return {{"prompt_tokens", summary.prompt_tokens},
           {"completion_tokens", summary.completion_tokens},
           {"total_tokens", summary.prompt_tokens + summary.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", summary.cached_tokens}}}};
+          {"prompt_tokens_details", {{"cached_tokens", summary.cached_tokens}}},
+          // kvserve's: completion tokens an output constraint forced (jump-forward).
+          {"completion_tokens_details", {{"forced_tokens", summary.forced_tokens}}}};
 }
 
 json ResponseBody(const ResponseHeader& header, const std::vector<Choice>& choices,

@@ -46,6 +46,9 @@ absl::Status InProtocolNames(const absl::Status& status) {
     renamed = "sampling_params.max_tokens";
   } else if (path.starts_with("sampling.")) {
     renamed = absl::StrCat("sampling_params.", path.substr(9));
+  } else if (path.starts_with("constraint.")) {
+    // The oneof's members sit in SamplingParams itself.
+    renamed = absl::StrCat("sampling_params.", path.substr(11));
   }
   absl::string_view message = status.message();
   if (absl::StartsWith(message, path + ": ")) message.remove_prefix(path.size() + 2);
@@ -552,8 +555,35 @@ absl::StatusOr<GenerationInput> ToGenerationInput(const vpb::GenerateRequest& re
   for (uint32_t id : p.stop_token_ids()) s.stop_token_ids.push_back(static_cast<int32_t>(id));
   s.ignore_eos = p.ignore_eos();
   if (p.n() > 1) return Unsupported("sampling_params.n", "one sequence per request here");
-  if (p.constraint_case() != vpb::SamplingParams::CONSTRAINT_NOT_SET) {
-    return Unsupported("sampling_params.constraint", "no structured outputs");
+  {
+    using Kind = constraint::ConstraintSpec::Kind;
+    constraint::ConstraintSpec spec;
+    switch (p.constraint_case()) {
+      case vpb::SamplingParams::kJsonSchema:
+        spec.kind = Kind::kJsonSchema;
+        spec.text = p.json_schema();
+        break;
+      case vpb::SamplingParams::kRegex:
+        spec.kind = Kind::kRegex;
+        spec.text = p.regex();
+        break;
+      case vpb::SamplingParams::kGrammar:
+        spec.kind = Kind::kGrammar;
+        spec.text = p.grammar();
+        break;
+      case vpb::SamplingParams::kJsonObject:
+        spec.kind = Kind::kJsonObject;
+        break;
+      case vpb::SamplingParams::kChoice:
+        spec.kind = Kind::kChoice;
+        spec.choices.assign(p.choice().choices().begin(), p.choice().choices().end());
+        break;
+      case vpb::SamplingParams::kStructuralTag:
+        return Unsupported("sampling_params.structural_tag", "structural tags come with tools");
+      case vpb::SamplingParams::CONSTRAINT_NOT_SET:
+        break;
+    }
+    if (p.constraint_case() != vpb::SamplingParams::CONSTRAINT_NOT_SET) s.constraint = spec;
   }
   if (p.has_logprobs()) {
     if (p.logprobs() < 0 || p.logprobs() > kMaxTopLogprobs) {
