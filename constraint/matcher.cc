@@ -44,6 +44,7 @@ int32_t Matcher::Intern(int32_t slot, int32_t parent) {
   if (inserted) {
     nodes_.push_back({slot, parent});
     visited_.push_back(0);
+    succ_.emplace_back();
   }
   return it->second;
 }
@@ -84,16 +85,37 @@ void Matcher::Close(int32_t start, std::vector<int32_t>* out, bool* accepting) {
   }
 }
 
+absl::Span<const int32_t> Matcher::Successors(int32_t n, bool* accepting) {
+  if (succ_[n].begin < 0) {
+    const auto& slots = grammar_->slots();
+    const Node node = nodes_[n];
+    const bool ends = slots[node.slot + 1].kind == CompiledGrammar::Slot::Kind::kEnd;
+    const int32_t next = ends ? node.parent : Intern(node.slot + 1, node.parent);
+    scratch_.clear();
+    bool acc = false;
+    ++epoch_;
+    Close(next, &scratch_, &acc);
+    // Close may have interned nodes (succ_ grew): index afresh.
+    Succ& s = succ_[n];
+    s.begin = static_cast<int32_t>(succ_nodes_.size());
+    succ_nodes_.insert(succ_nodes_.end(), scratch_.begin(), scratch_.end());
+    s.end = static_cast<int32_t>(succ_nodes_.size());
+    s.accepting = acc;
+  }
+  const Succ& s = succ_[n];
+  *accepting = s.accepting;
+  return absl::Span<const int32_t>(succ_nodes_.data() + s.begin,
+                                   static_cast<size_t>(s.end - s.begin));
+}
+
 MatchState Matcher::Advance(const MatchState& state, uint8_t byte) {
   MatchState next;
-  ++epoch_;
-  const auto& slots = grammar_->slots();
-  const auto& sets = grammar_->byte_sets();
   for (int32_t n : state.stacks) {
-    const Node node = nodes_[n];
-    if (!sets[slots[node.slot].index].Has(byte)) continue;
-    const bool ends = slots[node.slot + 1].kind == CompiledGrammar::Slot::Kind::kEnd;
-    Close(ends ? node.parent : Intern(node.slot + 1, node.parent), &next.stacks, &next.accepting);
+    if (!WaitingBytes(n).Has(byte)) continue;
+    bool acc = false;
+    absl::Span<const int32_t> succ = Successors(n, &acc);
+    next.accepting |= acc;
+    next.stacks.insert(next.stacks.end(), succ.begin(), succ.end());
   }
   std::sort(next.stacks.begin(), next.stacks.end());
   next.stacks.erase(std::unique(next.stacks.begin(), next.stacks.end()), next.stacks.end());

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "constraint/grammar.h"
 
 namespace kvserve::constraint {
@@ -76,6 +77,17 @@ class Matcher {
   int64_t arena_size() const { return static_cast<int64_t>(nodes_.size()); }
   const CompiledGrammar& grammar() const { return *grammar_; }
 
+  // Low-level stepping for walks that keep their own state buffers (ComputeTokenMask):
+  // a stack node of a state waits at one byte slot; these answer for one such node.
+  // The bytes `node` accepts next.
+  const ByteSet& WaitingBytes(int32_t node) const {
+    return grammar_->byte_sets()[grammar_->slots()[nodes_[node].slot].index];
+  }
+  // The byte-waiting nodes (unsorted, unique) after `node` consumes a byte of WaitingBytes,
+  // and via `accepting` whether the whole string may end there. Computed once per node and
+  // memoised (no allocation after the first call); the span is valid until the next call.
+  absl::Span<const int32_t> Successors(int32_t node, bool* accepting);
+
  private:
   struct Node {
     int32_t slot;    // a slot of the grammar
@@ -92,6 +104,16 @@ class Matcher {
   std::vector<uint32_t> visited_;
   uint32_t epoch_ = 0;
   std::vector<int32_t> work_;  // Close's worklist, kept to avoid an allocation per byte
+  // Successors' memo: per node, [begin, end) into succ_nodes_ (begin < 0: not computed yet)
+  // and whether its closure reaches the root's end.
+  struct Succ {
+    int32_t begin = -1;
+    int32_t end = -1;
+    bool accepting = false;
+  };
+  std::vector<Succ> succ_;
+  std::vector<int32_t> succ_nodes_;
+  std::vector<int32_t> scratch_;
   MatchState initial_;
 };
 

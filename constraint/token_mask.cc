@@ -60,28 +60,60 @@ TokenBitmask ComputeTokenMask(Matcher& matcher, const MatchState& state, const T
     }
   }
   if (state.finished()) return mask;
-  const ByteSet first = matcher.NextBytes(state);
   const std::vector<TokenTrie::Node>& nodes = trie.nodes();
   const std::vector<int32_t>& ids = trie.token_ids();
-  // states[d]: the state after the first d bytes of the current path.
-  std::vector<MatchState> states = {state};
+  // The states along the current trie path, without an allocation per byte: the state after
+  // the first d bytes is buf[begin[d], begin[d + 1]) (unsorted, unique), and next[d] the
+  // bytes it accepts, so that a child whose byte no stack accepts is skipped before any
+  // stepping. `mark` dedups the nodes of the state being built (epoch-stamped).
+  std::vector<int32_t> buf(state.stacks.begin(), state.stacks.end());
+  std::vector<int32_t> begin = {0, static_cast<int32_t>(buf.size())};
+  std::vector<ByteSet> next = {matcher.NextBytes(state)};
+  std::vector<uint32_t> mark(static_cast<size_t>(matcher.arena_size()), 0);
+  uint32_t epoch = 0;
   const int32_t n = static_cast<int32_t>(nodes.size());
   for (int32_t i = 0; i < n;) {
     const TokenTrie::Node& node = nodes[i];
-    if (node.depth == 1 && !first.Has(node.byte)) {
+    const int32_t d = node.depth - 1;  // the parent state's depth
+    if (!next[d].Has(node.byte)) {
       i = node.subtree_end;
       continue;
     }
-    states.resize(node.depth);
-    MatchState next = matcher.Advance(states.back(), node.byte);
-    if (next.dead()) {
+    // Drop the states of the previous path deeper than the parent.
+    buf.resize(static_cast<size_t>(begin[d + 1]));
+    begin.resize(static_cast<size_t>(d + 2));
+    next.resize(static_cast<size_t>(d + 1));
+    ++epoch;
+    bool accepting = false;
+    ByteSet bytes;
+    const int32_t from = begin[d];
+    const int32_t to = begin[d + 1];
+    for (int32_t k = from; k < to; ++k) {
+      const int32_t s = buf[static_cast<size_t>(k)];
+      if (!matcher.WaitingBytes(s).Has(node.byte)) continue;
+      bool acc = false;
+      absl::Span<const int32_t> succ = matcher.Successors(s, &acc);
+      accepting |= acc;
+      if (mark.size() < static_cast<size_t>(matcher.arena_size())) {
+        mark.resize(static_cast<size_t>(matcher.arena_size()), 0);
+      }
+      for (int32_t t : succ) {
+        if (mark[static_cast<size_t>(t)] == epoch) continue;
+        mark[static_cast<size_t>(t)] = epoch;
+        buf.push_back(t);
+        bytes |= matcher.WaitingBytes(t);
+      }
+    }
+    const bool alive = accepting || static_cast<int32_t>(buf.size()) > to;
+    if (!alive) {
       i = node.subtree_end;
       continue;
     }
     for (int32_t t = node.tokens_begin; t < node.tokens_end; ++t) {
       mask[ids[t] >> 6] |= uint64_t{1} << (ids[t] & 63);
     }
-    states.push_back(std::move(next));
+    begin.push_back(static_cast<int32_t>(buf.size()));
+    next.push_back(bytes);
     ++i;
   }
   return mask;

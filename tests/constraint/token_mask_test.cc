@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "constraint/constraint.h"
+#include "constraint/json_schema.h"
 #include "gtest/gtest.h"
 
 namespace kvserve::constraint {
@@ -145,6 +146,60 @@ TEST(TokenMaskTest, CacheAnswersARepeatedStateWithTheSameMask) {
   EXPECT_EQ(cache.Get(m, m.initial(), trie, {1}), ComputeTokenMask(m, m.initial(), trie, {1}));
   EXPECT_EQ(cache.Get(m, closed, trie, {1}), ComputeTokenMask(m, closed, trie, {1}));
   EXPECT_EQ(cache.misses(), 3);
+}
+
+}  // namespace token_mask_test
+}  // namespace kvserve::constraint
+
+namespace kvserve::constraint {
+namespace token_mask_test {
+
+// The memoised walk (Matcher::Successors, per-depth buffers, byte-set filter) against the plain
+// definition, token by token (AdvanceAll not dead), on random states of every constraint kind,
+// including JSON Schema; the same matcher is reused so that memoised successors are exercised.
+TEST(TokenMaskTest, WalkedMaskEqualsPerTokenAdvanceOnRandomStatesOfEveryKind) {
+  std::vector<std::shared_ptr<const CompiledGrammar>> grammars;
+  ConstraintSpec regex;
+  regex.kind = ConstraintSpec::Kind::kRegex;
+  regex.text = "(ab|b)*\\{\"[ab ]+\":1\\}";
+  ConstraintSpec gbnf;
+  gbnf.kind = ConstraintSpec::Kind::kGrammar;
+  gbnf.text = "root ::= \"{\" pair (\",\" pair)* \"}\"\npair ::= \"\\\"\" [ab]+ \"\\\":\" (\"1\" | root)";
+  ConstraintSpec choice;
+  choice.kind = ConstraintSpec::Kind::kChoice;
+  choice.choices = {"ab", "abab", "{\"a\":1}", "b a"};
+  for (const ConstraintSpec* spec : {&regex, &gbnf, &choice}) {
+    auto compiled = CompileConstraint(*spec);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    grammars.push_back(*compiled);
+  }
+  auto schema = JsonSchemaGrammar(
+      R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"array","items":{"type":"integer"}}},"required":["a"]})");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  auto compiled = CompiledGrammar::Create(*std::move(schema));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  grammars.push_back(*compiled);
+  const std::vector<std::string> vocab = SmallVocabulary();
+  const TokenTrie trie(vocab);
+  std::mt19937 rng(3);
+  for (const auto& grammar : grammars) {
+    Matcher m(grammar);
+    for (int walk = 0; walk < 20; ++walk) {
+      MatchState state = m.initial();
+      for (int step = 0; step < 15 && !state.finished(); ++step) {
+        const TokenBitmask mask = ComputeTokenMask(m, state, trie, {1});
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < static_cast<int32_t>(vocab.size()); ++id) {
+          const bool expected = id == 1 ? state.accepting
+                                        : !vocab[id].empty() && !m.AdvanceAll(state, vocab[id]).dead();
+          ASSERT_EQ(MaskAllows(mask, id), expected) << "token '" << vocab[id] << "'";
+          if (expected && id != 1) allowed.push_back(id);
+        }
+        if (allowed.empty()) break;
+        state = m.AdvanceAll(state, vocab[allowed[rng() % allowed.size()]]);
+      }
+    }
+  }
 }
 
 }  // namespace token_mask_test
