@@ -16,8 +16,7 @@ namespace {
 // two specs share a key.
 std::string KeyOf(const ConstraintSpec& spec) {
   std::string key = absl::StrCat(static_cast<int>(spec.kind), ":", spec.whitespace_bytes, ":",
-                                 spec.text.size(), ":",
-                                 spec.text);
+                                 spec.text.size(), ":", spec.text);
   for (const std::string& choice : spec.choices) absl::StrAppend(&key, choice.size(), ":", choice);
   return key;
 }
@@ -126,8 +125,7 @@ ConstraintCompiler::Stats ConstraintCompiler::stats() const {
   return stats_;
 }
 
-SequenceConstraint::SequenceConstraint(std::shared_ptr<const CompiledConstraint> compiled,
-                                       int rows)
+SequenceConstraint::SequenceConstraint(std::shared_ptr<const CompiledConstraint> compiled, int rows)
     : compiled_(std::move(compiled)),
       matcher_(compiled_->grammar),
       cache_(256),

@@ -33,8 +33,7 @@ class ConstraintVocabulary {
   // InvalidArgument when `model_vocab` is smaller than the tokenizer's vocabulary; the errors
   // of TokenBytesOf otherwise.
   static absl::StatusOr<std::shared_ptr<const ConstraintVocabulary>> Create(
-      const tokenizer::Tokenizer& tokenizer, std::vector<int32_t> end_tokens,
-      int64_t model_vocab);
+      const tokenizer::Tokenizer& tokenizer, std::vector<int32_t> end_tokens, int64_t model_vocab);
   // From token byte strings directly (tests, tools).
   ConstraintVocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> end_tokens,
                        int64_t model_vocab);

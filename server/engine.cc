@@ -148,6 +148,7 @@ Engine::Engine(const EngineOptions& options, model::Model* model,
       clock_(options.clock),
       output_model_{.eos_token_ids = model->info().eos_token_ids,
                     .vocab_size = model->info().vocab_size,
+                    .max_forced_tokens = options.max_forced_tokens,
                     .tokenizer = tokenizer},
       kv_(std::move(kv)),
       registrar_(
@@ -671,8 +672,7 @@ bool Engine::Step() {
       continue;
     }
     if (*reason) finished.emplace_back(s.id, **reason);
-    results.push_back(
-        {.id = s.id, .finished = reason->has_value(), .forced_tokens = forced});
+    results.push_back({.id = s.id, .finished = reason->has_value(), .forced_tokens = forced});
   }
   for (RequestId id : prefilled) kv_->OnPrefilled(id);
   for (const auto& [id, reason] : finished) Finish(id, reason);

@@ -42,6 +42,9 @@ class ServerMetrics;
 
 struct EngineOptions {
   SchedulerOptions scheduler;
+  // --max-forced-tokens: tokens an output constraint may append after a sampled one without
+  // sampling them (jump-forward); 0 turns it off.
+  int max_forced_tokens = 16;
   // The KV memory: device budget and fault injection, prefix cache size, automatic reuse,
   // sessions.
   cache::KvCacheManagerOptions kv;

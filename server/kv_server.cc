@@ -522,6 +522,7 @@ absl::Status KvServer::Serve(LoadedModel loaded) {
   }
   EngineOptions engine_options;
   engine_options.scheduler = options_.scheduler;
+  engine_options.max_forced_tokens = options_.max_forced_tokens;
   engine_options.model_fingerprint = model_.fingerprint;
   engine_options.persistence = persistence_.get();
   engine_options.clock = options_.clock;

@@ -130,8 +130,9 @@ ServerMetrics::ServerMetrics(int64_t max_new_tokens_limit)
                            .Add({});
   forced_tokens_ = &prometheus::BuildCounter()
                         .Name("kvserve_constraint_forced_tokens_total")
-                        .Help("Tokens an output constraint appended without sampling them "
-                              "(jump-forward), computed with the next step")
+                        .Help(
+                            "Tokens an output constraint appended without sampling them "
+                            "(jump-forward), computed with the next step")
                         .Register(*registry_)
                         .Add({});
   ttft_ = &prometheus::BuildHistogram()

@@ -190,11 +190,11 @@ absl::StatusOr<OutputStep> RequestOutput::StepOneRow(const at::Tensor& logits) {
   std::vector<int32_t> ids = {token};
   std::vector<model::PositionLogprobs> logprobs;
   if (request_.top_logprobs >= 0) {
-    logprobs = LogprobsOf(holder.defined() ? absl::Span<const float>(
-                                                 holder.data_ptr<float>(),
-                                                 static_cast<size_t>(holder.numel()))
-                                           : FloatRow(logits, &holder),
-                          token);
+    logprobs = LogprobsOf(
+        holder.defined()
+            ? absl::Span<const float>(holder.data_ptr<float>(), static_cast<size_t>(holder.numel()))
+            : FloatRow(logits, &holder),
+        token);
   }
   std::string text = TextOf(detokenizer_.get(), stop_, token, &reason);
   // Jump-forward: what the constraint alone decides next is appended without sampling (no

@@ -301,9 +301,9 @@ absl::Status Scheduler::Update(absl::Span<const SequenceResult> results) {
         << "request " << s.id << " is in the plan in flight but no longer held";
     const Request& r = held->second;
     if (result.forced_tokens < 0 || (result.forced_tokens > 0 && (!s.samples || r.rows != 1))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "request ", s.id, " forced ", result.forced_tokens,
-          " tokens in a step that did not sample one row"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", s.id, " forced ", result.forced_tokens,
+                       " tokens in a step that did not sample one row"));
     }
     if (s.samples && r.num_generated + 1 + result.forced_tokens >= r.max_new_tokens &&
         !result.finished) {

@@ -88,6 +88,14 @@ std::vector<base::FlagSpec> Flags() {
        "estimated bytes of one request's answer (sequences x tokens x log-probabilities) at "
        "most; 0: no limit",
        "16777216 (16 MiB)"},
+      {"max-forced-tokens",
+       "output constraints: tokens appended without sampling where only one continuation is "
+       "allowed (jump-forward), per sampled token; 0: off",
+       "16"},
+      {"constraint-cache-entries",
+       "output constraints compiled for the vocabulary and kept for reuse (least recently "
+       "used leave first); 0: none kept",
+       "256"},
       {"prefix-cache-bytes", "bytes of prefix snapshots kept (named and automatic)",
        "0: follows the device and model: CUDA 1/4 of the KV budget, CPU 4 full contexts (64 "
        "MiB-1 GiB)"},
@@ -348,6 +356,19 @@ absl::StatusOr<ServerOptions> ServerOptions::FromCommandLine(int argc, char** ar
   if (!response_bytes.ok()) return response_bytes.status();
   o.limits.max_request_token_rows = *token_rows;
   o.limits.max_response_bytes = *response_bytes;
+  absl::StatusOr<int64_t> forced = cl->GetInt("max-forced-tokens", o.max_forced_tokens);
+  if (!forced.ok()) return forced.status();
+  if (*forced < 0 || *forced > 1024) {
+    return absl::InvalidArgumentError("--max-forced-tokens must be in [0, 1024] (0: off)");
+  }
+  o.max_forced_tokens = static_cast<int>(*forced);
+  absl::StatusOr<int64_t> constraint_entries =
+      cl->GetInt("constraint-cache-entries", o.limits.constraint_cache_entries);
+  if (!constraint_entries.ok()) return constraint_entries.status();
+  if (*constraint_entries < 0) {
+    return absl::InvalidArgumentError("--constraint-cache-entries must be >= 0");
+  }
+  o.limits.constraint_cache_entries = *constraint_entries;
   absl::StatusOr<double> grace = cl->GetDouble("shutdown-grace-seconds", 30);
   absl::StatusOr<int64_t> prefix_bytes = cl->GetInt("prefix-cache-bytes", o.prefix_cache_bytes);
   absl::StatusOr<int64_t> auto_min = cl->GetInt("auto-prefix-min-tokens", o.auto_prefix_min_tokens);

@@ -70,6 +70,8 @@ struct ServerOptions {
   SchedulerOptions scheduler;
   // --max-new-tokens-limit and the stop-string limits.
   RequestLimits limits;
+  // --max-forced-tokens: jump-forward tokens per sampled token under a constraint (0: off).
+  int max_forced_tokens = 16;
   // --prefix-cache-bytes: budget of prefix snapshots (named and automatic); 0 (the default)
   // follows the device and the model: a quarter of the KV device budget on a GPU, four
   // full-context prompts within [64 MiB, 1 GiB] on the CPU.

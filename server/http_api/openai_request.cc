@@ -298,8 +298,7 @@ absl::Status SetConstraint(constraint::ConstraintSpec spec, std::string param, O
 
 // response_format: {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
 // "json_schema": {"name", "schema", "strict", "description"}}.
-absl::Status ReadResponseFormat(const json* format, std::string_view raw_body,
-                                OpenAiRequest* out) {
+absl::Status ReadResponseFormat(const json* format, std::string_view raw_body, OpenAiRequest* out) {
   using Kind = constraint::ConstraintSpec::Kind;
   if (format == nullptr) return absl::OkStatus();
   if (!format->is_object()) return FieldError("response_format", "must be an object");
@@ -314,9 +313,9 @@ absl::Status ReadResponseFormat(const json* format, std::string_view raw_body,
     if (absl::Status s = f.Unread(); !s.ok()) return s;
     return SetConstraint(std::move(spec), "response_format", out);
   } else if (type != "json_schema") {
-    return FieldError("response_format.type",
-                      Cat("must be \"text\", \"json_object\" or \"json_schema\", not \"", type,
-                          "\""));
+    return FieldError(
+        "response_format.type",
+        Cat("must be \"text\", \"json_object\" or \"json_schema\", not \"", type, "\""));
   }
   const json* js = f.Get("json_schema");
   if (js == nullptr) return FieldError("response_format.json_schema", "is required");
@@ -336,7 +335,8 @@ absl::Status ReadResponseFormat(const json* format, std::string_view raw_body,
   } else if (!schema->is_object() && !schema->is_boolean()) {
     return FieldError("response_format.json_schema.schema", "must be a JSON Schema object");
   } else {
-    spec.text = SchemaText(*schema, raw_body, json::json_pointer("/response_format/json_schema/schema"));
+    spec.text =
+        SchemaText(*schema, raw_body, json::json_pointer("/response_format/json_schema/schema"));
   }
   if (absl::Status s = jf.Unread(); !s.ok()) return s;
   if (absl::Status s = f.Unread(); !s.ok()) return s;
@@ -362,8 +362,8 @@ absl::Status ReadStructuredOutputs(Fields& top, std::string_view raw_body, OpenA
         return s;
       }
     }
-    for (const auto& [key, kind] : {std::pair{regex_key, Kind::kRegex},
-                                    std::pair{grammar_key, Kind::kGrammar}}) {
+    for (const auto& [key, kind] :
+         {std::pair{regex_key, Kind::kRegex}, std::pair{grammar_key, Kind::kGrammar}}) {
       std::string text;
       if (absl::Status s = f.String(key, &text); !s.ok()) return s;
       if (f.Get(key) == nullptr || f.Get(key)->is_null()) continue;

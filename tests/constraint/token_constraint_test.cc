@@ -90,8 +90,7 @@ TEST(ConstraintCompilerTest, ErrorsNameThePointerAndAreNotCached) {
 
 TEST(ConstraintCompilerTest, NoTokenizerIsAFailedPrecondition) {
   ConstraintCompiler compiler(nullptr, {kEos}, 100);
-  EXPECT_EQ(compiler.Compile(Choice({"a"})).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(compiler.Compile(Choice({"a"})).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(SequenceConstraintTest, MaskedLogitsKeepExactlyTheAllowedTokens) {

@@ -164,7 +164,8 @@ TEST(TokenMaskTest, WalkedMaskEqualsPerTokenAdvanceOnRandomStatesOfEveryKind) {
   regex.text = "(ab|b)*\\{\"[ab ]+\":1\\}";
   ConstraintSpec gbnf;
   gbnf.kind = ConstraintSpec::Kind::kGrammar;
-  gbnf.text = "root ::= \"{\" pair (\",\" pair)* \"}\"\npair ::= \"\\\"\" [ab]+ \"\\\":\" (\"1\" | root)";
+  gbnf.text =
+      "root ::= \"{\" pair (\",\" pair)* \"}\"\npair ::= \"\\\"\" [ab]+ \"\\\":\" (\"1\" | root)";
   ConstraintSpec choice;
   choice.kind = ConstraintSpec::Kind::kChoice;
   choice.choices = {"ab", "abab", "{\"a\":1}", "b a"};
@@ -190,8 +191,9 @@ TEST(TokenMaskTest, WalkedMaskEqualsPerTokenAdvanceOnRandomStatesOfEveryKind) {
         const TokenBitmask mask = ComputeTokenMask(m, state, trie, {1});
         std::vector<int32_t> allowed;
         for (int32_t id = 0; id < static_cast<int32_t>(vocab.size()); ++id) {
-          const bool expected = id == 1 ? state.accepting
-                                        : !vocab[id].empty() && !m.AdvanceAll(state, vocab[id]).dead();
+          const bool expected = id == 1
+                                    ? state.accepting
+                                    : !vocab[id].empty() && !m.AdvanceAll(state, vocab[id]).dead();
           ASSERT_EQ(MaskAllows(mask, id), expected) << "token '" << vocab[id] << "'";
           if (expected && id != 1) allowed.push_back(id);
         }

@@ -5,7 +5,8 @@ via structured_outputs, checked by ajv and JavaScript's RegExp), and through gRP
 samples under a constraint, GBNF grammars checked by an independent recognizer (Python's `re`
 for a regular grammar, a hand-written parser for a recursive one), jump-forward counted in
 usage.forced_tokens, and bad constraints refused naming the field before any work. Run:
-  test_structured.py --kvserve build/server/kvserve --make-model build/model/kvserve-make-model
+  test_structured.py --kvserve build/server/kvserve --make-model build/model/kvserve-make-model \
+      --kvctl build/client/kvctl
 """
 import argparse
 import json
@@ -208,6 +209,41 @@ class StructuredTest(unittest.TestCase):
         self.assertGreater(r.usage.forced_tokens, 5, r.usage)
         self.assertLess(r.usage.forced_tokens, r.usage.completion_tokens)
 
+    def test_kvctl_constraint_flags(self):
+        target = self.servers["llama"].target
+        schema = os.path.join(self.workdir, "flag-schema.json")
+        with open(schema, "w", encoding="utf-8") as f:
+            json.dump({"type": "object", "properties": {"ok": {"type": "boolean"}},
+                       "required": ["ok"], "additionalProperties": False}, f)
+
+        def kvctl(*flags):
+            return subprocess.run([PATHS["kvctl"], "generate", "--target", target, "--prompt",
+                                   "Hi", "--max-new-tokens", "16", *flags],
+                                  capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+        done = kvctl("--choice", "up", "--choice", "down")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(done.stdout.strip().splitlines()[0], ("up", "down"), done.stdout)
+        done = kvctl("--json-schema", schema)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(json.loads(done.stdout.strip().splitlines()[0]), ({"ok": True}, {"ok": False}))
+        done = kvctl("--regex", "[0-9]{3}")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertRegex(done.stdout.strip().splitlines()[0], r"^[0-9]{3}$")
+        done = kvctl("--regex", "a", "--choice", "b")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("only one of", done.stderr)
+        done = kvctl("--regex", "(a")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("constraint.regex", done.stderr)
+
+    def test_the_python_example_runs(self):
+        example = os.path.join(SOURCE, "client", "python", "kvserve_structured_example.py")
+        done = subprocess.run([sys.executable, example, "--target", self.servers["llama"].target],
+                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn("forced by the constraint", done.stdout)
+
     def test_bad_constraints_are_refused_naming_the_field(self):
         cases = [
             (gen.Constraint(json_schema="{not json"), "constraint.json_schema"),
@@ -237,8 +273,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--kvserve", required=True)
     parser.add_argument("--make-model", required=True)
+    parser.add_argument("--kvctl", required=True)
     args, rest = parser.parse_known_args()
-    PATHS.update(kvserve=args.kvserve, make_model=args.make_model)
+    PATHS.update(kvserve=args.kvserve, make_model=args.make_model, kvctl=args.kvctl)
     program = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
     sys.exit(0 if program.result.wasSuccessful() else 1)
 
