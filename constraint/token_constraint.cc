@@ -139,14 +139,6 @@ void SequenceConstraint::Reorder(absl::Span<const int64_t> parents) {
   states_ = std::move(next);
 }
 
-void SequenceConstraint::Retain(const std::vector<bool>& keep) {
-  size_t kept = 0;
-  for (size_t i = 0; i < states_.size(); ++i) {
-    if (i < keep.size() && keep[i]) states_[kept++] = std::move(states_[i]);
-  }
-  states_.resize(kept);
-}
-
 const TokenBitmask& SequenceConstraint::Mask(int row) {
   const MatchState& state = states_[static_cast<size_t>(row)];
   if (state.dead()) return none_;

@@ -110,10 +110,9 @@ class SequenceConstraint {
   explicit SequenceConstraint(std::shared_ptr<const CompiledConstraint> compiled, int rows = 1);
 
   int rows() const { return static_cast<int>(states_.size()); }
-  // Row i becomes old row parents[i] (beams' reorder; samples fanning out from row 0).
+  // Row i becomes old row parents[i] (beams' reorder and their fan-out from the prompt's
+  // row). Samples keep one row each by sample index for the whole request.
   void Reorder(absl::Span<const int64_t> parents);
-  // Keeps only the rows whose `keep` is set, in order (finished samples leaving).
-  void Retain(const std::vector<bool>& keep);
 
   // The tokens that may come next on `row` (EOS only where the constraint accepts).
   const TokenBitmask& Mask(int row);
@@ -136,10 +135,6 @@ class SequenceConstraint {
   // each point that the mask allows and that ends inside the forced bytes). Not accepted:
   // call Accept for each one taken.
   std::vector<int32_t> ForcedTokens(int row, int max_tokens);
-
-  const CompiledConstraint& compiled() const { return *compiled_; }
-  int64_t mask_hits() const { return cache_.hits(); }
-  int64_t mask_misses() const { return cache_.misses(); }
 
  private:
   std::shared_ptr<const CompiledConstraint> compiled_;

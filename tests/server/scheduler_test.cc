@@ -200,6 +200,29 @@ TEST(SchedulerTest, DecodesGoFirstAndPrefillsTakeTheRestOfTheBudget) {
   EXPECT_EQ(Step(*s), "1:D1@6s 2:D1@21s 3:D1@5s");
 }
 
+// Jump-forward: tokens a request appends after its sampled one run with its next decode, in one
+// step; what the budget cannot take this step runs in the next one, which alone samples.
+TEST(SchedulerTest, ForcedTokensRunWithTheNextDecode) {
+  auto s = MakeScheduler({.max_batch_size = 4, .max_batch_tokens = 8});
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->Add(1, 2, 20).ok());
+  EXPECT_EQ(Step(*s), "1:P2@0s+");
+  ASSERT_TRUE(s->Update({{.id = 1, .finished = false, .forced_tokens = 3}}).ok());
+  EXPECT_EQ(s->num_generated(1), 4);
+  EXPECT_EQ(Step(*s), "1:D4@2s");
+  ASSERT_TRUE(Finish(*s, {1}).ok());
+  // 10 forced tokens: 7 fit beside the sampled one; the step does not sample.
+  EXPECT_EQ(Step(*s), "1:D1@6s");
+  ASSERT_TRUE(s->Update({{.id = 1, .finished = false, .forced_tokens = 10}}).ok());
+  EXPECT_EQ(Step(*s), "1:D8@7");
+  ASSERT_TRUE(Finish(*s, {1}).ok());
+  EXPECT_EQ(s->num_generated(1), 16);
+  EXPECT_EQ(Step(*s), "1:D3@15s");
+  // Forcing past max_new_tokens without finishing is refused, as sampling past it is.
+  EXPECT_EQ(s->Update({{.id = 1, .finished = false, .forced_tokens = 3}}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // Beams or samples of one request decode as rows: one token per row from the step after the
 // prompt's; their rows are reserved in the token budget from admission on, so a request whose
 // rows would not fit beside the running ones waits; rows only shrink.
